@@ -1,0 +1,117 @@
+#include "pipeplan/core/cluster.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pipeplan {
+namespace {
+
+absl::Status CheckPositive(double x, absl::string_view field) {
+  if (!std::isfinite(x) || x <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be a positive number, got ", x));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegative(double x, absl::string_view field) {
+  if (!std::isfinite(x) || x < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be a non-negative number, got ", x));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
+  if (spec.devices.empty()) return absl::InvalidArgumentError("cluster.devices is empty");
+  const std::pair<double, const char*> defaults[] = {
+      {spec.intra_host_bandwidth, "cluster.intra_host_bandwidth"},
+      {spec.inter_host_bandwidth, "cluster.inter_host_bandwidth"},
+      {spec.intra_host_latency, "cluster.intra_host_latency"},
+      {spec.inter_host_latency, "cluster.inter_host_latency"}};
+  for (const auto& [value, field] : defaults) {
+    if (auto s = CheckNonNegative(value, field); !s.ok()) return s;
+  }
+  const double intra_bw = spec.intra_host_bandwidth > 0 ? spec.intra_host_bandwidth
+                                                        : kDefaultIntraHostBandwidth;
+  const double inter_bw = spec.inter_host_bandwidth > 0 ? spec.inter_host_bandwidth
+                                                        : kDefaultInterHostBandwidth;
+  const double intra_lat =
+      spec.intra_host_latency > 0 ? spec.intra_host_latency : kDefaultIntraHostLatency;
+  const double inter_lat =
+      spec.inter_host_latency > 0 ? spec.inter_host_latency : kDefaultInterHostLatency;
+
+  Cluster c;
+  absl::flat_hash_map<std::string, int> index;
+  for (size_t i = 0; i < spec.devices.size(); ++i) {
+    const DeviceSpec& d = spec.devices[i];
+    const std::string where = absl::StrCat("cluster.devices[", i, "]");
+    if (d.id.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ".id is empty"));
+    if (auto [it, inserted] = index.emplace(d.id, static_cast<int>(i)); !inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ".id \"", d.id,
+                                                     "\" is duplicated (first at cluster.devices[",
+                                                     it->second, "])"));
+    }
+    if (auto s = CheckPositive(d.flops, absl::StrCat(where, ".flops")); !s.ok()) return s;
+    if (auto s = CheckPositive(d.memory_bytes, absl::StrCat(where, ".memory_bytes")); !s.ok()) {
+      return s;
+    }
+    c.max_flops_ = std::max(c.max_flops_, d.flops);
+  }
+  c.devices_ = std::move(spec.devices);
+  const int n = c.num_devices();
+  c.bandwidth_.resize(n * n);
+  c.latency_.resize(n * n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      const bool same_host = c.devices_[a].host == c.devices_[b].host;
+      c.bandwidth_[a * n + b] = same_host ? intra_bw : inter_bw;
+      c.latency_[a * n + b] = same_host ? intra_lat : inter_lat;
+    }
+  }
+  // A link sets both directions unless the reverse direction is listed too,
+  // so apply all links once symmetrically and then the directed ones again.
+  std::vector<std::pair<int, int>> resolved;
+  for (size_t i = 0; i < spec.links.size(); ++i) {
+    const LinkSpec& l = spec.links[i];
+    const std::string where = absl::StrCat("cluster.links[", i, "]");
+    auto src = index.find(l.src);
+    if (src == index.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".src \"", l.src, "\" is not a device"));
+    }
+    auto dst = index.find(l.dst);
+    if (dst == index.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".dst \"", l.dst, "\" is not a device"));
+    }
+    if (auto s = CheckPositive(l.bandwidth, absl::StrCat(where, ".bandwidth_bytes_per_second"));
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = CheckNonNegative(l.latency, absl::StrCat(where, ".latency_seconds")); !s.ok()) {
+      return s;
+    }
+    resolved.emplace_back(src->second, dst->second);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < resolved.size(); ++i) {
+      const auto [a, b] = resolved[i];
+      if (pass == 0) {
+        c.bandwidth_[b * n + a] = spec.links[i].bandwidth;
+        c.latency_[b * n + a] = spec.links[i].latency;
+      } else {
+        c.bandwidth_[a * n + b] = spec.links[i].bandwidth;
+        c.latency_[a * n + b] = spec.links[i].latency;
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace pipeplan

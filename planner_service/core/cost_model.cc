@@ -1,0 +1,136 @@
+#include "pipeplan/core/cost_model.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pipeplan {
+
+CostModel::CostModel(const Graph& graph, const Cluster& cluster, CostOptions options)
+    : graph_(&graph), cluster_(&cluster), options_(options) {
+  const int n = graph.num_nodes();
+  const double ref = cluster.max_flops();
+  forward_ref_.resize(n);
+  backward_ref_.resize(n);
+  for (int v = 0; v < n; ++v) {
+    const NodeSpec& node = graph.node(v);
+    // Measured times were taken at the graph's batch size; they scale with
+    // the microbatch like flops do.
+    forward_ref_[v] = node.forward_seconds ? *node.forward_seconds * options.sample_scale
+                                           : node.forward_flops * options.sample_scale / ref;
+    backward_ref_[v] = node.backward_seconds
+                           ? *node.backward_seconds * options.sample_scale
+                           : graph.backward_flops(v) * options.sample_scale / ref;
+  }
+  slowdown_.resize(cluster.num_devices());
+  for (int d = 0; d < cluster.num_devices(); ++d) slowdown_[d] = ref / cluster.device(d).flops;
+}
+
+absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
+    std::span<const int> stage_of_node, std::span<const int> stage_device) const {
+  const Graph& g = *graph_;
+  const int n = g.num_nodes();
+  const int k = static_cast<int>(stage_device.size());
+  if (static_cast<int>(stage_of_node.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("assignment has ", stage_of_node.size(),
+                                                   " entries for ", n, " nodes"));
+  }
+  if (k == 0) return absl::InvalidArgumentError("no stages");
+  for (int j = 0; j < k; ++j) {
+    if (stage_device[j] < 0 || stage_device[j] >= cluster_->num_devices()) {
+      return absl::InvalidArgumentError(absl::StrCat("stage ", j, " has no device"));
+    }
+  }
+  std::vector<StageCost> stages(k);
+  for (int j = 0; j < k; ++j) stages[j].device = stage_device[j];
+  for (int v = 0; v < n; ++v) {
+    const int s = stage_of_node[v];
+    if (s < 0 || s >= k) {
+      return absl::InvalidArgumentError(absl::StrCat("node \"", g.node(v).id, "\" has stage ", s,
+                                                     ", outside [0, ", k, ")"));
+    }
+    StageCost& st = stages[s];
+    const double slow = slowdown_[st.device];
+    ++st.num_nodes;
+    st.forward_seconds += forward_ref_[v] * slow;
+    st.backward_seconds += backward_ref_[v] * slow;
+    st.weight_grad_seconds += backward_ref_[v] * slow * g.weight_grad_fraction(v);
+    st.activation_bytes += activation_bytes(v);
+  }
+  for (int j = 0; j < k; ++j) {
+    if (stages[j].num_nodes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("stage ", j, " is empty"));
+    }
+  }
+  // Tied parameters are stored once per stage.
+  {
+    absl::flat_hash_set<std::pair<int, int>> seen;  // (stage, group)
+    for (int v = 0; v < n; ++v) {
+      const int group = g.param_group(v);
+      if (group < 0) continue;
+      if (seen.insert({stage_of_node[v], group}).second) {
+        stages[stage_of_node[v]].param_bytes += g.param_group_bytes(group);
+      }
+    }
+  }
+  for (StageCost& st : stages) st.param_state_bytes = st.param_bytes * param_state_factor();
+
+  // Communication, tensor by tensor (a tensor is one node's output).
+  std::vector<double> bytes_to_stage(k, 0);  // max bytes of v's edges into each stage
+  std::vector<int> touched;
+  for (int v = 0; v < n; ++v) {
+    const int a = stage_of_node[v];
+    for (int e : g.out_edges(v)) {
+      const int b = stage_of_node[g.edge(e).dst];
+      if (b < a) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("edge \"", g.node(v).id, "\" -> \"", g.node(g.edge(e).dst).id,
+                         "\" goes backwards from stage ", a, " to stage ", b));
+      }
+      if (b == a) continue;
+      if (bytes_to_stage[b] == 0) touched.push_back(b);
+      bytes_to_stage[b] = std::max(bytes_to_stage[b], std::max(edge_bytes(e), 1e-300));
+    }
+    if (touched.empty()) continue;
+    std::sort(touched.begin(), touched.end());
+    const int da = stage_device[a];
+    if (options_.comm_model == CommModel::kDirect) {
+      double producer = 0;
+      for (int b : touched) {
+        const double t = cluster_->TransferSeconds(da, stage_device[b], bytes_to_stage[b]);
+        stages[b].forward_comm_seconds += t;
+        stages[b].backward_comm_seconds += t;
+        producer = std::max(producer, t);
+      }
+      stages[a].forward_comm_seconds += producer;
+      stages[a].backward_comm_seconds += producer;
+    } else {
+      // Across boundary j -> j+1 the tensor carries the largest of the edges
+      // that still have a consumer beyond j.
+      double beyond = 0;
+      size_t next = touched.size();
+      for (int j = touched.back() - 1; j >= a; --j) {
+        while (next > 0 && touched[next - 1] > j) beyond = std::max(beyond, bytes_to_stage[touched[--next]]);
+        const double t =
+            cluster_->TransferSeconds(stage_device[j], stage_device[j + 1], beyond);
+        stages[j].forward_comm_seconds += t;
+        stages[j].backward_comm_seconds += t;
+        stages[j + 1].forward_comm_seconds += t;
+        stages[j + 1].backward_comm_seconds += t;
+      }
+    }
+    for (int b : touched) bytes_to_stage[b] = 0;
+    touched.clear();
+  }
+  return stages;
+}
+
+double BottleneckSeconds(std::span<const StageCost> stages) {
+  double worst = 0;
+  for (const StageCost& s : stages) worst = std::max(worst, s.total_seconds());
+  return worst;
+}
+
+}  // namespace pipeplan
