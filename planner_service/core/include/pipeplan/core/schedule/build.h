@@ -1,0 +1,35 @@
+// Generators for the built-in pipeline schedules.
+//
+// BuildSchedule emits the compute-only per-rank action lists that
+// torch.distributed.pipelining's schedule classes run, so a plan found by the
+// planner can be executed (or exported as CSV) with the same semantics. The
+// lists are compact: PyTorch pads its tables with None slots for readability;
+// we emit none, which leaves every rank's order of actions unchanged.
+//
+// Requirements on (ranks p, microbatches m, chunks v):
+//   all:                      p >= 1, m >= 1
+//   GPipe, 1F1B:              chunks is ignored (one stage per rank)
+//   Interleaved1F1B,
+//   InterleavedZeroBubble:    v >= 1 and m divisible by max(1, m / p) (the
+//                             "rounds" of PyTorch's flexible interleaving), so
+//                             any m <= p and any multiple of p are accepted
+//   LoopedBFS:                v >= 1
+//   ZBVZeroBubble:            chunks is ignored (two stages per rank)
+//   DualPipeV:                m >= 2p (PyTorch's "as many microbatches as
+//                             stages"); chunks is ignored
+#ifndef PIPEPLAN_CORE_SCHEDULE_BUILD_H_
+#define PIPEPLAN_CORE_SCHEDULE_BUILD_H_
+
+#include "absl/status/statusor.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+
+namespace pipeplan::schedule {
+
+// Compute-only schedule with num_stages = ranks * StagesPerRank(kind, chunks).
+absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
+                                               int chunks = 1);
+
+}  // namespace pipeplan::schedule
+
+#endif  // PIPEPLAN_CORE_SCHEDULE_BUILD_H_

@@ -1,0 +1,212 @@
+#include "structure.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace pipeplan::schedule::internal {
+namespace {
+
+std::string Where(int rank, int step, const Action& a) {
+  return absl::StrFormat("rank %d step %d (%s)", rank, step, ActionToString(a));
+}
+
+// Checks one simple (non-overlap) action's indices, placement and, for
+// communication, that its hop really crosses ranks.
+absl::Status CheckSimple(const PipelineSchedule& s, int rank, int step, const Action& whole,
+                         const Action& a) {
+  if (a.stage < 0 || a.stage >= s.num_stages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: stage %d is out of range [0, %d)", Where(rank, step, whole), a.stage, s.num_stages));
+  }
+  if (a.microbatch < 0 || a.microbatch >= s.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: microbatch %d is out of range [0, %d)",
+                                                      Where(rank, step, whole), a.microbatch,
+                                                      s.num_microbatches));
+  }
+  if (s.stage_to_rank[a.stage] != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: stage %d is placed on rank %d, not rank %d", Where(rank, step, whole),
+                        a.stage, s.stage_to_rank[a.stage], rank));
+  }
+  int peer = -1;
+  switch (a.type) {
+    case ActionType::kSendF:
+    case ActionType::kRecvB:
+      peer = a.stage + 1;
+      break;
+    case ActionType::kRecvF:
+    case ActionType::kSendB:
+      peer = a.stage - 1;
+      break;
+    default:
+      return absl::OkStatus();
+  }
+  if (peer < 0 || peer >= s.num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: stage %d has no neighbour stage %d to talk to",
+                        Where(rank, step, whole), a.stage, peer));
+  }
+  if (s.stage_to_rank[peer] == rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: stages %d and %d are both on rank %d and exchange data locally; remove the "
+        "SEND/RECV",
+        Where(rank, step, whole), a.stage, peer, rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckShape(const PipelineSchedule& s) {
+  if (s.num_ranks < 1 || s.num_stages < 1 || s.num_microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "schedule needs at least one rank, stage and microbatch (ranks=%d stages=%d "
+        "microbatches=%d)",
+        s.num_ranks, s.num_stages, s.num_microbatches));
+  }
+  if (static_cast<int>(s.programs.size()) != s.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrFormat("schedule has %d rank programs for %d ranks",
+                                                      s.programs.size(), s.num_ranks));
+  }
+  if (static_cast<int>(s.stage_to_rank.size()) != s.num_stages) {
+    return absl::InvalidArgumentError(absl::StrFormat("stage_to_rank has %d entries for %d stages",
+                                                      s.stage_to_rank.size(), s.num_stages));
+  }
+  if (int64_t{s.num_stages} * s.num_microbatches > (int64_t{1} << 28)) {
+    return absl::InvalidArgumentError("schedule is too large (stages * microbatches > 2^28)");
+  }
+  for (int st = 0; st < s.num_stages; ++st) {
+    if (s.stage_to_rank[st] < 0 || s.stage_to_rank[st] >= s.num_ranks) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d is mapped to rank %d, outside [0, %d)", st, s.stage_to_rank[st], s.num_ranks));
+    }
+  }
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const RankProgram& program = s.programs[r];
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      if (!program[i]) continue;
+      const Action& a = *program[i];
+      if (a.type == ActionType::kOverlapFB) {
+        if (absl::Status st = CheckSimple(s, r, i, a, ForwardHalf(a)); !st.ok()) return st;
+        if (absl::Status st = CheckSimple(s, r, i, a, BackwardHalf(a)); !st.ok()) return st;
+      } else if (absl::Status st = CheckSimple(s, r, i, a, a); !st.ok()) {
+        return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStructure(const PipelineSchedule& s, bool has_communication) {
+  if (absl::Status st = CheckShape(s); !st.ok()) return st;
+  const int S = s.num_stages;
+  const int M = s.num_microbatches;
+  const size_t n = static_cast<size_t>(S) * M;
+  enum Counter { kF, kBackward, kI, kW, kSendF, kRecvF, kSendB, kRecvB, kNumCounters };
+  std::vector<uint8_t> counts(kNumCounters * n, 0);
+  auto count = [&](Counter c, const Action& a) -> uint8_t& {
+    return counts[c * n + static_cast<size_t>(a.stage) * M + a.microbatch];
+  };
+  static constexpr const char* kWhat[kNumCounters] = {
+      "forward", "backward (B or I)", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const RankProgram& program = s.programs[r];
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      if (!program[i]) continue;
+      const Action& whole = *program[i];
+      Action halves[2] = {whole, whole};
+      int num_halves = 1;
+      if (whole.type == ActionType::kOverlapFB) {
+        halves[0] = ForwardHalf(whole);
+        halves[1] = BackwardHalf(whole);
+        num_halves = 2;
+      }
+      for (int h = 0; h < num_halves; ++h) {
+        const Action& a = halves[h];
+        Counter c = kF;
+        switch (a.type) {
+          case ActionType::kForward:
+            c = kF;
+            break;
+          case ActionType::kBackwardInput:
+            ++count(kI, a);
+            c = kBackward;
+            break;
+          case ActionType::kFullBackward:
+            c = kBackward;
+            break;
+          case ActionType::kBackwardWeight:
+            c = kW;
+            break;
+          case ActionType::kSendF:
+            c = kSendF;
+            break;
+          case ActionType::kRecvF:
+            c = kRecvF;
+            break;
+          case ActionType::kSendB:
+            c = kSendB;
+            break;
+          case ActionType::kRecvB:
+            c = kRecvB;
+            break;
+          case ActionType::kOverlapFB:
+            break;
+        }
+        if (++count(c, a) > 1) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("%s: stage %d microbatch %d gets a second %s", Where(r, i, whole),
+                              a.stage, a.microbatch, kWhat[c]));
+        }
+      }
+    }
+  }
+
+  for (int st = 0; st < S; ++st) {
+    for (int mb = 0; mb < M; ++mb) {
+      const Action at{st, ActionType::kForward, mb};
+      if (count(kF, at) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("stage %d microbatch %d has no forward (F)", st, mb));
+      }
+      if (count(kBackward, at) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("stage %d microbatch %d has no backward (B, or I and W)", st, mb));
+      }
+      if (count(kI, at) != count(kW, at)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "stage %d microbatch %d has %s; a split backward needs exactly one I and one W", st, mb,
+            count(kI, at) ? "an I but no W" : "a W without an I (use B for a full backward)"));
+      }
+      if (!has_communication) {
+        if (count(kSendF, at) || count(kRecvF, at) || count(kSendB, at) || count(kRecvB, at)) {
+          return absl::InternalError("communication counted in a compute-only schedule");
+        }
+        continue;
+      }
+      if (st + 1 < S && s.stage_to_rank[st + 1] != s.stage_to_rank[st]) {
+        const Action next{st + 1, ActionType::kForward, mb};
+        if (count(kSendF, at) == 0 || count(kRecvF, next) == 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st, st + 1, mb,
+              count(kSendF, at) == 0 ? absl::StrFormat("%dSEND_F%d", st, mb)
+                                     : absl::StrFormat("%dRECV_F%d", st + 1, mb)));
+        }
+        if (count(kSendB, next) == 0 || count(kRecvB, at) == 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st + 1, st, mb,
+              count(kSendB, next) == 0 ? absl::StrFormat("%dSEND_B%d", st + 1, mb)
+                                       : absl::StrFormat("%dRECV_B%d", st, mb)));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pipeplan::schedule::internal
