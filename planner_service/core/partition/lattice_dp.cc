@@ -1,0 +1,794 @@
+// Exact bottleneck DP over the lattice of ideals of the DAG ("ideal_dp"),
+// after Tarnawski et al., "Efficient algorithms for device placement of DNN
+// graph operators" (NeurIPS 2020).
+//
+// Splits and ideals. An ideal is a downward-closed node set. Every valid split
+// into k stages is a chain of ideals  ∅ = I_0 ⊊ I_1 ⊊ ... ⊊ I_k = V  with
+// stage j = I_{j+1} \ I_j, and every such chain is a valid split.
+//
+// Lattice structure. A separator is a node comparable with every other node.
+// Separators s_1 < s_2 < ... cut the topological order into segments G_0 (the
+// nodes before s_1), G_1 (between s_1 and s_2), ... Every ideal is uniquely
+//   (all nodes up to and including s_i) ∪ X,   X an ideal of G_i
+// (s_0 is a virtual separator before the first node), so the ideals are
+// enumerated segment by segment: per segment a BFS over bitmasks that adds
+// one node whose in-segment predecessors are present. The global order
+// (segment, then BFS layer) is compatible with inclusion.
+//
+// Separable costs. Under RELAY a stage between ideals I ⊊ J on device d_j costs
+//   (W(J) - W(I))·slow_j + cut_{j-1}(I) + cut_j(J)
+// where W is reference work and cut_b(I) = 2·Σ TransferSeconds(d_b, d_b+1,
+// bytes_v) over tensors v produced in I and consumed outside it (bytes_v the
+// largest of v's edges leaving I). This is exactly CostModel::Evaluate.
+// With h_j(I) = W(I)·slow_j - cut_{j-1}(I) and g_j(J) = W(J)·slow_j + cut_j(J)
+// the stage fits a bottleneck T iff h_j(I) >= g_j(J) - T, so the feasibility
+// test for T is
+//   S_0 = {∅},  S_{j+1} = {J : max{h_j(I) : I ∈ S_j, I ⊊ J} >= g_j(J) - T}
+// and the max over strict sub-ideals is a down-set maximum computed in one
+// pass in inclusion order: D(J) = max(h(J) if J ∈ S_j, max over children
+// D(J - w)), children being J minus one of its maximal elements (for the first
+// ideal of a segment: the last ideal of the previous segment, which contains
+// every earlier ideal). One test costs O(#ideals · width · k); a binary search
+// on T (relative precision 1e-7) finds the optimum, parent pointers rebuild
+// the split, and the largest T proven infeasible is a lower bound.
+//
+// DIRECT is not separable. Pass 1 uses the RELAY charge (>= DIRECT per stage
+// on uniform links) to find splits; every split found is evaluated exactly.
+// Pass 2 uses a charge that no DIRECT split can beat and yields the bound:
+//   - receive: J \ I contains a minimal element u of V \ I, and every
+//     predecessor of u is in I, so stage j receives at least u's input
+//     tensors: >= min_u (Σ_preds bytes)/bw + min_u (#preds)·lat, where bw /
+//     lat are the fastest link from any earlier stage's device to d_j (0 if
+//     an earlier stage shares d_j);
+//   - send: J \ I contains a maximal element w of J; all of w's consumers are
+//     in later stages, so stage j pays at least w's largest edge:
+//     >= min_w bytes_w/bw + [every maximal w has a consumer]·lat, fastest
+//     link from d_j to any later stage's device (0 if one shares d_j).
+// Both depend on one end only, so the same DP applies; its optimum is <= the
+// DIRECT optimum of every valid split, and so is its largest infeasible T.
+//
+// Memory. Stage memory = psf·params + inflight_j·activations is separable
+// except for tied parameters; the DP charges a tied group once per node of
+// the group in the stage (an upper bound), so every split it accepts fits.
+// Memory is ignored first (which keeps the RELAY result exact and the bound
+// valid); if that split does not fit, a second search adds the constraint
+// m_j(I) >= m_j(J) - cap_j, checked for two candidates per J: the sub-ideal
+// with the largest h and the one with the largest m. At T = ∞ the second
+// candidate makes the test exact (for the upper-bound memory), so "no split
+// at T = ∞" proves no split fits when no parameters are tied; for finite T the
+// memory search is a heuristic (never an invalid or over-memory split).
+// The lower bound always comes from the memory-free searches.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/partition.h"
+#include "pipeplan/core/status_macros.h"
+#include "lattice_dp_internal.h"
+
+namespace pipeplan {
+namespace lattice_dp_internal {
+
+std::vector<char> FindSeparators(const Graph& g) {
+  // v at topological position p is comparable with every node iff it is the
+  // only sink of the prefix [0, p] (then every earlier node reaches it: follow
+  // successors inside the prefix until a sink) and the only source of the
+  // suffix [p, n). Node u is a sink of prefix [0, p] for p in
+  // [pos(u), first successor position - 1]; a source of suffix [p, n) for p in
+  // [last predecessor position + 1, pos(u)]. Difference arrays count them.
+  const int n = g.num_nodes();
+  std::vector<int> sinks(n + 1, 0), sources(n + 1, 0);
+  for (int u = 0; u < n; ++u) {
+    const int p = g.topo_position(u);
+    int first_succ = n;
+    for (int e : g.out_edges(u)) first_succ = std::min(first_succ, g.topo_position(g.edge(e).dst));
+    ++sinks[p];
+    --sinks[first_succ];
+    int last_pred = -1;
+    for (int e : g.in_edges(u)) last_pred = std::max(last_pred, g.topo_position(g.edge(e).src));
+    ++sources[last_pred + 1];
+    --sources[p + 1];
+  }
+  std::vector<char> sep(n, 0);
+  int a = 0, b = 0;
+  for (int p = 0; p < n; ++p) {
+    a += sinks[p];
+    b += sources[p];
+    if (a == 1 && b == 1) sep[g.topo_order()[p]] = 1;
+  }
+  return sep;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Per-node quantities the lattice attributes are built from.
+struct NodeData {
+  std::vector<double> work, params, acts;
+  std::vector<double> out_max;   // largest out-edge bytes; -1 without consumers
+  std::vector<double> in_bytes;  // Σ over distinct producers of the largest edge
+  std::vector<double> in_count;  // distinct producers
+};
+
+NodeData MakeNodeData(const Graph& g, const CostModel* cost) {
+  const int n = g.num_nodes();
+  NodeData d;
+  d.work.assign(n, 0);
+  d.params.assign(n, 0);
+  d.acts.assign(n, 0);
+  d.out_max.assign(n, -1);
+  d.in_bytes.assign(n, 0);
+  d.in_count.assign(n, 0);
+  auto bytes = [&](int e) { return cost ? cost->edge_bytes(e) : g.edge(e).bytes; };
+  std::vector<std::pair<int, double>> by_src;
+  for (int v = 0; v < n; ++v) {
+    if (cost) {
+      d.work[v] = cost->work_ref(v);
+      d.acts[v] = cost->activation_bytes(v);
+      // Tied groups are charged once per node: an upper bound.
+      if (g.param_group(v) >= 0) d.params[v] = g.param_group_bytes(g.param_group(v));
+    }
+    for (int e : g.out_edges(v)) d.out_max[v] = std::max(d.out_max[v], bytes(e));
+    by_src.clear();
+    for (int e : g.in_edges(v)) {
+      const int s = g.edge(e).src;
+      auto it = std::find_if(by_src.begin(), by_src.end(), [&](auto& x) { return x.first == s; });
+      if (it == by_src.end()) {
+        by_src.emplace_back(s, bytes(e));
+      } else {
+        it->second = std::max(it->second, bytes(e));
+      }
+    }
+    for (auto& [s, b] : by_src) d.in_bytes[v] += b;
+    d.in_count[v] = static_cast<double>(by_src.size());
+  }
+  return d;
+}
+
+struct Segment {
+  int sep_pos = -1;        // topological position of the separator before it
+  std::vector<int> nodes;  // segment-local index -> node
+  int words = 0;           // 64-bit words per mask
+  int first = 0;           // global index of its first ideal (X = ∅)
+  int count = 0;
+  std::vector<uint64_t> masks;  // count x words
+};
+
+// The ideals with everything the DP needs, in inclusion-compatible order.
+struct Lattice {
+  std::vector<Segment> segs;
+  std::vector<int> seg_of_node, local_of_node;  // -1 for separators
+  std::vector<int> child_begin, child;          // CSR of immediate sub-ideals
+  std::vector<double> work, params, acts;
+  std::vector<double> cut_bytes, cut_count;  // tensors crossing the cut (RELAY)
+  std::vector<double> in_bytes, in_count;    // DIRECT bound: receive side
+  std::vector<double> out_bytes, out_count;  // DIRECT bound: send side
+  int size() const { return static_cast<int>(work.size()); }
+};
+
+template <int W>
+struct Mask {
+  std::array<uint64_t, W> w{};
+  bool Has(int i) const { return (w[i >> 6] >> (i & 63)) & 1; }
+  void Set(int i) { w[i >> 6] |= uint64_t{1} << (i & 63); }
+  void Clear(int i) { w[i >> 6] &= ~(uint64_t{1} << (i & 63)); }
+  bool Covers(const Mask& o) const {  // o ⊆ this
+    for (int k = 0; k < W; ++k) {
+      if (o.w[k] & ~w[k]) return false;
+    }
+    return true;
+  }
+  bool Meets(const Mask& o) const {
+    for (int k = 0; k < W; ++k) {
+      if (o.w[k] & w[k]) return true;
+    }
+    return false;
+  }
+  bool operator==(const Mask& o) const { return w == o.w; }
+  template <typename H>
+  friend H AbslHashValue(H h, const Mask& m) {
+    return H::combine_contiguous(std::move(h), m.w.data(), W);
+  }
+};
+
+class LatticeBuilder {
+ public:
+  LatticeBuilder(const Graph& g, const CostModel* cost, const LatticeLimits& limits)
+      : g_(g), cost_(cost), limits_(limits), nd_(MakeNodeData(g, cost)) {}
+
+  absl::StatusOr<Lattice> Build() {
+    const int n = g_.num_nodes();
+    const std::vector<char> sep = FindSeparators(g_);
+    L_.seg_of_node.assign(n, -1);
+    L_.local_of_node.assign(n, -1);
+    L_.segs.emplace_back();
+    for (int p = 0; p < n; ++p) {
+      const int v = g_.topo_order()[p];
+      if (sep[v]) {
+        L_.segs.emplace_back();
+        L_.segs.back().sep_pos = p;
+      } else {
+        Segment& s = L_.segs.back();
+        L_.seg_of_node[v] = static_cast<int>(L_.segs.size()) - 1;
+        L_.local_of_node[v] = static_cast<int>(s.nodes.size());
+        s.nodes.push_back(v);
+      }
+    }
+    // Cheap refusal first: nodes of equal depth inside a segment are pairwise
+    // incomparable, so a layer of w nodes means at least 2^w ideals.
+    for (size_t i = 0; i < L_.segs.size(); ++i) {
+      const Segment& s = L_.segs[i];
+      if (static_cast<int>(s.nodes.size()) > limits_.max_segment_nodes) {
+        return TooMany(absl::StrCat("a segment of ", s.nodes.size(),
+                                    " mutually entangled nodes"));
+      }
+      std::vector<int> depth(s.nodes.size(), 0), layer(s.nodes.size() + 1, 0);
+      int widest = 0;
+      for (size_t x = 0; x < s.nodes.size(); ++x) {
+        for (int e : g_.in_edges(s.nodes[x])) {
+          const int u = g_.edge(e).src;
+          if (L_.seg_of_node[u] == static_cast<int>(i)) {
+            depth[x] = std::max(depth[x], depth[L_.local_of_node[u]] + 1);
+          }
+        }
+        widest = std::max(widest, ++layer[depth[x]]);
+      }
+      if (widest >= 63 || (int64_t{1} << widest) > limits_.max_segment_ideals ||
+          (int64_t{1} << widest) > limits_.max_ideals) {
+        return TooMany(absl::StrCat("at least 2^", widest, " ideals (", widest,
+                                    " parallel nodes)"));
+      }
+    }
+    for (size_t i = 0; i < L_.segs.size(); ++i) {
+      const int words = std::max<int>(1, (static_cast<int>(L_.segs[i].nodes.size()) + 63) / 64);
+      absl::Status s;
+      if (words == 1) {
+        s = Enumerate<1>(static_cast<int>(i));
+      } else if (words == 2) {
+        s = Enumerate<2>(static_cast<int>(i));
+      } else if (words <= 4) {
+        s = Enumerate<4>(static_cast<int>(i));
+      } else {
+        s = Enumerate<8>(static_cast<int>(i));
+      }
+      PIPEPLAN_RETURN_IF_ERROR(s);
+    }
+    L_.child_begin.push_back(static_cast<int>(L_.child.size()));
+    return std::move(L_);
+  }
+
+ private:
+  absl::Status TooMany(const std::string& why) const {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("graph has too many ideals for the ideal-lattice DP: ", why,
+                     "; limit ", limits_.max_ideals));
+  }
+
+  // Adds the attributes of ideal `from` ∪ {u} (u maximal in it) to the back
+  // of the arrays. `in_from` / `in_to` test membership before / after.
+  template <typename InFrom, typename InTo>
+  void PushExtension(int from, int u, InFrom in_from, InTo in_to) {
+    double cb = L_.cut_bytes[from], cc = L_.cut_count[from];
+    if (nd_.out_max[u] >= 0) {
+      cb += nd_.out_max[u];
+      cc += 1;
+    }
+    for (int e : g_.in_edges(u)) {
+      const int v = g_.edge(e).src;
+      bool dup = false;  // handle each producer once
+      for (int f : g_.in_edges(u)) {
+        if (f == e) break;
+        if (g_.edge(f).src == v) dup = true;
+      }
+      if (dup) continue;
+      double before = -1, after = -1;
+      for (int f : g_.out_edges(v)) {
+        const int w = g_.edge(f).dst;
+        const double b = cost_ ? cost_->edge_bytes(f) : g_.edge(f).bytes;
+        if (!in_from(w)) before = std::max(before, b);
+        if (!in_to(w)) after = std::max(after, b);
+      }
+      // `before` >= 0: u was outside. The tensor leaves the cut if nothing
+      // outside consumes it any more.
+      cb += (after < 0 ? 0 : after) - before;
+      if (after < 0) cc -= 1;
+    }
+    if (cc <= 0.5) cb = 0;
+    L_.cut_bytes.push_back(std::max(0.0, cb));
+    L_.cut_count.push_back(cc);
+    L_.work.push_back(L_.work[from] + nd_.work[u]);
+    L_.params.push_back(L_.params[from] + nd_.params[u]);
+    L_.acts.push_back(L_.acts[from] + nd_.acts[u]);
+  }
+
+  template <int W>
+  absl::Status Enumerate(int si) {
+    Segment& s = L_.segs[si];
+    const int sz = static_cast<int>(s.nodes.size());
+    s.words = W;
+    s.first = L_.size();
+    std::vector<Mask<W>> pred(sz), succ(sz);
+    for (int x = 0; x < sz; ++x) {
+      for (int e : g_.in_edges(s.nodes[x])) {
+        const int u = g_.edge(e).src;
+        if (L_.seg_of_node[u] == si) {
+          pred[x].Set(L_.local_of_node[u]);
+          succ[L_.local_of_node[u]].Set(x);
+        }
+      }
+    }
+    std::vector<Mask<W>> ideals;
+    absl::flat_hash_map<Mask<W>, int> index;
+    const int next_sep = si + 1 < static_cast<int>(L_.segs.size())
+                             ? g_.topo_order()[L_.segs[si + 1].sep_pos]
+                             : -1;
+    // Membership of node w in ideal (si, m).
+    auto member = [&](const Mask<W>& m, int w) {
+      if (g_.topo_position(w) <= s.sep_pos) return true;
+      return L_.seg_of_node[w] == si && m.Has(L_.local_of_node[w]);
+    };
+    // The ideal X = ∅: the previous segment's full ideal plus this separator.
+    if (si == 0) {
+      for (auto* a : {&L_.work, &L_.params, &L_.acts, &L_.cut_bytes, &L_.cut_count}) {
+        a->push_back(0);
+      }
+    } else {
+      const Segment& prev = L_.segs[si - 1];
+      const int sep_node = g_.topo_order()[s.sep_pos];
+      const int prev_pos = prev.sep_pos;
+      const int pi = si - 1;
+      auto in_prev_full = [&](int w) {
+        return g_.topo_position(w) <= prev_pos || L_.seg_of_node[w] == pi;
+      };
+      auto in_base = [&](int w) { return g_.topo_position(w) <= s.sep_pos; };
+      PushExtension(s.first - 1, sep_node, in_prev_full, in_base);
+    }
+    ideals.push_back(Mask<W>{});
+    index.emplace(Mask<W>{}, s.first);
+    std::vector<int> minimal;
+    for (size_t q = 0; q < ideals.size(); ++q) {
+      const Mask<W> x = ideals[q];
+      const int id = s.first + static_cast<int>(q);
+      // Immediate sub-ideals and maximal elements.
+      L_.child_begin.push_back(static_cast<int>(L_.child.size()));
+      double ob = kInf, oc = 1;
+      if (q == 0) {
+        if (si > 0) {
+          L_.child.push_back(id - 1);
+          const int sep_node = g_.topo_order()[s.sep_pos];
+          ob = std::max(0.0, nd_.out_max[sep_node]);
+          oc = nd_.out_max[sep_node] >= 0 ? 1 : 0;
+        } else {
+          ob = 0;
+          oc = 0;
+        }
+      } else {
+        for (int w = 0; w < sz; ++w) {
+          if (!x.Has(w) || x.Meets(succ[w])) continue;
+          Mask<W> y = x;
+          y.Clear(w);
+          L_.child.push_back(index.at(y));
+          const int node = s.nodes[w];
+          ob = std::min(ob, std::max(0.0, nd_.out_max[node]));
+          if (nd_.out_max[node] < 0) oc = 0;
+        }
+      }
+      L_.out_bytes.push_back(ob);
+      L_.out_count.push_back(oc);
+      // Extensions: the minimal elements of the complement in the segment.
+      minimal.clear();
+      for (int u = 0; u < sz; ++u) {
+        if (x.Has(u) || !x.Covers(pred[u])) continue;
+        minimal.push_back(s.nodes[u]);
+        Mask<W> y = x;
+        y.Set(u);
+        if (index.contains(y)) continue;
+        if (static_cast<int64_t>(ideals.size()) >= limits_.max_segment_ideals ||
+            L_.size() >= limits_.max_ideals) {
+          return TooMany(absl::StrCat("more than ", L_.size(), " enumerated"));
+        }
+        index.emplace(y, L_.size());
+        ideals.push_back(y);
+        PushExtension(
+            id, s.nodes[u], [&](int w) { return member(x, w); },
+            [&](int w) { return member(y, w); });
+      }
+      if (minimal.empty() && next_sep >= 0) minimal.push_back(next_sep);
+      double ib = minimal.empty() ? 0 : kInf, ic = minimal.empty() ? 0 : kInf;
+      for (int u : minimal) {
+        ib = std::min(ib, nd_.in_bytes[u]);
+        ic = std::min(ic, nd_.in_count[u]);
+      }
+      L_.in_bytes.push_back(ib);
+      L_.in_count.push_back(ic);
+    }
+    s.count = static_cast<int>(ideals.size());
+    s.masks.resize(static_cast<size_t>(s.count) * W);
+    for (int q = 0; q < s.count; ++q) {
+      std::memcpy(&s.masks[static_cast<size_t>(q) * W], ideals[q].w.data(), W * sizeof(uint64_t));
+    }
+    return absl::OkStatus();
+  }
+
+  const Graph& g_;
+  const CostModel* cost_;
+  LatticeLimits limits_;
+  NodeData nd_;
+  Lattice L_;
+};
+
+absl::StatusOr<Lattice> BuildLattice(const Graph& g, const CostModel* cost,
+                                     const LatticeLimits& limits) {
+  return LatticeBuilder(g, cost, limits).Build();
+}
+
+// Separable charges of one stage j: h(I) = W(I)·slow - (lb·LB(I) + lc·LC(I)),
+// g(J) = W(J)·slow + rb·RB(J) + rc·RC(J), memory m(I) = psf·P(I) + inflight·A(I).
+struct StageCoef {
+  double slow = 1;
+  double lb = 0, lc = 0, rb = 0, rc = 0;
+  double psf = 0, inflight = 0, cap = kInf;
+};
+
+enum class Charge { kRelay, kDirectLower };
+
+class LatticeDp {
+ public:
+  LatticeDp(const PartitionProblem& p, const Lattice& lat) : p_(p), L_(lat) {
+    const int N = L_.size();
+    const int k = p_.num_stages();
+    cur_.assign(N, 0);
+    nxt_.assign(N, 0);
+    dh_.assign(N, -kInf);
+    dm_.assign(N, -kInf);
+    ah_.assign(N, -1);
+    am_.assign(N, -1);
+    parent_.assign(static_cast<size_t>(N) * k, -1);
+    coef_.resize(k);
+  }
+
+  void SetCharge(Charge charge) {
+    const int k = p_.num_stages();
+    const CostModel& cost = *p_.cost;
+    const Cluster& cl = cost.cluster();
+    const auto& dev = p_.stage_device;
+    charge_ = charge;
+    for (int j = 0; j < k; ++j) {
+      StageCoef& c = coef_[j];
+      c = StageCoef{};
+      c.slow = cost.slowdown(dev[j]);
+      c.psf = cost.param_state_factor();
+      c.inflight = j < static_cast<int>(p_.stage_inflight.size()) ? p_.stage_inflight[j] : 1;
+      c.cap = StageMemoryCap(p_, j) * (1 + 1e-12);
+      if (charge == Charge::kRelay) {
+        if (j > 0 && dev[j - 1] != dev[j]) {
+          c.lb = 2 / cl.bandwidth(dev[j - 1], dev[j]);
+          c.lc = 2 * cl.latency(dev[j - 1], dev[j]);
+        }
+        if (j + 1 < k && dev[j + 1] != dev[j]) {
+          c.rb = 2 / cl.bandwidth(dev[j], dev[j + 1]);
+          c.rc = 2 * cl.latency(dev[j], dev[j + 1]);
+        }
+      } else {
+        // Fastest link from any earlier (to any later) stage's device; free
+        // when one of them shares this device.
+        auto fastest = [&](int from, int to, bool incoming, double* cb, double* cc) {
+          double bw = 0, lat = kInf;
+          for (int a = from; a < to; ++a) {
+            if (dev[a] == dev[j]) return;
+            const int s = incoming ? dev[a] : dev[j], t = incoming ? dev[j] : dev[a];
+            bw = std::max(bw, cl.bandwidth(s, t));
+            lat = std::min(lat, cl.latency(s, t));
+          }
+          if (from < to) {
+            *cb = 2 / bw;
+            *cc = 2 * lat;
+          }
+        };
+        fastest(0, j, true, &c.lb, &c.lc);
+        fastest(j + 1, k, false, &c.rb, &c.rc);
+      }
+    }
+  }
+
+  // Whether a chain of ideals with every stage charge <= T exists (and, with
+  // kMem, every stage within the upper-bound memory). Fills parent_.
+  template <bool kMem>
+  bool Feasible(double T) {
+    const int N = L_.size();
+    const int k = p_.num_stages();
+    const bool relay = charge_ == Charge::kRelay;
+    const double* W = L_.work.data();
+    const double* LB = relay ? L_.cut_bytes.data() : L_.in_bytes.data();
+    const double* LC = relay ? L_.cut_count.data() : L_.in_count.data();
+    const double* RB = relay ? L_.cut_bytes.data() : L_.out_bytes.data();
+    const double* RC = relay ? L_.cut_count.data() : L_.out_count.data();
+    const double* P = L_.params.data();
+    const double* A = L_.acts.data();
+    const int* cb = L_.child_begin.data();
+    const int* ch = L_.child.data();
+    std::fill(cur_.begin(), cur_.end(), 0);
+    cur_[0] = 1;
+    for (int j = 0; j < k; ++j) {
+      const StageCoef c = coef_[j];
+      auto h = [&](int id) { return W[id] * c.slow - (c.lb * LB[id] + c.lc * LC[id]); };
+      auto g = [&](int id) { return W[id] * c.slow + c.rb * RB[id] + c.rc * RC[id]; };
+      auto m = [&](int id) { return c.psf * P[id] + c.inflight * A[id]; };
+      int* parent = &parent_[static_cast<size_t>(j) * N];
+      explored_ += N;
+      // Accept J given the best-h candidate (bh, ah) and best-m one (bm, am).
+      auto accept = [&](int id, double bh, int ah, double bm, int am) {
+        if (ah < 0) return -1;
+        const double need = g(id) - T;
+        if constexpr (!kMem) {
+          return bh >= need ? ah : -1;
+        } else {
+          const double mneed = m(id) - c.cap;
+          if (bh >= need && m(ah) >= mneed) return ah;
+          if (bm >= mneed && h(am) >= need) return am;
+          return -1;
+        }
+      };
+      if (j == k - 1) {  // only J = V matters
+        double bh = -kInf, bm = -kInf;
+        int ah = -1, am = -1;
+        for (int id = 0; id < N - 1; ++id) {
+          if (!cur_[id]) continue;
+          if (const double v = h(id); v > bh) bh = v, ah = id;
+          if constexpr (kMem) {
+            if (const double v = m(id); v > bm) bm = v, am = id;
+          }
+        }
+        parent[N - 1] = accept(N - 1, bh, ah, bm, am);
+        return parent[N - 1] >= 0;
+      }
+      bool any = false;
+      for (int id = 0; id < N; ++id) {
+        double bh = -kInf, bm = -kInf;
+        int ah = -1, am = -1;
+        for (int q = cb[id]; q < cb[id + 1]; ++q) {
+          const int x = ch[q];
+          if (dh_[x] > bh) bh = dh_[x], ah = ah_[x];
+          if constexpr (kMem) {
+            if (dm_[x] > bm) bm = dm_[x], am = am_[x];
+          }
+        }
+        const int par = accept(id, bh, ah, bm, am);
+        parent[id] = par;
+        nxt_[id] = par >= 0;
+        any |= par >= 0;
+        if (cur_[id]) {
+          if (const double v = h(id); v > bh) bh = v, ah = id;
+          if constexpr (kMem) {
+            if (const double v = m(id); v > bm) bm = v, am = id;
+          }
+        }
+        dh_[id] = bh;
+        ah_[id] = ah;
+        if constexpr (kMem) {
+          dm_[id] = bm;
+          am_[id] = am;
+        }
+      }
+      if (!any) return false;
+      cur_.swap(nxt_);
+    }
+    return false;  // unreachable: the last stage returns
+  }
+
+  bool Feasible(double T, bool memory) { return memory ? Feasible<true>(T) : Feasible<false>(T); }
+
+  // The chain I_0..I_k of the last successful Feasible call.
+  std::vector<int> Chain() const {
+    const int N = L_.size();
+    const int k = p_.num_stages();
+    std::vector<int> chain(k + 1);
+    chain[k] = N - 1;
+    for (int j = k - 1; j >= 0; --j) {
+      chain[j] = parent_[static_cast<size_t>(j) * N + chain[j + 1]];
+    }
+    return chain;
+  }
+
+  // The largest stage charge of a chain.
+  double ChainCharge(const std::vector<int>& chain) const {
+    const bool relay = charge_ == Charge::kRelay;
+    double worst = 0;
+    for (int j = 0; j + 1 < static_cast<int>(chain.size()); ++j) {
+      const StageCoef& c = coef_[j];
+      const int i = chain[j], J = chain[j + 1];
+      const double left = relay ? c.lb * L_.cut_bytes[i] + c.lc * L_.cut_count[i]
+                                : c.lb * L_.in_bytes[i] + c.lc * L_.in_count[i];
+      const double right = relay ? c.rb * L_.cut_bytes[J] + c.rc * L_.cut_count[J]
+                                 : c.rb * L_.out_bytes[J] + c.rc * L_.out_count[J];
+      worst = std::max(worst, (L_.work[J] - L_.work[i]) * c.slow + left + right);
+    }
+    return worst;
+  }
+
+  std::vector<int> StageOfNode(const std::vector<int>& chain) const {
+    const Graph& g = p_.graph();
+    std::vector<int> stage(g.num_nodes(), -1);
+    // Ideal id -> (segment, mask); nodes of I_{j+1} get stage j, from the
+    // top down so each node ends with the first stage that contains it.
+    for (int j = static_cast<int>(chain.size()) - 2; j >= 0; --j) {
+      const int id = chain[j + 1];
+      int si = static_cast<int>(
+          std::upper_bound(L_.segs.begin(), L_.segs.end(), id,
+                           [](int v, const Segment& s) { return v < s.first; }) -
+          L_.segs.begin()) - 1;
+      const Segment& s = L_.segs[si];
+      for (int p = 0; p <= s.sep_pos; ++p) stage[g.topo_order()[p]] = j;
+      const uint64_t* mask = &s.masks[static_cast<size_t>(id - s.first) * s.words];
+      for (size_t x = 0; x < s.nodes.size(); ++x) {
+        if ((mask[x >> 6] >> (x & 63)) & 1) stage[s.nodes[x]] = j;
+      }
+    }
+    return stage;
+  }
+
+  int64_t explored() const { return explored_; }
+
+ private:
+  const PartitionProblem& p_;
+  const Lattice& L_;
+  Charge charge_ = Charge::kRelay;
+  std::vector<StageCoef> coef_;
+  std::vector<char> cur_, nxt_;
+  std::vector<double> dh_, dm_;
+  std::vector<int> ah_, am_;
+  std::vector<int> parent_;
+  int64_t explored_ = 0;
+};
+
+// The best split seen: fitting memory first, then the smallest objective.
+struct Incumbent {
+  std::optional<Partition> best;
+  absl::Status Offer(const PartitionProblem& problem, std::vector<int> stage_of_node) {
+    PIPEPLAN_ASSIGN_OR_RETURN(Partition p, MakePartition(problem, std::move(stage_of_node)));
+    if (!best || (p.fits_memory && !best->fits_memory) ||
+        (p.fits_memory == best->fits_memory && p.objective < best->objective)) {
+      best = std::move(p);
+    }
+    return absl::OkStatus();
+  }
+};
+
+struct SearchResult {
+  bool feasible = false;  // some chain passed the test
+  double lower = 0;       // largest T shown infeasible (memory-free searches)
+  bool stopped = false;
+};
+
+// Binary search on T for the current charge; every feasible chain is
+// evaluated exactly and offered to the incumbent.
+absl::StatusOr<SearchResult> Search(const PartitionProblem& problem, LatticeDp& dp, bool memory,
+                                    double floor, Incumbent& inc) {
+  SearchResult r;
+  if (!dp.Feasible(kInf, memory)) return r;
+  r.feasible = true;
+  std::vector<int> chain = dp.Chain();
+  PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
+  double hi = dp.ChainCharge(chain);
+  // Every stage charge is at least its compute, so `floor` (a compute-only
+  // bound) is below the optimum; a hair lower is infeasible.
+  double lo = std::min(floor * (1 - 1e-9), hi * (1 - 1e-9));
+  for (int it = 0; it < 200 && hi - lo > 1e-7 * hi; ++it) {
+    if (problem.ShouldStop()) {
+      r.stopped = true;
+      break;
+    }
+    const double mid = lo + (hi - lo) / 2;
+    if (dp.Feasible(mid, memory)) {
+      chain = dp.Chain();
+      hi = std::min(mid, dp.ChainCharge(chain));
+      PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
+    } else {
+      lo = mid;
+    }
+  }
+  r.lower = lo;
+  return r;
+}
+
+class LatticeDpPartitioner : public Partitioner {
+ public:
+  std::string_view name() const override { return "ideal_dp"; }
+
+  absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
+    const Graph& g = problem.graph();
+    const int k = problem.num_stages();
+    if (k < 1 || k > g.num_nodes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot split ", g.num_nodes(), " nodes into ", k, " stages"));
+    }
+    if (static_cast<int>(problem.stage_inflight.size()) != k) {
+      return absl::InvalidArgumentError(absl::StrCat("stage_inflight has ",
+                                                     problem.stage_inflight.size(),
+                                                     " entries for ", k, " stages"));
+    }
+    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, problem.cost, LatticeLimits{}));
+    LatticeDp dp(problem, lat);
+    Incumbent inc;
+    const bool relay = problem.cost->options().comm_model == CommModel::kRelay;
+    const double floor = BalanceLowerBound(problem);
+    double lower = floor;
+    std::string note;
+
+    // 1. Memory-free search with the RELAY charge: exact for RELAY (its
+    //    infeasible T bounds every split), an upper-bound charge for DIRECT.
+    dp.SetCharge(Charge::kRelay);
+    PIPEPLAN_ASSIGN_OR_RETURN(SearchResult a, Search(problem, dp, false, floor, inc));
+    bool stopped = a.stopped;
+    if (relay && !a.stopped) lower = std::max(lower, a.lower);
+
+    // 2. If that split does not fit, search again under the memory caps.
+    bool memory_proven_infeasible = false;
+    if (inc.best && !inc.best->fits_memory && !stopped) {
+      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult b, Search(problem, dp, true, floor, inc));
+      stopped |= b.stopped;
+      if (!b.feasible) {
+        bool tied = false;
+        std::vector<int> seen(g.num_param_groups(), 0);
+        for (int v = 0; v < g.num_nodes(); ++v) {
+          if (g.param_group(v) >= 0 && seen[g.param_group(v)]++) tied = true;
+        }
+        memory_proven_infeasible = !tied;
+      }
+    }
+
+    // 3. DIRECT: the lower-bound charge (memory ignored) bounds every split;
+    //    its chains are valid splits too and are evaluated exactly.
+    if (!relay && !stopped) {
+      dp.SetCharge(Charge::kDirectLower);
+      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, dp, false, floor, inc));
+      if (!c.stopped) lower = std::max(lower, c.lower);
+      stopped |= c.stopped;
+    }
+
+    if (!inc.best) {
+      return absl::InternalError("ideal_dp found no chain of ideals");  // k <= n rules this out
+    }
+    if (memory_proven_infeasible) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model does not fit in memory on any split into ", k,
+          " stages; add devices or stages, lower microbatches in flight, or use a smaller "
+          "optimizer state"));
+    }
+    Partition result = std::move(*inc.best);
+    // Guard against rounding in the DP's prefix sums.
+    result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);
+    result.nodes_explored = dp.explored();
+    result.note = absl::StrCat(relay ? "exact (RELAY)" : "bounded (DIRECT)", ", ",
+                               lat.size(), " ideals in ", lat.segs.size(), " segments",
+                               stopped ? "; stopped early" : "",
+                               result.fits_memory ? "" : "; no split within memory found");
+    return result;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> CountIdeals(const Graph& g, const LatticeLimits& limits) {
+  PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, nullptr, limits));
+  return lat.size();
+}
+
+}  // namespace lattice_dp_internal
+
+std::unique_ptr<Partitioner> MakeLatticeDpPartitioner() {
+  return std::make_unique<lattice_dp_internal::LatticeDpPartitioner>();
+}
+
+}  // namespace pipeplan

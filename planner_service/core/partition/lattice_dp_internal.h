@@ -1,0 +1,30 @@
+// Internals of the ideal-lattice DP (lattice_dp.cc), exposed for tests only.
+#ifndef PIPEPLAN_CORE_PARTITION_LATTICE_DP_INTERNAL_H_
+#define PIPEPLAN_CORE_PARTITION_LATTICE_DP_INTERNAL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/core/graph.h"
+
+namespace pipeplan::lattice_dp_internal {
+
+// Limits on the lattice the solver is willing to build.
+struct LatticeLimits {
+  int64_t max_ideals = 2'000'000;          // over all segments
+  int64_t max_segment_ideals = 1'000'000;  // in one segment
+  int max_segment_nodes = 512;             // mutually entangled nodes
+};
+
+// Per node: whether it is a separator, i.e. comparable (ancestor or
+// descendant) with every other node. O(n + m).
+std::vector<char> FindSeparators(const Graph& g);
+
+// Number of ideals (downward-closed node sets, the empty set and V included)
+// as the solver enumerates them; RESOURCE_EXHAUSTED past the limits.
+absl::StatusOr<int64_t> CountIdeals(const Graph& g, const LatticeLimits& limits = {});
+
+}  // namespace pipeplan::lattice_dp_internal
+
+#endif  // PIPEPLAN_CORE_PARTITION_LATTICE_DP_INTERNAL_H_

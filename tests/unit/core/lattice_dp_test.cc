@@ -1,0 +1,350 @@
+// Tests of the ideal-lattice DP ("ideal_dp"): separators, ideal enumeration,
+// optimality and bound validity against brute force, refusal of wide graphs.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../../../planner_service/core/partition/lattice_dp_internal.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "brute_force.h"
+#include "gtest/gtest.h"
+#include "pipeplan/core/partition.h"
+
+namespace pipeplan {
+namespace {
+
+using lattice_dp_internal::CountIdeals;
+using lattice_dp_internal::FindSeparators;
+using testing::BruteForce;
+using testing::MakeRandomInstance;
+using testing::RandomInstance;
+using testing::RandomInstanceOptions;
+
+Graph MakeGraph(int n, const std::vector<std::pair<int, int>>& edges) {
+  GraphSpec spec;
+  spec.name = "hand";
+  for (int v = 0; v < n; ++v) {
+    NodeSpec node;
+    node.id = absl::StrCat("v", v);
+    node.forward_flops = 1e12;
+    node.output_bytes = 1e6;
+    spec.nodes.push_back(node);
+  }
+  for (auto [a, b] : edges) spec.edges.push_back({absl::StrCat("v", a), absl::StrCat("v", b), 0});
+  auto g = Graph::Build(std::move(spec));
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::move(*g);
+}
+
+std::vector<int> SeparatorList(const Graph& g) {
+  std::vector<char> sep = FindSeparators(g);
+  std::vector<int> out;
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    if (sep[v]) out.push_back(v);
+  }
+  return out;
+}
+
+// Reference: v is a separator iff every other node is an ancestor or a
+// descendant (transitive closure by DFS).
+std::vector<int> SlowSeparators(const Graph& g) {
+  const int n = g.num_nodes();
+  std::vector<std::vector<char>> reach(n, std::vector<char>(n, 0));
+  for (int s = 0; s < n; ++s) {
+    std::vector<int> stack = {s};
+    reach[s][s] = 1;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int e : g.out_edges(v)) {
+        const int w = g.edge(e).dst;
+        if (!reach[s][w]) reach[s][w] = 1, stack.push_back(w);
+      }
+    }
+  }
+  std::vector<int> out;
+  for (int v = 0; v < n; ++v) {
+    bool all = true;
+    for (int u = 0; u < n; ++u) all &= reach[u][v] || reach[v][u];
+    if (all) out.push_back(v);
+  }
+  return out;
+}
+
+int64_t SlowCountIdeals(const Graph& g) {
+  const int n = g.num_nodes();
+  int64_t count = 0;
+  for (uint32_t m = 0; m < (1u << n); ++m) {
+    bool closed = true;
+    for (int e = 0; e < g.num_edges() && closed; ++e) {
+      if ((m >> g.edge(e).dst & 1) && !(m >> g.edge(e).src & 1)) closed = false;
+    }
+    count += closed;
+  }
+  return count;
+}
+
+TEST(LatticeSeparatorsTest, ChainWithSkipEdgesIsAllSeparators) {
+  Graph g = MakeGraph(6, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {0, 2}, {1, 4}, {2, 5}});
+  EXPECT_EQ(SeparatorList(g), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(*CountIdeals(g), 7);
+}
+
+TEST(LatticeSeparatorsTest, DiamondMiddleIsNot) {
+  Graph g = MakeGraph(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
+  EXPECT_EQ(SeparatorList(g), (std::vector<int>{0, 3}));
+  EXPECT_EQ(*CountIdeals(g), 6);  // {}, {0}, {0,1}, {0,2}, {0,1,2}, V
+}
+
+TEST(LatticeSeparatorsTest, TwoSourcesAndTwoSinks) {
+  // 0, 1 -> 2 -> 3, 4: only 2 is comparable with everything.
+  Graph g = MakeGraph(5, {{0, 2}, {1, 2}, {2, 3}, {2, 4}});
+  EXPECT_EQ(SeparatorList(g), (std::vector<int>{2}));
+  // Every node reaches 3; 0 and 2 are incomparable, so only 3 separates.
+  Graph h = MakeGraph(4, {{0, 1}, {1, 3}, {0, 3}, {2, 3}});
+  EXPECT_EQ(SeparatorList(h), (std::vector<int>{3}));
+  // No edge spans node 1's position in the order 0, 1, 2, yet 2 is not
+  // comparable with 0 or 1: nothing is a separator.
+  Graph k = MakeGraph(3, {{0, 1}});
+  EXPECT_EQ(SeparatorList(k), (std::vector<int>{}));
+}
+
+TEST(LatticeSeparatorsTest, MatchesTransitiveClosureAndIdealCount) {
+  for (uint32_t seed = 0; seed < 300; ++seed) {
+    RandomInstanceOptions o;
+    o.nodes = 4 + seed % 9;
+    RandomInstance inst = MakeRandomInstance(seed, o);
+    const Graph& g = *inst.graph;
+    EXPECT_EQ(SeparatorList(g), SlowSeparators(g)) << "seed " << seed;
+    auto count = CountIdeals(g);
+    ASSERT_TRUE(count.ok()) << count.status();
+    EXPECT_EQ(*count, SlowCountIdeals(g)) << "seed " << seed;
+  }
+}
+
+TEST(LatticeSeparatorsTest, LongParallelChainsUseWideMasks) {
+  // src -> two chains of 40 -> sink: one segment of 80 nodes, 41^2 ideals
+  // inside it, plus {} and V.
+  std::vector<std::pair<int, int>> edges;
+  const int n = 82;
+  for (int c = 0; c < 2; ++c) {
+    int prev = 0;
+    for (int i = 0; i < 40; ++i) {
+      const int v = 1 + c * 40 + i;
+      edges.push_back({prev, v});
+      prev = v;
+    }
+    edges.push_back({prev, n - 1});
+  }
+  Graph g = MakeGraph(n, edges);
+  EXPECT_EQ(SeparatorList(g), (std::vector<int>{0, n - 1}));
+  EXPECT_EQ(*CountIdeals(g), 41 * 41 + 2);
+}
+
+Graph WideGraph(int branches, int length) {
+  std::vector<std::pair<int, int>> edges;
+  const int n = branches * length + 2;
+  for (int b = 0; b < branches; ++b) {
+    int prev = 0;
+    for (int i = 0; i < length; ++i) {
+      const int v = 1 + b * length + i;
+      edges.push_back({prev, v});
+      prev = v;
+    }
+    edges.push_back({prev, n - 1});
+  }
+  return MakeGraph(n, edges);
+}
+
+TEST(LatticeDpTest, WideGraphDeclinesQuickly) {
+  for (auto [branches, length] : {std::pair{40, 3}, std::pair{18, 3}, std::pair{12, 6}}) {
+    Graph g = WideGraph(branches, length);
+    ClusterSpec cs;
+    for (int d = 0; d < 4; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
+    Cluster cluster = *Cluster::Build(cs);
+    CostModel cost(g, cluster, {});
+    PartitionProblem p;
+    p.cost = &cost;
+    p.stage_device = {0, 1, 2, 3};
+    p.stage_inflight = {4, 3, 2, 1};
+    const absl::Time start = absl::Now();
+    auto r = MakeLatticeDpPartitioner()->Solve(p);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    // 4^18 and 7^12 ideals: both far past the 2M cap.
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted)
+        << branches << "x" << length << ": " << r.status();
+    EXPECT_NE(r.status().message().find("too many ideals"), std::string::npos);
+    EXPECT_LT(seconds, 10.0) << branches << "x" << length;
+  }
+}
+
+TEST(LatticeDpTest, NameAndBadStageCount) {
+  auto solver = MakeLatticeDpPartitioner();
+  EXPECT_EQ(solver->name(), "ideal_dp");
+  RandomInstanceOptions o;
+  o.nodes = 3;
+  o.stages = 4;
+  RandomInstance inst = MakeRandomInstance(1, o);
+  EXPECT_EQ(solver->Solve(inst.problem).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+constexpr double kTol = 1e-6;
+
+struct Combo {
+  int nodes;
+  int stages;
+  bool chain;
+  bool heterogeneous;
+};
+
+std::vector<Combo> Combos() {
+  std::vector<Combo> out;
+  for (int nodes : {6, 8, 10}) {
+    for (int stages : {2, 3, 4}) {
+      for (bool chain : {false, true}) {
+        for (bool het : {false, true}) out.push_back({nodes, stages, chain, het});
+      }
+    }
+  }
+  return out;
+}
+
+// Seeds per combination; 10-node 4-stage brute force is the slow case.
+int SeedsFor(const Combo& c) { return c.nodes == 10 && c.stages == 4 ? 6 : 14; }
+
+TEST(LatticeDpTest, RelayIsOptimalWithLooseMemory) {
+  auto solver = MakeLatticeDpPartitioner();
+  int checked = 0;
+  for (const Combo& c : Combos()) {
+    for (int s = 0; s < SeedsFor(c); ++s) {
+      const uint32_t seed = 1000 + s * 31 + c.nodes * 7 + c.stages;
+      RandomInstanceOptions o;
+      o.nodes = c.nodes;
+      o.stages = c.stages;
+      o.chain = c.chain;
+      o.heterogeneous = c.heterogeneous;
+      o.comm = CommModel::kRelay;
+      RandomInstance inst = MakeRandomInstance(seed, o);
+      auto brute = BruteForce(inst.problem);
+      auto r = solver->Solve(inst.problem);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(r->fits_memory);
+      const std::string where = absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ",
+                                             c.stages, " chain ", c.chain, " het ",
+                                             c.heterogeneous);
+      EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << where;
+      EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
+      EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << where;
+      // The reported objective is the exact evaluation of the split.
+      auto again = MakePartition(inst.problem, r->stage_of_node);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_DOUBLE_EQ(again->objective, r->objective);
+      EXPECT_GT(r->nodes_explored, 0);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 400);
+}
+
+TEST(LatticeDpTest, DirectBoundsBracketTheOptimum) {
+  auto solver = MakeLatticeDpPartitioner();
+  int checked = 0, optimal = 0;
+  for (const Combo& c : Combos()) {
+    for (int s = 0; s < SeedsFor(c); ++s) {
+      const uint32_t seed = 5000 + s * 17 + c.nodes * 5 + c.stages;
+      RandomInstanceOptions o;
+      o.nodes = c.nodes;
+      o.stages = c.stages;
+      o.chain = c.chain;
+      o.heterogeneous = c.heterogeneous;
+      o.comm = CommModel::kDirect;
+      RandomInstance inst = MakeRandomInstance(seed, o);
+      auto brute = BruteForce(inst.problem);
+      auto r = solver->Solve(inst.problem);
+      ASSERT_TRUE(r.ok()) << r.status();
+      const std::string where = absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ",
+                                             c.stages, " chain ", c.chain, " het ",
+                                             c.heterogeneous);
+      EXPECT_TRUE(r->fits_memory) << where;
+      EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
+      EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << where;
+      EXPECT_GT(r->lower_bound, 0) << where;
+      if (r->objective <= brute.best * (1 + kTol)) ++optimal;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 400);
+  // The RELAY charge equals DIRECT on chains with uniform links, and the
+  // exactly evaluated chains of both passes are usually optimal overall.
+  EXPECT_GT(optimal, checked * 6 / 10) << optimal << " of " << checked;
+}
+
+TEST(LatticeDpTest, LowerBoundValidForEveryOptionCombination) {
+  auto solver = MakeLatticeDpPartitioner();
+  int fits = 0, infeasible = 0, declined_wrongly = 0, total = 0;
+  for (int mask = 0; mask < 16; ++mask) {
+    for (int s = 0; s < 12; ++s) {
+      const uint32_t seed = 9000 + mask * 101 + s;
+      RandomInstanceOptions o;
+      o.nodes = 6 + s % 4;
+      o.stages = 2 + s % 3;
+      o.chain = mask & 1;
+      o.heterogeneous = mask & 2;
+      o.tight_memory = mask & 4;
+      o.tied_params = mask & 8;
+      for (CommModel comm : {CommModel::kRelay, CommModel::kDirect}) {
+        o.comm = comm;
+        RandomInstance inst = MakeRandomInstance(seed, o);
+        auto brute = BruteForce(inst.problem);
+        auto r = solver->Solve(inst.problem);
+        const std::string where = absl::StrCat("seed ", seed, " mask ", mask, " relay ",
+                                               comm == CommModel::kRelay);
+        ++total;
+        if (!r.ok()) {
+          // Only a proof that nothing fits may refuse.
+          EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << where;
+          EXPECT_TRUE(std::isinf(brute.best)) << where << " brute " << brute.best;
+          ++infeasible;
+          continue;
+        }
+        auto again = MakePartition(inst.problem, r->stage_of_node);
+        ASSERT_TRUE(again.ok()) << where << again.status();
+        EXPECT_DOUBLE_EQ(again->objective, r->objective) << where;
+        EXPECT_EQ(again->fits_memory, r->fits_memory) << where;
+        EXPECT_LE(r->lower_bound, r->objective) << where;
+        if (!std::isinf(brute.best)) {
+          EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
+        }
+        if (r->fits_memory) {
+          ++fits;
+          EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << where;
+        } else if (!std::isinf(brute.best)) {
+          ++declined_wrongly;  // a fitting split exists but was not found
+        }
+      }
+    }
+  }
+  // The memory search is a heuristic for finite T; it must find a fitting
+  // split in the clear majority of the instances that have one.
+  EXPECT_LE(declined_wrongly, total / 20)
+      << declined_wrongly << " of " << total << " (fits " << fits << ", infeasible "
+      << infeasible << ")";
+}
+
+TEST(LatticeDpTest, StopsAtDeadlineWithValidSplit) {
+  RandomInstanceOptions o;
+  o.nodes = 10;
+  o.stages = 3;
+  o.comm = CommModel::kDirect;
+  RandomInstance inst = MakeRandomInstance(77, o);
+  inst.problem.deadline = absl::Now() - absl::Seconds(1);
+  auto r = MakeLatticeDpPartitioner()->Solve(inst.problem);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(MakePartition(inst.problem, r->stage_of_node).ok());
+  EXPECT_LE(r->lower_bound, BruteForce(inst.problem).best);
+}
+
+}  // namespace
+}  // namespace pipeplan
