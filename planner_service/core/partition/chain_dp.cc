@@ -194,8 +194,7 @@ class ChainDp {
     absl::flat_hash_map<std::pair<double, int>, int> done;
     std::vector<int> group_count(g_.num_param_groups(), 0);
     for (int j = 0; j < k; ++j) {
-      const double cap =
-          cost.cluster().device(p_.stage_device[j]).memory_bytes * memory_scale;
+      const double cap = StageMemoryCap(p_, j) * memory_scale;
       const int inflight = p_.stage_inflight[j];
       if (auto it = done.find({cap, inflight}); it != done.end()) {
         lo_[j] = lo_[it->second];
@@ -351,12 +350,10 @@ class ChainDpPartitioner : public Partitioner {
     if (std::isinf(best)) {
       const double scale = MemoryShortfall(dp);
       double largest = 0;
-      for (int d : problem.stage_device) {
-        largest = std::max(largest, problem.cost->cluster().device(d).memory_bytes);
-      }
+      for (int j = 0; j < k; ++j) largest = std::max(largest, StageMemoryCap(problem, j));
       return absl::FailedPreconditionError(absl::StrFormat(
           "the model does not fit in memory on any split into %d stages: the best split needs "
-          "about %.3g bytes (%.2f GiB) on its fullest stage where the largest device has %.3g "
+          "about %.3g bytes (%.2f GiB) on its fullest stage where the largest stage may use %.3g "
           "bytes; add devices or stages, lower microbatches in flight, or use a smaller "
           "optimizer state",
           k, largest * scale, largest * scale / (1 << 30), largest));

@@ -9,6 +9,11 @@ double StageMemoryBytes(const PartitionProblem& problem, int stage, const StageC
   return cost.memory_bytes(problem.stage_inflight[stage]);
 }
 
+double StageMemoryCap(const PartitionProblem& problem, int stage) {
+  if (!problem.stage_memory_cap.empty()) return problem.stage_memory_cap[stage];
+  return problem.cost->cluster().device(problem.stage_device[stage]).memory_bytes;
+}
+
 absl::StatusOr<Partition> MakePartition(const PartitionProblem& problem,
                                         std::vector<int> stage_of_node) {
   Partition p;
@@ -16,10 +21,8 @@ absl::StatusOr<Partition> MakePartition(const PartitionProblem& problem,
                             problem.cost->Evaluate(stage_of_node, problem.stage_device));
   p.stage_of_node = std::move(stage_of_node);
   p.objective = BottleneckSeconds(p.stages);
-  const Cluster& cluster = problem.cost->cluster();
   for (int j = 0; j < problem.num_stages(); ++j) {
-    if (StageMemoryBytes(problem, j, p.stages[j]) >
-        cluster.device(problem.stage_device[j]).memory_bytes) {
+    if (StageMemoryBytes(problem, j, p.stages[j]) > StageMemoryCap(problem, j)) {
       p.fits_memory = false;
     }
   }

@@ -34,6 +34,9 @@ struct PartitionProblem {
   // Microbatches whose activations each stage holds at its peak (from the
   // schedule), used for the memory cap.
   std::vector<int> stage_inflight;
+  // Memory each stage may use; empty means its device's whole memory. Stages
+  // that share a rank (interleaved and V schedules) split its memory.
+  std::vector<double> stage_memory_cap;
   // Wall-clock budget; solvers return their best incumbent when it runs out.
   absl::Time deadline = absl::InfiniteFuture();
   double relative_gap = 1e-4;
@@ -74,6 +77,9 @@ absl::StatusOr<Partition> MakePartition(const PartitionProblem& problem,
 
 // Memory a stage needs on its device under the problem's in-flight counts.
 double StageMemoryBytes(const PartitionProblem& problem, int stage, const StageCost& cost);
+
+// Memory stage j may use: stage_memory_cap[j], or its device's memory.
+double StageMemoryCap(const PartitionProblem& problem, int stage);
 
 // A lower bound on the bottleneck that holds for every valid split: the
 // largest single node on the fastest device, and perfect balance of all work

@@ -1,0 +1,79 @@
+#include "plan_table.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pipeplan::cli {
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+}
+
+std::string HumanSeconds(double s) {
+  if (s >= 1) return absl::StrFormat("%.3f s", s);
+  if (s >= 1e-3) return absl::StrFormat("%.3f ms", s * 1e3);
+  return absl::StrFormat("%.3f us", s * 1e6);
+}
+
+std::string FormatPlanTable(const v1::Plan& plan) {
+  std::string out;
+  absl::StrAppendFormat(&out, "%-5s %-10s %6s  %-28s %12s %12s %12s %22s\n", "stage", "device",
+                        "nodes", "first .. last", "compute", "comm", "stage time",
+                        "memory / capacity");
+  for (const v1::Stage& s : plan.stages()) {
+    std::string span = absl::StrCat(s.first_node(), " .. ", s.last_node());
+    if (span.size() > 28) span = span.substr(0, 25) + "...";
+    absl::StrAppendFormat(&out, "%-5d %-10s %6d  %-28s %12s %12s %12s %10s / %-10s%s\n",
+                          s.index(), s.device_id(), s.num_nodes(), span,
+                          HumanSeconds(s.forward_seconds() + s.backward_seconds()),
+                          HumanSeconds(s.comm_seconds()), HumanSeconds(s.stage_seconds()),
+                          HumanBytes(s.peak_memory_bytes()),
+                          HumanBytes(s.memory_capacity_bytes()),
+                          s.stage_seconds() == plan.bottleneck_seconds() ? "  <- bottleneck" : "");
+  }
+  const std::string schedule = v1::Schedule_Name(plan.schedule());
+  absl::StrAppendFormat(&out,
+                        "\nschedule %s, %d microbatches%s, %s communication\n"
+                        "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
+                        "microbatch\n",
+                        schedule.substr(schedule.find('_') + 1), plan.microbatches(),
+                        plan.chunks_per_rank() > 1
+                            ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
+                            : "",
+                        plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct",
+                        HumanSeconds(plan.step_seconds()), 100 * plan.bubble_ratio(),
+                        HumanSeconds(plan.bottleneck_seconds()));
+  const v1::SolverReport& r = plan.solver();
+  absl::StrAppendFormat(&out,
+                        "solver %s: objective %s, lower bound %s, gap %.3f%%, %s, %d nodes "
+                        "explored\n",
+                        r.method(), HumanSeconds(r.objective()), HumanSeconds(r.lower_bound()),
+                        100 * r.gap(), HumanSeconds(r.seconds()), r.nodes_explored());
+  for (const v1::MethodResult& m : r.candidates()) {
+    absl::StrAppendFormat(&out, "  %-9s %14s  %10s  %s\n", m.method(),
+                          m.has_objective() ? HumanSeconds(m.objective()) : "-",
+                          HumanSeconds(m.seconds()), m.note());
+  }
+  if (plan.alternatives_size() > 0) {
+    absl::StrAppend(&out, "runners-up:\n");
+    for (const v1::Alternative& a : plan.alternatives()) {
+      const std::string name = v1::Schedule_Name(a.schedule());
+      absl::StrAppendFormat(&out, "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
+                                  "peak memory %s\n",
+                            name.substr(name.find('_') + 1), a.num_stages(), a.microbatches(),
+                            HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
+                            HumanBytes(a.peak_memory_bytes()));
+    }
+  }
+  return out;
+}
+
+}  // namespace pipeplan::cli

@@ -1,0 +1,19 @@
+// Human-readable rendering of a Plan: one row per stage, then the schedule,
+// the predicted step and the solver report. Works on the wire message so the
+// offline CLI and a remote planner print the same thing.
+#ifndef PIPEPLAN_CLIENT_CLI_PLAN_TABLE_H_
+#define PIPEPLAN_CLIENT_CLI_PLAN_TABLE_H_
+
+#include <string>
+
+#include "pipeplan/v1/plan.pb.h"
+
+namespace pipeplan::cli {
+
+std::string FormatPlanTable(const v1::Plan& plan);
+std::string HumanBytes(double bytes);
+std::string HumanSeconds(double seconds);
+
+}  // namespace pipeplan::cli
+
+#endif  // PIPEPLAN_CLIENT_CLI_PLAN_TABLE_H_

@@ -1,0 +1,215 @@
+#include "pipeplan/convert/proto_convert.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan {
+namespace {
+
+using schedule::ScheduleKind;
+
+absl::StatusOr<std::optional<ScheduleKind>> ScheduleFromProto(v1::Schedule s) {
+  switch (s) {
+    case v1::SCHEDULE_AUTO: return std::optional<ScheduleKind>();
+    case v1::SCHEDULE_GPIPE: return ScheduleKind::kGPipe;
+    case v1::SCHEDULE_1F1B: return ScheduleKind::k1F1B;
+    case v1::SCHEDULE_INTERLEAVED_1F1B: return ScheduleKind::kInterleaved1F1B;
+    case v1::SCHEDULE_LOOPED_BFS: return ScheduleKind::kLoopedBFS;
+    case v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE: return ScheduleKind::kInterleavedZeroBubble;
+    case v1::SCHEDULE_ZBV_ZERO_BUBBLE: return ScheduleKind::kZBVZeroBubble;
+    case v1::SCHEDULE_DUALPIPE_V: return ScheduleKind::kDualPipeV;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("options.schedule ", static_cast<int>(s),
+                                                 " is not a known schedule"));
+}
+
+}  // namespace
+
+GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph) {
+  GraphSpec spec;
+  spec.name = graph.name();
+  spec.batch_size = graph.batch_size();
+  spec.nodes.reserve(graph.nodes_size());
+  for (const v1::Node& n : graph.nodes()) {
+    NodeSpec s{.id = n.id(),
+               .op = n.op(),
+               .forward_flops = n.forward_flops(),
+               .backward_flops = n.backward_flops(),
+               .param_bytes = n.param_bytes(),
+               .activation_bytes = n.activation_bytes(),
+               .output_bytes = n.output_bytes(),
+               .param_key = n.param_key(),
+               .weight_grad_fraction = n.weight_grad_fraction()};
+    if (n.has_forward_seconds()) s.forward_seconds = n.forward_seconds();
+    if (n.has_backward_seconds()) s.backward_seconds = n.backward_seconds();
+    spec.nodes.push_back(std::move(s));
+  }
+  spec.edges.reserve(graph.edges_size());
+  for (const v1::Edge& e : graph.edges()) spec.edges.push_back({e.src(), e.dst(), e.bytes()});
+  return spec;
+}
+
+ClusterSpec ClusterSpecFromProto(const v1::ClusterTopology& cluster) {
+  ClusterSpec spec{.intra_host_bandwidth = cluster.intra_host_bandwidth(),
+                   .inter_host_bandwidth = cluster.inter_host_bandwidth(),
+                   .intra_host_latency = cluster.intra_host_latency(),
+                   .inter_host_latency = cluster.inter_host_latency()};
+  for (const v1::Device& d : cluster.devices()) {
+    spec.devices.push_back({d.id(), d.host(), d.flops(), d.memory_bytes()});
+  }
+  for (const v1::Link& l : cluster.links()) {
+    spec.links.push_back({l.src(), l.dst(), l.bandwidth_bytes_per_second(), l.latency_seconds()});
+  }
+  return spec;
+}
+
+absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
+  PlanOptions out{.num_stages = o.num_stages(),
+                  .microbatches = o.microbatches(),
+                  .global_batch = o.global_batch(),
+                  .optimizer_state_multiplier = o.optimizer_state_multiplier(),
+                  .chunks_per_rank = o.chunks_per_rank(),
+                  .time_limit_seconds = o.time_limit_seconds(),
+                  .relative_gap = o.relative_gap()};
+  PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
+  switch (o.method()) {
+    case v1::METHOD_AUTO: out.method = PartitionMethod::kAuto; break;
+    case v1::METHOD_DP: out.method = PartitionMethod::kDp; break;
+    case v1::METHOD_MILP: out.method = PartitionMethod::kMilp; break;
+    case v1::METHOD_UNIFORM: out.method = PartitionMethod::kUniform; break;
+    case v1::METHOD_PARAMS: out.method = PartitionMethod::kParams; break;
+    case v1::METHOD_TIME: out.method = PartitionMethod::kTime; break;
+    case v1::METHOD_IDEAL_DP: out.method = PartitionMethod::kIdealDp; break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.method ", static_cast<int>(o.method()), " is not a known method"));
+  }
+  switch (o.comm_model()) {
+    case v1::COMM_DIRECT: out.comm_model = CommModel::kDirect; break;
+    case v1::COMM_RELAY: out.comm_model = CommModel::kRelay; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.comm_model ", static_cast<int>(o.comm_model()), " is not a known model"));
+  }
+  return out;
+}
+
+absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& request,
+                                                   const GraphLimits& limits) {
+  PlanInputs in;
+  PIPEPLAN_ASSIGN_OR_RETURN(Graph graph, Graph::Build(GraphSpecFromProto(request.graph()), limits));
+  in.graph = std::make_unique<Graph>(std::move(graph));
+  PIPEPLAN_ASSIGN_OR_RETURN(Cluster cluster, Cluster::Build(ClusterSpecFromProto(request.cluster())));
+  in.cluster = std::make_unique<Cluster>(std::move(cluster));
+  PIPEPLAN_ASSIGN_OR_RETURN(in.options, PlanOptionsFromProto(request.options()));
+  return in;
+}
+
+v1::Schedule ScheduleToProto(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe: return v1::SCHEDULE_GPIPE;
+    case ScheduleKind::k1F1B: return v1::SCHEDULE_1F1B;
+    case ScheduleKind::kInterleaved1F1B: return v1::SCHEDULE_INTERLEAVED_1F1B;
+    case ScheduleKind::kLoopedBFS: return v1::SCHEDULE_LOOPED_BFS;
+    case ScheduleKind::kInterleavedZeroBubble: return v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE;
+    case ScheduleKind::kZBVZeroBubble: return v1::SCHEDULE_ZBV_ZERO_BUBBLE;
+    case ScheduleKind::kDualPipeV: return v1::SCHEDULE_DUALPIPE_V;
+  }
+  return v1::SCHEDULE_AUTO;
+}
+
+v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResult& plan) {
+  v1::Plan out;
+  out.set_graph_name(graph.name());
+  const Partition& part = plan.partition;
+  const int k = static_cast<int>(part.stages.size());
+  // First and last node of each stage in topological order.
+  std::vector<int> first(k, -1), last(k, -1);
+  for (int v : graph.topo_order()) {
+    const int s = part.stage_of_node[v];
+    if (first[s] < 0) first[s] = v;
+    last[s] = v;
+  }
+  for (int j = 0; j < k; ++j) {
+    const StageCost& c = part.stages[j];
+    v1::Stage* st = out.add_stages();
+    st->set_index(j);
+    st->set_device_id(cluster.device(plan.stage_device[j]).id);
+    st->set_num_nodes(c.num_nodes);
+    st->set_first_node(graph.node(first[j]).id);
+    st->set_last_node(graph.node(last[j]).id);
+    st->set_forward_seconds(c.forward_seconds);
+    st->set_backward_seconds(c.backward_seconds);
+    st->set_comm_seconds(c.comm_seconds());
+    st->set_stage_seconds(c.total_seconds());
+    st->set_param_bytes(c.param_bytes);
+    st->set_activation_bytes(c.activation_bytes);
+    st->set_inflight_microbatches(plan.stage_inflight[j]);
+    st->set_peak_memory_bytes(plan.stage_peak_memory.empty() ? c.memory_bytes(plan.stage_inflight[j])
+                                                             : plan.stage_peak_memory[j]);
+    st->set_memory_capacity_bytes(cluster.device(plan.stage_device[j]).memory_bytes /
+                                  std::max(1, plan.chunks_per_rank));
+  }
+  out.mutable_node_stage()->Assign(part.stage_of_node.begin(), part.stage_of_node.end());
+  out.set_schedule(ScheduleToProto(plan.schedule));
+  out.set_microbatches(plan.microbatches);
+  out.set_comm_model(plan.comm_model == CommModel::kRelay ? v1::COMM_RELAY : v1::COMM_DIRECT);
+  out.set_step_seconds(plan.step_seconds);
+  out.set_bubble_ratio(plan.bubble_ratio);
+  out.set_bottleneck_seconds(part.objective);
+  out.set_chunks_per_rank(plan.chunks_per_rank);
+  v1::SolverReport* r = out.mutable_solver();
+  r->set_method(plan.method);
+  r->set_objective(part.objective);
+  r->set_lower_bound(plan.lower_bound);
+  r->set_gap(plan.gap);
+  r->set_seconds(plan.solve_seconds);
+  r->set_nodes_explored(plan.nodes_explored);
+  r->set_contracted_nodes(plan.contracted_nodes > 0 ? plan.contracted_nodes : graph.num_nodes());
+  for (const MethodOutcome& m : plan.candidates) {
+    v1::MethodResult* mr = r->add_candidates();
+    mr->set_method(m.method);
+    if (m.objective) mr->set_objective(*m.objective);
+    mr->set_seconds(m.seconds);
+    mr->set_note(m.note);
+  }
+  for (const PlanAlternative& a : plan.alternatives) {
+    v1::Alternative* alt = out.add_alternatives();
+    alt->set_schedule(ScheduleToProto(a.schedule));
+    alt->set_microbatches(a.microbatches);
+    alt->set_num_stages(a.num_stages);
+    alt->set_step_seconds(a.step_seconds);
+    alt->set_peak_memory_bytes(a.peak_memory_bytes);
+    alt->set_bubble_ratio(a.bubble_ratio);
+  }
+  return out;
+}
+
+absl::Status ParseJson(absl::string_view json, google::protobuf::Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), message, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid ", message->GetDescriptor()->name(), " JSON: ",
+                     std::string(status.message().data(), status.message().size())));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+}  // namespace pipeplan

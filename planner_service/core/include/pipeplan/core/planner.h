@@ -1,0 +1,106 @@
+// The planner: from a graph, a cluster and options to a complete pipeline
+// plan. It searches over pipeline depth (ranks), schedule and microbatch
+// count; for each candidate it partitions the graph (the partitioners in
+// partition.h, memory caps from the schedule's in-flight microbatches) and
+// scores it with the schedule simulator. The winner is re-solved with the
+// requested method (by default every method, MILP last, warm-started) and
+// returned with its runners-up.
+//
+// This is the one entry point the CLI, the gRPC service, the benchmarks and
+// the tests share. Thread safety: MakePlan is reentrant.
+#ifndef PIPEPLAN_CORE_PLANNER_H_
+#define PIPEPLAN_CORE_PLANNER_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pipeplan/core/cluster.h"
+#include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/core/partition.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+
+namespace pipeplan {
+
+enum class PartitionMethod { kAuto, kDp, kMilp, kUniform, kParams, kTime, kIdealDp };
+
+std::string_view PartitionMethodName(PartitionMethod method);
+absl::StatusOr<PartitionMethod> ParsePartitionMethod(std::string_view name);
+
+struct PlanOptions {
+  // Pipeline ranks (devices used, in cluster order); 0 lets the planner
+  // choose. Schedules with several stages per rank split the graph into
+  // ranks x stages-per-rank stages.
+  int num_stages = 0;
+  int microbatches = 0;  // 0: chosen by the planner
+  int global_batch = 0;  // 0: graph costs are per microbatch
+  double optimizer_state_multiplier = 0;
+  std::optional<schedule::ScheduleKind> schedule;  // nullopt: chosen by the planner
+  int chunks_per_rank = 0;                         // 0: 2
+  PartitionMethod method = PartitionMethod::kAuto;
+  CommModel comm_model = CommModel::kDirect;
+  double time_limit_seconds = 0;  // 0: 10 s
+  double relative_gap = 0;        // 0: 1e-4
+  // An absolute deadline (e.g. from an RPC) that tightens the time limit.
+  absl::Time deadline = absl::InfiniteFuture();
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+struct MethodOutcome {
+  std::string method;
+  std::optional<double> objective;  // absent when the method found no valid split
+  double seconds = 0;
+  std::string note;
+};
+
+struct PlanAlternative {
+  schedule::ScheduleKind schedule;
+  int microbatches = 0;
+  int num_stages = 0;  // ranks
+  double step_seconds = 0;
+  double peak_memory_bytes = 0;
+  double bubble_ratio = 0;
+};
+
+struct PlanResult {
+  Partition partition;
+  std::vector<int> stage_device;  // per pipeline stage
+  std::vector<int> stage_inflight;
+  std::vector<double> stage_peak_memory;
+  int num_ranks = 0;
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
+  int chunks_per_rank = 1;
+  int microbatches = 0;
+  CommModel comm_model = CommModel::kDirect;
+  double sample_scale = 1;
+  double step_seconds = 0;
+  double bubble_ratio = 0;
+  // Solver report for the chosen split.
+  std::string method;
+  double lower_bound = 0;
+  double gap = 0;
+  double solve_seconds = 0;
+  int64_t nodes_explored = 0;
+  int contracted_nodes = 0;
+  std::vector<MethodOutcome> candidates;
+  std::vector<PlanAlternative> alternatives;  // best first, the chosen one excluded
+};
+
+// INVALID_ARGUMENT names the offending option ("options.num_stages ...");
+// FAILED_PRECONDITION when no candidate fits in memory (with the memory the
+// best split would need); DEADLINE_EXCEEDED / CANCELLED when stopped before
+// any plan was found.
+absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
+                                    const PlanOptions& options);
+
+// Solves one partition problem with `method` (kAuto: every method, best valid
+// split, tightest proven bound). Exposed for benchmarks and tests.
+absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, PartitionMethod method);
+
+}  // namespace pipeplan
+
+#endif  // PIPEPLAN_CORE_PLANNER_H_
