@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "rank_program.h"
 
 namespace pipeplan::schedule {
 namespace {
@@ -250,8 +251,9 @@ class DualPipeVRank {
 
 }  // namespace
 
-absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
-                                               int chunks) {
+namespace internal {
+
+absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches, int chunks) {
   const std::string_view name = ScheduleKindName(kind);
   if (ranks < 1 || microbatches < 1) {
     return absl::InvalidArgumentError(
@@ -284,6 +286,38 @@ absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int
         2 * ranks, microbatches));
   }
 
+  return absl::OkStatus();
+}
+
+RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return GPipeRank(rank, microbatches);
+    case ScheduleKind::k1F1B:
+      return OneFOneBRank(rank, ranks, microbatches);
+    case ScheduleKind::kInterleaved1F1B:
+      return InterleavedRank(rank, ranks, microbatches, chunks, false);
+    case ScheduleKind::kInterleavedZeroBubble:
+      return InterleavedRank(rank, ranks, microbatches, chunks, true);
+    case ScheduleKind::kLoopedBFS:
+      return LoopedBfsRank(rank, ranks, microbatches, chunks);
+    case ScheduleKind::kZBVZeroBubble:
+      return ZbvRank(rank, ranks, microbatches);
+    case ScheduleKind::kDualPipeV:
+      return DualPipeVRank(rank, ranks, microbatches).Build();
+  }
+  return {};
+}
+
+}  // namespace internal
+
+absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
+                                               int chunks) {
+  if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks);
+      !st.ok()) {
+    return st;
+  }
+  const int per_rank = StagesPerRank(kind, chunks);
   PipelineSchedule schedule;
   schedule.num_ranks = ranks;
   schedule.num_stages = ranks * per_rank;
@@ -292,29 +326,7 @@ absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int
       IsVShaped(kind) ? VShapeStageToRank(ranks) : LoopedStageToRank(ranks, schedule.num_stages);
   schedule.programs.reserve(ranks);
   for (int r = 0; r < ranks; ++r) {
-    switch (kind) {
-      case ScheduleKind::kGPipe:
-        schedule.programs.push_back(GPipeRank(r, microbatches));
-        break;
-      case ScheduleKind::k1F1B:
-        schedule.programs.push_back(OneFOneBRank(r, ranks, microbatches));
-        break;
-      case ScheduleKind::kInterleaved1F1B:
-        schedule.programs.push_back(InterleavedRank(r, ranks, microbatches, chunks, false));
-        break;
-      case ScheduleKind::kInterleavedZeroBubble:
-        schedule.programs.push_back(InterleavedRank(r, ranks, microbatches, chunks, true));
-        break;
-      case ScheduleKind::kLoopedBFS:
-        schedule.programs.push_back(LoopedBfsRank(r, ranks, microbatches, chunks));
-        break;
-      case ScheduleKind::kZBVZeroBubble:
-        schedule.programs.push_back(ZbvRank(r, ranks, microbatches));
-        break;
-      case ScheduleKind::kDualPipeV:
-        schedule.programs.push_back(DualPipeVRank(r, ranks, microbatches).Build());
-        break;
-    }
+    schedule.programs.push_back(internal::BuildRankProgram(kind, r, ranks, microbatches, chunks));
   }
   return schedule;
 }

@@ -52,7 +52,8 @@ class Engine {
   enum Event { kForwardDone, kBackwardDone, kSentF, kSentB, kRecvedF, kRecvedB, kNumEvents };
 
   double& At(Event e, int stage, int mb) {
-    return times_[(static_cast<size_t>(e) * S_ + stage) * M_ + mb];
+    // Event-minor layout: one action's reads and writes share a cache line.
+    return times_[(static_cast<size_t>(stage) * M_ + mb) * kNumEvents + e];
   }
   bool SameRank(int a, int b) const { return s_.stage_to_rank[a] == s_.stage_to_rank[b]; }
   double XferF(int boundary) const {

@@ -31,9 +31,9 @@ class SendRecvInserter {
     out.programs.resize(s_.num_ranks);
     std::vector<size_t> pos(s_.num_ranks, 0);
     std::vector<int> active;
+    std::vector<size_t> sizes = LoweredSizes();
     for (int r = 0; r < s_.num_ranks; ++r) {
-      // Roughly one SEND and one RECV per compute action on a cross-rank hop.
-      out.programs[r].reserve(2 * s_.programs[r].size());
+      out.programs[r].reserve(sizes[r]);
       if (!s_.programs[r].empty()) active.push_back(r);
     }
     while (!active.empty()) {
@@ -69,6 +69,36 @@ class SendRecvInserter {
   }
 
  private:
+  // Exact size of each lowered program, so that appending never reallocates.
+  std::vector<size_t> LoweredSizes() const {
+    std::vector<size_t> sizes(s_.num_ranks, 0);
+    auto add = [&](const Action& a) {
+      const int st = a.stage;
+      const int rank = s_.stage_to_rank[st];
+      if (a.type == ActionType::kForward && st + 1 < S_ && !SameRank(st, st + 1)) {
+        ++sizes[rank];
+        ++sizes[s_.stage_to_rank[st + 1]];
+      } else if ((a.type == ActionType::kBackwardInput || a.type == ActionType::kFullBackward) &&
+                 st > 0 && !SameRank(st, st - 1)) {
+        ++sizes[rank];
+        ++sizes[s_.stage_to_rank[st - 1]];
+      }
+    };
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      for (const std::optional<Action>& slot : s_.programs[r]) {
+        if (!slot) continue;
+        ++sizes[r];
+        if (slot->type == ActionType::kOverlapFB) {
+          add(ForwardHalf(*slot));
+          add(BackwardHalf(*slot));
+        } else {
+          add(*slot);
+        }
+      }
+    }
+    return sizes;
+  }
+
   size_t Index(int stage, int mb) const { return static_cast<size_t>(stage) * M_ + mb; }
   bool SameRank(int a, int b) const { return s_.stage_to_rank[a] == s_.stage_to_rank[b]; }
 

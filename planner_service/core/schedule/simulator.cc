@@ -68,8 +68,8 @@ void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationR
 
 absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, const StageCosts& costs,
                                           const SimulateOptions& options) {
-  const bool comms = schedule.HasCommunication();
-  if (absl::Status st = internal::CheckStructure(schedule, comms); !st.ok()) return st;
+  bool comms = false;
+  if (absl::Status st = internal::CheckStructure(schedule, &comms); !st.ok()) return st;
   if (absl::Status st = CheckStageCosts(costs, schedule.num_stages); !st.ok()) return st;
   absl::StatusOr<internal::EngineRun> run =
       internal::Execute(schedule, comms, &costs, options.record_timeline);

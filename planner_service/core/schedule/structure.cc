@@ -1,5 +1,6 @@
 #include "structure.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,9 +60,43 @@ absl::Status CheckSimple(const PipelineSchedule& s, int rank, int step, const Ac
   return absl::OkStatus();
 }
 
-}  // namespace
+// The hot-path version of CheckSimple: no Status, no formatting.
+inline bool SimpleOk(const PipelineSchedule& s, int rank, const Action& a) {
+  if (static_cast<unsigned>(a.stage) >= static_cast<unsigned>(s.num_stages) ||
+      static_cast<unsigned>(a.microbatch) >= static_cast<unsigned>(s.num_microbatches) ||
+      s.stage_to_rank[a.stage] != rank) {
+    return false;
+  }
+  int peer;
+  switch (a.type) {
+    case ActionType::kSendF:
+    case ActionType::kRecvB:
+      peer = a.stage + 1;
+      break;
+    case ActionType::kRecvF:
+    case ActionType::kSendB:
+      peer = a.stage - 1;
+      break;
+    default:
+      return true;
+  }
+  return static_cast<unsigned>(peer) < static_cast<unsigned>(s.num_stages) &&
+         s.stage_to_rank[peer] != rank;
+}
 
-absl::Status CheckShape(const PipelineSchedule& s) {
+// Checks one slot; on failure returns the detailed error.
+inline absl::Status CheckSlot(const PipelineSchedule& s, int rank, int step, const Action& a) {
+  if (a.type == ActionType::kOverlapFB) {
+    const Action f = ForwardHalf(a), b = BackwardHalf(a);
+    if (SimpleOk(s, rank, f) && SimpleOk(s, rank, b)) return absl::OkStatus();
+    if (absl::Status st = CheckSimple(s, rank, step, a, f); !st.ok()) return st;
+    return CheckSimple(s, rank, step, a, b);
+  }
+  if (SimpleOk(s, rank, a)) return absl::OkStatus();
+  return CheckSimple(s, rank, step, a, a);
+}
+
+absl::Status CheckHeader(const PipelineSchedule& s) {
   if (s.num_ranks < 1 || s.num_stages < 1 || s.num_microbatches < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "schedule needs at least one rank, stage and microbatch (ranks=%d stages=%d "
@@ -85,87 +120,67 @@ absl::Status CheckShape(const PipelineSchedule& s) {
           "stage %d is mapped to rank %d, outside [0, %d)", st, s.stage_to_rank[st], s.num_ranks));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckShape(const PipelineSchedule& s) {
+  if (absl::Status st = CheckHeader(s); !st.ok()) return st;
   for (int r = 0; r < s.num_ranks; ++r) {
     const RankProgram& program = s.programs[r];
     for (int i = 0; i < static_cast<int>(program.size()); ++i) {
       if (!program[i]) continue;
-      const Action& a = *program[i];
-      if (a.type == ActionType::kOverlapFB) {
-        if (absl::Status st = CheckSimple(s, r, i, a, ForwardHalf(a)); !st.ok()) return st;
-        if (absl::Status st = CheckSimple(s, r, i, a, BackwardHalf(a)); !st.ok()) return st;
-      } else if (absl::Status st = CheckSimple(s, r, i, a, a); !st.ok()) {
-        return st;
-      }
+      if (absl::Status st = CheckSlot(s, r, i, *program[i]); !st.ok()) return st;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckStructure(const PipelineSchedule& s, bool has_communication) {
-  if (absl::Status st = CheckShape(s); !st.ok()) return st;
+absl::Status CheckStructure(const PipelineSchedule& s, bool* has_communication) {
+  if (absl::Status st = CheckHeader(s); !st.ok()) return st;
   const int S = s.num_stages;
   const int M = s.num_microbatches;
-  const size_t n = static_cast<size_t>(S) * M;
   enum Counter { kF, kBackward, kI, kW, kSendF, kRecvF, kSendB, kRecvB, kNumCounters };
-  std::vector<uint8_t> counts(kNumCounters * n, 0);
+  // All counters of one (stage, microbatch) share a cache line.
+  std::vector<std::array<uint8_t, kNumCounters>> counts(static_cast<size_t>(S) * M);
   auto count = [&](Counter c, const Action& a) -> uint8_t& {
-    return counts[c * n + static_cast<size_t>(a.stage) * M + a.microbatch];
+    return counts[static_cast<size_t>(a.stage) * M + a.microbatch][c];
   };
   static constexpr const char* kWhat[kNumCounters] = {
       "forward", "backward (B or I)", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
-
+  static constexpr Counter kCounterOf[] = {kF,     kI,     kW,     kBackward, kSendF,
+                                           kRecvF, kSendB, kRecvB, kF};
+  bool comms = false;
+  auto add = [&](int r, int i, const Action& whole, const Action& a) -> absl::Status {
+    Counter c = kCounterOf[static_cast<int>(a.type)];
+    if (c == kI) {
+      ++count(kI, a);
+      c = kBackward;
+    }
+    comms |= c >= kSendF;
+    if (++count(c, a) > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: stage %d microbatch %d gets a second %s", Where(r, i, whole),
+                          a.stage, a.microbatch, kWhat[c]));
+    }
+    return absl::OkStatus();
+  };
   for (int r = 0; r < s.num_ranks; ++r) {
     const RankProgram& program = s.programs[r];
     for (int i = 0; i < static_cast<int>(program.size()); ++i) {
       if (!program[i]) continue;
       const Action& whole = *program[i];
-      Action halves[2] = {whole, whole};
-      int num_halves = 1;
+      if (absl::Status st = CheckSlot(s, r, i, whole); !st.ok()) return st;
       if (whole.type == ActionType::kOverlapFB) {
-        halves[0] = ForwardHalf(whole);
-        halves[1] = BackwardHalf(whole);
-        num_halves = 2;
-      }
-      for (int h = 0; h < num_halves; ++h) {
-        const Action& a = halves[h];
-        Counter c = kF;
-        switch (a.type) {
-          case ActionType::kForward:
-            c = kF;
-            break;
-          case ActionType::kBackwardInput:
-            ++count(kI, a);
-            c = kBackward;
-            break;
-          case ActionType::kFullBackward:
-            c = kBackward;
-            break;
-          case ActionType::kBackwardWeight:
-            c = kW;
-            break;
-          case ActionType::kSendF:
-            c = kSendF;
-            break;
-          case ActionType::kRecvF:
-            c = kRecvF;
-            break;
-          case ActionType::kSendB:
-            c = kSendB;
-            break;
-          case ActionType::kRecvB:
-            c = kRecvB;
-            break;
-          case ActionType::kOverlapFB:
-            break;
-        }
-        if (++count(c, a) > 1) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("%s: stage %d microbatch %d gets a second %s", Where(r, i, whole),
-                              a.stage, a.microbatch, kWhat[c]));
-        }
+        if (absl::Status st = add(r, i, whole, ForwardHalf(whole)); !st.ok()) return st;
+        if (absl::Status st = add(r, i, whole, BackwardHalf(whole)); !st.ok()) return st;
+      } else if (absl::Status st = add(r, i, whole, whole); !st.ok()) {
+        return st;
       }
     }
   }
+  *has_communication = comms;
 
   for (int st = 0; st < S; ++st) {
     for (int mb = 0; mb < M; ++mb) {
@@ -183,12 +198,7 @@ absl::Status CheckStructure(const PipelineSchedule& s, bool has_communication) {
             "stage %d microbatch %d has %s; a split backward needs exactly one I and one W", st, mb,
             count(kI, at) ? "an I but no W" : "a W without an I (use B for a full backward)"));
       }
-      if (!has_communication) {
-        if (count(kSendF, at) || count(kRecvF, at) || count(kSendB, at) || count(kRecvB, at)) {
-          return absl::InternalError("communication counted in a compute-only schedule");
-        }
-        continue;
-      }
+      if (!comms) continue;
       if (st + 1 < S && s.stage_to_rank[st + 1] != s.stage_to_rank[st]) {
         const Action next{st + 1, ActionType::kForward, mb};
         if (count(kSendF, at) == 0 || count(kRecvF, next) == 0) {

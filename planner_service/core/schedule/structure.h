@@ -16,7 +16,9 @@ namespace pipeplan::schedule::internal {
 absl::Status CheckShape(const PipelineSchedule& schedule);
 
 // CheckShape plus the per-(stage, microbatch) accounting described above.
-absl::Status CheckStructure(const PipelineSchedule& schedule, bool has_communication);
+// Also reports whether the schedule has any SEND/RECV (it is then checked as a
+// lowered schedule), which saves callers a pass.
+absl::Status CheckStructure(const PipelineSchedule& schedule, bool* has_communication);
 
 }  // namespace pipeplan::schedule::internal
 

@@ -6,8 +6,8 @@
 namespace pipeplan::schedule {
 
 absl::Status ValidateSchedule(const PipelineSchedule& schedule) {
-  const bool comms = schedule.HasCommunication();
-  if (absl::Status st = internal::CheckStructure(schedule, comms); !st.ok()) return st;
+  bool comms = false;
+  if (absl::Status st = internal::CheckStructure(schedule, &comms); !st.ok()) return st;
   return internal::Execute(schedule, comms, /*costs=*/nullptr, /*record_timeline=*/false).status();
 }
 

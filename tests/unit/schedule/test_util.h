@@ -1,0 +1,52 @@
+// Helpers shared by the schedule tests: build schedules from compact text.
+#ifndef PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
+#define PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "pipeplan/core/schedule/action.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
+
+namespace pipeplan::schedule::testing {
+
+// One rank's program as PyTorch prints it, idle slots as "_".
+inline std::string ProgramString(const RankProgram& program) {
+  return absl::StrJoin(program, ",", [](std::string* out, const std::optional<Action>& a) {
+    out->append(a ? ActionToString(*a) : "_");
+  });
+}
+
+// Parses "0F0,_,0B0" ("_" or "" is idle); fails the test on a bad action.
+inline RankProgram Program(const std::string& text) {
+  RankProgram program;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string cell = text.substr(start, end - start);
+    if (cell == "_") cell.clear();
+    absl::StatusOr<std::optional<Action>> a = ParseAction(cell);
+    EXPECT_TRUE(a.ok()) << cell << ": " << a.status();
+    program.push_back(a.ok() ? *a : std::nullopt);
+    start = end + 1;
+  }
+  return program;
+}
+
+inline PipelineSchedule MakeSchedule(std::vector<int> stage_to_rank, int microbatches,
+                                     const std::vector<std::string>& programs) {
+  PipelineSchedule s;
+  s.num_ranks = static_cast<int>(programs.size());
+  s.num_stages = static_cast<int>(stage_to_rank.size());
+  s.num_microbatches = microbatches;
+  s.stage_to_rank = std::move(stage_to_rank);
+  for (const std::string& p : programs) s.programs.push_back(Program(p));
+  return s;
+}
+
+}  // namespace pipeplan::schedule::testing
+
+#endif  // PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
