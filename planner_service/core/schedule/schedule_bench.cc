@@ -21,13 +21,13 @@ namespace {
 
 // One full evaluation; returns the simulated step time so the work cannot be
 // optimised away. Aborts on error: the cases below are all valid.
-double EvaluateOnce(ScheduleKind kind, int p, int m, int v) {
+double EvaluateOnce(ScheduleKind kind, int p, int m, int v, bool lower = true) {
   absl::StatusOr<PipelineSchedule> compute = BuildSchedule(kind, p, m, v);
   if (!compute.ok()) {
     std::fprintf(stderr, "%s\n", std::string(compute.status().message()).c_str());
     std::abort();
   }
-  absl::StatusOr<PipelineSchedule> lowered = InsertSendRecv(*compute);
+  absl::StatusOr<PipelineSchedule> lowered = lower ? InsertSendRecv(*compute) : compute;
   if (!lowered.ok()) std::abort();
   StageCosts costs = StageCosts::Uniform(compute->num_stages, 1.0, 1.0, 1.0);
   costs.forward_transfer.assign(compute->num_stages - 1, 0.1);
@@ -37,11 +37,11 @@ double EvaluateOnce(ScheduleKind kind, int p, int m, int v) {
   return result->step_seconds;
 }
 
-double BestMillis(ScheduleKind kind, int p, int m, int v, int repeats) {
+double BestMillis(ScheduleKind kind, int p, int m, int v, bool lower, int repeats) {
   double best = 1e300;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(EvaluateOnce(kind, p, m, v));
+    benchmark::DoNotOptimize(EvaluateOnce(kind, p, m, v, lower));
     const auto stop = std::chrono::steady_clock::now();
     best = std::min(best, std::chrono::duration<double, std::milli>(stop - start).count());
   }
@@ -51,13 +51,17 @@ double BestMillis(ScheduleKind kind, int p, int m, int v, int repeats) {
 void PrintTable() {
   const std::vector<std::tuple<int, int, int>> shapes = {
       {4, 8, 2}, {8, 64, 2}, {16, 256, 4}, {32, 512, 4}, {64, 1024, 4}};
-  std::printf("%-22s %4s %5s %2s %10s\n", "schedule", "p", "m", "v", "ms");
+  // "lowered": build + InsertSendRecv + Simulate. "compute-only": build +
+  // Simulate on the compute-only schedule (same step time with free comms).
+  std::printf("%-22s %4s %5s %2s %12s %14s\n", "schedule", "p", "m", "v", "lowered ms",
+              "compute-only ms");
   for (ScheduleKind kind : kAllScheduleKinds) {
     for (const auto& [p, m, v] : shapes) {
       const int chunks = StagesPerRank(kind, v) == 1 ? 1 : v;
       if (kind == ScheduleKind::kDualPipeV && m < 2 * p) continue;
-      std::printf("%-22s %4d %5d %2d %10.2f\n", std::string(ScheduleKindName(kind)).c_str(), p, m,
-                  StagesPerRank(kind, chunks), BestMillis(kind, p, m, chunks, 5));
+      std::printf("%-22s %4d %5d %2d %12.2f %14.2f\n", std::string(ScheduleKindName(kind)).c_str(),
+                  p, m, StagesPerRank(kind, chunks), BestMillis(kind, p, m, chunks, true, 5),
+                  BestMillis(kind, p, m, chunks, false, 5));
     }
   }
 }
