@@ -47,6 +47,22 @@
 // Both depend on one end only, so the same DP applies; its optimum is <= the
 // DIRECT optimum of every valid split, and so is its largest infeasible T.
 //
+// Free sources. A node with no inputs and one consumer (an input placeholder,
+// a buffer, the labels), and recursively a node with one consumer fed only by
+// such nodes (a causal-mask slice), is incomparable with almost everything
+// and would multiply the ideals. Such nodes, up to 1e-3 of the total work, are
+// glued to the first other node downstream: absent from the lattice, placed
+// in that node's stage, their tensors never crossing a cut. Splits found this
+// way are valid splits of the original graph. The bound stays valid up to
+// the glued work: moving the free nodes of any split S into their target's
+// stage raises no stage's cost by more than glued work x slowest slowdown
+// (RELAY: fewer tensors cross each cut; DIRECT bound charge: checked stage by
+// stage, a moved source is a minimal element that receives nothing), so the
+// bound is the DP's minus that, and the move yields a glued split unless some
+// stage of S held only free sources; such splits become chains with an empty
+// stage whose other stages cost no more, so when anything is glued the bound
+// search admits empty stages at charge 0.
+//
 // Memory. Stage memory = psf·params + inflight_j·activations is separable
 // except for tied parameters; the DP charges a tied group once per node of
 // the group in the stage (an upper bound), so every split it accepts fits.
@@ -79,32 +95,47 @@
 namespace pipeplan {
 namespace lattice_dp_internal {
 
-std::vector<char> FindSeparators(const Graph& g) {
-  // v at topological position p is comparable with every node iff it is the
-  // only sink of the prefix [0, p] (then every earlier node reaches it: follow
-  // successors inside the prefix until a sink) and the only source of the
-  // suffix [p, n). Node u is a sink of prefix [0, p] for p in
-  // [pos(u), first successor position - 1]; a source of suffix [p, n) for p in
-  // [last predecessor position + 1, pos(u)]. Difference arrays count them.
+std::vector<char> FindSeparators(const Graph& g) { return FindSeparators(g, {}); }
+
+std::vector<char> FindSeparators(const Graph& g, const std::vector<char>& skip) {
+  // Over the topological order restricted to the nodes not skipped, v at
+  // position p is comparable with every node iff it is the only sink of the
+  // prefix [0, p] (then every earlier node reaches it: follow successors
+  // inside the prefix until a sink) and the only source of the suffix
+  // [p, n). Node u is a sink of prefix [0, p] for p in [pos(u), first
+  // successor position - 1]; a source of suffix [p, n) for p in [last
+  // predecessor position + 1, pos(u)]. Difference arrays count them.
   const int n = g.num_nodes();
-  std::vector<int> sinks(n + 1, 0), sources(n + 1, 0);
-  for (int u = 0; u < n; ++u) {
-    const int p = g.topo_position(u);
-    int first_succ = n;
-    for (int e : g.out_edges(u)) first_succ = std::min(first_succ, g.topo_position(g.edge(e).dst));
+  auto skipped = [&](int v) { return !skip.empty() && skip[v]; };
+  std::vector<int> pos(n, -1), order;
+  for (int v : g.topo_order()) {
+    if (skipped(v)) continue;
+    pos[v] = static_cast<int>(order.size());
+    order.push_back(v);
+  }
+  const int m = static_cast<int>(order.size());
+  std::vector<int> sinks(m + 1, 0), sources(m + 1, 0);
+  for (int u : order) {
+    const int p = pos[u];
+    int first_succ = m;
+    for (int e : g.out_edges(u)) {
+      if (!skipped(g.edge(e).dst)) first_succ = std::min(first_succ, pos[g.edge(e).dst]);
+    }
     ++sinks[p];
     --sinks[first_succ];
     int last_pred = -1;
-    for (int e : g.in_edges(u)) last_pred = std::max(last_pred, g.topo_position(g.edge(e).src));
+    for (int e : g.in_edges(u)) {
+      if (!skipped(g.edge(e).src)) last_pred = std::max(last_pred, pos[g.edge(e).src]);
+    }
     ++sources[last_pred + 1];
     --sources[p + 1];
   }
   std::vector<char> sep(n, 0);
   int a = 0, b = 0;
-  for (int p = 0; p < n; ++p) {
+  for (int p = 0; p < m; ++p) {
     a += sinks[p];
     b += sources[p];
-    if (a == 1 && b == 1) sep[g.topo_order()[p]] = 1;
+    if (a == 1 && b == 1) sep[order[p]] = 1;
   }
   return sep;
 }
@@ -121,7 +152,41 @@ struct NodeData {
   std::vector<double> in_count;  // distinct producers
 };
 
-NodeData MakeNodeData(const Graph& g, const CostModel* cost) {
+// Free nodes: one consumer, every input from a free node (so sources first:
+// placeholders, buffers, labels, and the ops hanging off them, like a causal
+// mask slice), with together at most 1e-3 of the total work. Each is glued to
+// the first non-free node downstream; see "Free sources" at the top.
+// `glued_work` receives their total reference work.
+std::vector<int> FreeSourceConsumers(const Graph& g, const CostModel* cost, double* glued_work) {
+  std::vector<int> glue(g.num_nodes(), -1);
+  *glued_work = 0;
+  if (cost == nullptr) return glue;
+  double total = 0;
+  for (int v = 0; v < g.num_nodes(); ++v) total += cost->work_ref(v);
+  double budget = 1e-3 * total;
+  for (int u : g.topo_order()) {
+    if (g.out_edges(u).empty() || cost->work_ref(u) > budget) continue;
+    bool free_inputs = true;
+    for (int e : g.in_edges(u)) free_inputs &= glue[g.edge(e).src] >= 0;
+    const int c = g.edge(g.out_edges(u)[0]).dst;
+    bool one = true;
+    for (int e : g.out_edges(u)) one &= g.edge(e).dst == c;
+    if (free_inputs && one) {
+      glue[u] = c;
+      budget -= cost->work_ref(u);
+      *glued_work += cost->work_ref(u);
+    }
+  }
+  // Resolve chains of free nodes to their final consumer.
+  auto order = g.topo_order();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const int u = *it;
+    if (glue[u] >= 0 && glue[glue[u]] >= 0) glue[u] = glue[glue[u]];
+  }
+  return glue;
+}
+
+NodeData MakeNodeData(const Graph& g, const CostModel* cost, const std::vector<int>& glue) {
   const int n = g.num_nodes();
   NodeData d;
   d.work.assign(n, 0);
@@ -143,6 +208,7 @@ NodeData MakeNodeData(const Graph& g, const CostModel* cost) {
     by_src.clear();
     for (int e : g.in_edges(v)) {
       const int s = g.edge(e).src;
+      if (glue[s] >= 0) continue;  // in the consumer's stage: never received
       auto it = std::find_if(by_src.begin(), by_src.end(), [&](auto& x) { return x.first == s; });
       if (it == by_src.end()) {
         by_src.emplace_back(s, bytes(e));
@@ -152,6 +218,12 @@ NodeData MakeNodeData(const Graph& g, const CostModel* cost) {
     }
     for (auto& [s, b] : by_src) d.in_bytes[v] += b;
     d.in_count[v] = static_cast<double>(by_src.size());
+  }
+  for (int u = 0; u < n; ++u) {
+    if (glue[u] < 0) continue;
+    d.work[glue[u]] += d.work[u];
+    d.params[glue[u]] += d.params[u];
+    d.acts[glue[u]] += d.acts[u];
   }
   return d;
 }
@@ -169,6 +241,8 @@ struct Segment {
 struct Lattice {
   std::vector<Segment> segs;
   std::vector<int> seg_of_node, local_of_node;  // -1 for separators
+  std::vector<int> glue;                        // consumer of a free source, else -1
+  double glued_work = 0;                        // reference work of the glued nodes
   std::vector<int> child_begin, child;          // CSR of immediate sub-ideals
   std::vector<double> work, params, acts;
   std::vector<double> cut_bytes, cut_count;  // tensors crossing the cut (RELAY)
@@ -205,16 +279,25 @@ struct Mask {
 class LatticeBuilder {
  public:
   LatticeBuilder(const Graph& g, const CostModel* cost, const LatticeLimits& limits)
-      : g_(g), cost_(cost), limits_(limits), nd_(MakeNodeData(g, cost)) {}
+      : g_(g),
+        cost_(cost),
+        limits_(limits),
+        glue_(FreeSourceConsumers(g, cost, &glued_work_)),
+        nd_(MakeNodeData(g, cost, glue_)) {}
 
   absl::StatusOr<Lattice> Build() {
     const int n = g_.num_nodes();
-    const std::vector<char> sep = FindSeparators(g_);
+    std::vector<char> skip(n, 0);
+    for (int v = 0; v < n; ++v) skip[v] = glue_[v] >= 0;
+    L_.glue = glue_;
+    L_.glued_work = glued_work_;
+    const std::vector<char> sep = FindSeparators(g_, skip);
     L_.seg_of_node.assign(n, -1);
     L_.local_of_node.assign(n, -1);
     L_.segs.emplace_back();
     for (int p = 0; p < n; ++p) {
       const int v = g_.topo_order()[p];
+      if (skip[v]) continue;
       if (sep[v]) {
         L_.segs.emplace_back();
         L_.segs.back().sep_pos = p;
@@ -286,6 +369,7 @@ class LatticeBuilder {
     }
     for (int e : g_.in_edges(u)) {
       const int v = g_.edge(e).src;
+      if (glue_[v] >= 0) continue;  // its tensor never leaves u's stage
       bool dup = false;  // handle each producer once
       for (int f : g_.in_edges(u)) {
         if (f == e) break;
@@ -424,6 +508,8 @@ class LatticeBuilder {
   const Graph& g_;
   const CostModel* cost_;
   LatticeLimits limits_;
+  double glued_work_ = 0;
+  std::vector<int> glue_;
   NodeData nd_;
   Lattice L_;
 };
@@ -502,6 +588,10 @@ class LatticeDp {
     }
   }
 
+  // Lets a stage be empty at charge 0 (bound searches only).
+  void set_allow_empty(bool allow) { allow_empty_ = allow; }
+  bool allow_empty() const { return allow_empty_; }
+
   // Whether a chain of ideals with every stage charge <= T exists (and, with
   // kMem, every stage within the upper-bound memory). Fills parent_.
   template <bool kMem>
@@ -551,6 +641,7 @@ class LatticeDp {
           }
         }
         parent[N - 1] = accept(N - 1, bh, ah, bm, am);
+        if (allow_empty_ && cur_[N - 1]) parent[N - 1] = N - 1;
         return parent[N - 1] >= 0;
       }
       bool any = false;
@@ -564,7 +655,8 @@ class LatticeDp {
             if (dm_[x] > bm) bm = dm_[x], am = am_[x];
           }
         }
-        const int par = accept(id, bh, ah, bm, am);
+        int par = accept(id, bh, ah, bm, am);
+        if (par < 0 && allow_empty_ && cur_[id]) par = id;
         parent[id] = par;
         nxt_[id] = par >= 0;
         any |= par >= 0;
@@ -635,6 +727,9 @@ class LatticeDp {
         if ((mask[x >> 6] >> (x & 63)) & 1) stage[s.nodes[x]] = j;
       }
     }
+    for (int v = 0; v < g.num_nodes(); ++v) {
+      if (L_.glue[v] >= 0) stage[v] = stage[L_.glue[v]];
+    }
     return stage;
   }
 
@@ -644,6 +739,7 @@ class LatticeDp {
   const PartitionProblem& p_;
   const Lattice& L_;
   Charge charge_ = Charge::kRelay;
+  bool allow_empty_ = false;
   std::vector<StageCoef> coef_;
   std::vector<char> cur_, nxt_;
   std::vector<double> dh_, dm_;
@@ -679,7 +775,7 @@ absl::StatusOr<SearchResult> Search(const PartitionProblem& problem, LatticeDp& 
   if (!dp.Feasible(kInf, memory)) return r;
   r.feasible = true;
   std::vector<int> chain = dp.Chain();
-  PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
+  if (!dp.allow_empty()) PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
   double hi = dp.ChainCharge(chain);
   // Every stage charge is at least its compute, so `floor` (a compute-only
   // bound) is below the optimum; a hair lower is infeasible.
@@ -693,7 +789,7 @@ absl::StatusOr<SearchResult> Search(const PartitionProblem& problem, LatticeDp& 
     if (dp.Feasible(mid, memory)) {
       chain = dp.Chain();
       hi = std::min(mid, dp.ChainCharge(chain));
-      PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
+      if (!dp.allow_empty()) PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(chain)));
     } else {
       lo = mid;
     }
@@ -723,7 +819,8 @@ class LatticeDpPartitioner : public Partitioner {
     Incumbent inc;
     const bool relay = problem.cost->options().comm_model == CommModel::kRelay;
     const double floor = BalanceLowerBound(problem);
-    double lower = floor;
+    double dp_lower = 0;
+    const bool glued = std::any_of(lat.glue.begin(), lat.glue.end(), [](int c) { return c >= 0; });
     std::string note;
 
     // 1. Memory-free search with the RELAY charge: exact for RELAY (its
@@ -731,7 +828,7 @@ class LatticeDpPartitioner : public Partitioner {
     dp.SetCharge(Charge::kRelay);
     PIPEPLAN_ASSIGN_OR_RETURN(SearchResult a, Search(problem, dp, false, floor, inc));
     bool stopped = a.stopped;
-    if (relay && !a.stopped) lower = std::max(lower, a.lower);
+    if (relay && !a.stopped && !glued) dp_lower = a.lower;
 
     // 2. If that split does not fit, search again under the memory caps.
     bool memory_proven_infeasible = false;
@@ -750,10 +847,14 @@ class LatticeDpPartitioner : public Partitioner {
 
     // 3. DIRECT: the lower-bound charge (memory ignored) bounds every split;
     //    its chains are valid splits too and are evaluated exactly.
-    if (!relay && !stopped) {
-      dp.SetCharge(Charge::kDirectLower);
+    //    With free sources glued, the bound search also admits empty stages
+    //    (charged 0) and its chains are not offered (see "Free sources").
+    if ((!relay || glued) && !stopped) {
+      dp.SetCharge(relay ? Charge::kRelay : Charge::kDirectLower);
+      dp.set_allow_empty(glued);
       PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, dp, false, floor, inc));
-      if (!c.stopped) lower = std::max(lower, c.lower);
+      dp.set_allow_empty(false);
+      if (!c.stopped) dp_lower = c.lower;
       stopped |= c.stopped;
     }
 
@@ -766,6 +867,10 @@ class LatticeDpPartitioner : public Partitioner {
           " stages; add devices or stages, lower microbatches in flight, or use a smaller "
           "optimizer state"));
     }
+    // Gluing may add the glued work to a stage (see "Free sources").
+    double max_slow = 0;
+    for (int d : problem.stage_device) max_slow = std::max(max_slow, problem.cost->slowdown(d));
+    const double lower = std::max(floor, dp_lower - lat.glued_work * max_slow);
     Partition result = std::move(*inc.best);
     // Guard against rounding in the DP's prefix sums.
     result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);

@@ -20,6 +20,8 @@ struct LatticeLimits {
 // Per node: whether it is a separator, i.e. comparable (ancestor or
 // descendant) with every other node. O(n + m).
 std::vector<char> FindSeparators(const Graph& g);
+// The same over the graph without the `skip` nodes and their edges.
+std::vector<char> FindSeparators(const Graph& g, const std::vector<char>& skip);
 
 // Number of ideals (downward-closed node sets, the empty set and V included)
 // as the solver enumerates them; RESOURCE_EXHAUSTED past the limits.

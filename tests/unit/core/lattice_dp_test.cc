@@ -1,6 +1,7 @@
 // Tests of the ideal-lattice DP ("ideal_dp"): separators, ideal enumeration,
 // optimality and bound validity against brute force, refusal of wide graphs.
 #include <cmath>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -331,6 +332,71 @@ TEST(LatticeDpTest, LowerBoundValidForEveryOptionCombination) {
   EXPECT_LE(declined_wrongly, total / 20)
       << declined_wrongly << " of " << total << " (fits " << fits << ", infeasible "
       << infeasible << ")";
+}
+
+// Zero-work sources (buffers, labels) and a cheap op hanging off one are
+// glued to their consumer; the bound must stay valid for every split,
+// including those that put them elsewhere or alone in a stage.
+TEST(LatticeDpTest, GluedFreeSourcesKeepTheBoundValid) {
+  auto solver = MakeLatticeDpPartitioner();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int near_optimal = 0, total = 0;
+  for (int s = 0; s < 120; ++s) {
+    const int body = 5 + s % 3, extra = 1 + s % 3, stages = 2 + s % 3;
+    GraphSpec spec;
+    spec.name = "free";
+    for (int v = 0; v < body + extra + 1; ++v) {
+      NodeSpec node;
+      node.id = absl::StrCat("v", v);
+      node.output_bytes = 1e8 * (0.05 + unit(rng));
+      node.activation_bytes = 1e8 * unit(rng);
+      if (v < body) node.forward_flops = 1e12 * (0.05 + unit(rng));
+      if (v == body + extra) node.forward_flops = 1e6;  // a mask op on a free source
+      spec.nodes.push_back(node);
+    }
+    for (int v = 1; v < body; ++v) {
+      spec.edges.push_back({absl::StrCat("v", v - 1 - (unit(rng) < 0.3 && v > 1)),
+                            absl::StrCat("v", v), 0});
+    }
+    for (int x = 0; x < extra; ++x) {
+      const int consumer = static_cast<int>(unit(rng) * body);
+      spec.edges.push_back({absl::StrCat("v", body + x), absl::StrCat("v", consumer), 0});
+    }
+    spec.edges.push_back({absl::StrCat("v", body), absl::StrCat("v", body + extra), 0});
+    spec.edges.push_back({absl::StrCat("v", body + extra), absl::StrCat("v", body - 1), 0});
+    Graph g = *Graph::Build(std::move(spec));
+    ClusterSpec cs;
+    for (int d = 0; d < stages; ++d) {
+      cs.devices.push_back({absl::StrCat("g", d), absl::StrCat("h", d / 2),
+                            1e14 * (0.5 + unit(rng)), 1e12});
+    }
+    cs.intra_host_bandwidth = 1e10;
+    cs.inter_host_bandwidth = 2e9;
+    Cluster cluster = *Cluster::Build(cs);
+    for (CommModel comm : {CommModel::kRelay, CommModel::kDirect}) {
+      CostOptions co;
+      co.comm_model = comm;
+      CostModel cost(g, cluster, co);
+      PartitionProblem p;
+      p.cost = &cost;
+      for (int j = 0; j < stages; ++j) {
+        p.stage_device.push_back(j);
+        p.stage_inflight.push_back(stages - j);
+      }
+      auto brute = BruteForce(p);
+      auto r = solver->Solve(p);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(MakePartition(p, r->stage_of_node).ok());
+      EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << "case " << s;
+      EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << "case " << s;
+      ++total;
+      if (r->objective <= brute.best * (1 + 1e-3)) ++near_optimal;
+    }
+  }
+  // Gluing forbids placing a free source away from its consumer, which can
+  // cost optimality on these tiny graphs with heavy source tensors.
+  EXPECT_GT(near_optimal, total * 2 / 3) << near_optimal << " of " << total;
 }
 
 TEST(LatticeDpTest, StopsAtDeadlineWithValidSplit) {
