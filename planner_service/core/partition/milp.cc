@@ -1,0 +1,887 @@
+// CBC mixed-integer program for the contiguous pipeline split.
+//
+// Formulation over super-nodes S of a contraction (contraction.h), k stages:
+//   u[S][j] = [stage(S) <= j], binary, j = 0..k-2 (u[S][-1] = 0, u[S][k-1] = 1)
+//   u[S][j] <= u[S][j+1]; u[B][j] <= u[A][j] for every edge A -> B;
+//   x[S][j] = u[S][j] - u[S][j-1] (an expression); sum_S x[S][j] >= 1.
+//   minimize T;  T >= slowdown_j * sum_S work_S x[S][j] + comm_j  for each j.
+//   memory_j = sum_S x[S][j] (act_S * inflight_j + psf * private params_S)
+//            + psf * sum_{shared groups g} bytes_g y[g][j] <= memory(device_j),
+//     y[g][j] >= x[S][j] for every S touching g (groups touched by a single
+//     super-node are folded into its private bytes). Exact.
+//
+// Communication is modelled per tensor (one original node's output) and its
+// consumer super-nodes. Different edge sizes of one tensor are handled with
+// "byte levels": consumers sorted by bytes b_1 > ... > b_L, level i = the
+// consumers with bytes >= b_i, and the charge sum_i (b_i - b_{i+1}) * [some
+// level-i consumer qualifies] equals the largest qualifying edge, as in
+// CostModel::Evaluate. All charges are doubled (forward + backward).
+//  - RELAY (exact): c >= u[A][j] - u[B][j] for B in the level; charged on both
+//    sides of boundary j with the link (j, j+1).
+//  - DIRECT receiver at stage b: r >= x[B][b] + u[A][b-1] - 1. Its link
+//    depends on the producer's stage a; the charge uses g(a) = min_{a'' <= a}
+//    t(a'', b), the largest lower envelope non-increasing in a, written as
+//    g(b-1) * r + sum_{a'} (g(a') - g(a'+1)) * z_{a'} with
+//    z_{a'} >= r + u[A][a'] - 1. Exact when links never get faster further
+//    back (any homogeneous cluster, hosts in stage order); a lower bound
+//    otherwise.
+//  - DIRECT producer at stage a: o >= x[A][a] - u[B][a]. With one byte level
+//    it pays h(f) for the farthest receiving stage f, h(b) = min_{b'' >= b}
+//    t(a, b'') written with thresholds q_{b'} >= x[A][a] - u[B][b'] (exact
+//    when links never get faster further ahead); with several levels it pays
+//    the largest tensor over the fastest outgoing link (a lower bound).
+// Tensors with the same producer super-node and consumer set share their
+// indicator variables (coefficients add up). Only u is integer; every other
+// variable is continuous in [0, 1] and pushed to max(0, its lower bounds)
+// in any optimum that matters (all charges are non-negative).
+//
+// The MILP cost is never above the true cost, so CBC's bound is valid for
+// the contracted problem; every incumbent CBC reports is re-evaluated exactly
+// with MakePartition and the best one wins.
+//
+// Lower bound validity: CBC's best possible objective is reported only when
+// the contraction had no lossy step (free-source merges are corrected with
+// FreeSourceFallbackBound, see contraction.h). After a lossy (target-size)
+// contraction a second, uncontracted-but-exact model is solved with the
+// remaining time, warm-started from the incumbent, to obtain a valid bound;
+// when that model would be too large, only BalanceLowerBound and the chain
+// DP's proven bound are reported.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "CbcEventHandler.hpp"
+#include "CbcHeuristic.hpp"
+#include "CbcHeuristicFPump.hpp"
+#include "CbcHeuristicLocal.hpp"
+#include "CbcHeuristicRINS.hpp"
+#include "CbcModel.hpp"
+#include "CglClique.hpp"
+#include "CglFlowCover.hpp"
+#include "CglGomory.hpp"
+#include "CglKnapsackCover.hpp"
+#include "CglMixedIntegerRounding2.hpp"
+#include "CglProbing.hpp"
+#include "CoinPackedMatrix.hpp"
+#include "OsiClpSolverInterface.hpp"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "contraction.h"
+#include "pipeplan/core/partition.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Above this many prefix variables (super-nodes x (stages - 1)) the presolve
+// contracts lossily, and the exact bound model is not attempted.
+constexpr int kTargetPrefixVars = 2400;
+constexpr int kMaxExactPrefixVars = 12000;
+
+struct Lin {
+  std::vector<std::pair<int, double>> terms;
+  double constant = 0;
+};
+
+// Link cost components between the devices of two stages (0 on one device).
+struct Links {
+  Links(const PartitionProblem& p) : k(p.num_stages()), rho(k * k, 0), lat(k * k, 0) {
+    const Cluster& c = p.cost->cluster();
+    for (int a = 0; a < k; ++a) {
+      for (int b = 0; b < k; ++b) {
+        const int da = p.stage_device[a], db = p.stage_device[b];
+        if (da == db) continue;
+        rho[a * k + b] = 1 / c.bandwidth(da, db);
+        lat[a * k + b] = c.latency(da, db);
+      }
+    }
+  }
+  double t(int a, int b, double bytes) const {
+    return bytes * rho[a * k + b] + lat[a * k + b];
+  }
+  int k;
+  std::vector<double> rho, lat;
+};
+
+class MilpModel {
+ public:
+  MilpModel(const PartitionProblem& problem, const Contraction& con, double t_lower)
+      : p_(problem), con_(con), k_(problem.num_stages()), m_(con.num_super) {
+    Build(t_lower);
+  }
+
+  int num_cols() const { return static_cast<int>(col_lb_.size()); }
+  int num_rows() const { return static_cast<int>(row_lo_.size()); }
+  int t_col() const { return t_col_; }
+  double time_scale() const { return time_scale_; }
+
+  void Load(OsiClpSolverInterface& solver) const {
+    std::vector<int> rows, cols;
+    std::vector<double> vals;
+    rows.reserve(elems_.size());
+    cols.reserve(elems_.size());
+    vals.reserve(elems_.size());
+    for (const auto& [r, c, v] : elems_) {
+      rows.push_back(r);
+      cols.push_back(c);
+      vals.push_back(v);
+    }
+    CoinPackedMatrix matrix(/*colordered=*/true, rows.data(), cols.data(), vals.data(),
+                            static_cast<CoinBigIndex>(vals.size()));
+    matrix.setDimensions(num_rows(), num_cols());
+    solver.loadProblem(matrix, col_lb_.data(), col_ub_.data(), col_obj_.data(), row_lo_.data(),
+                       row_hi_.data());
+    for (int c = 0; c < num_cols(); ++c) {
+      if (is_int_[c]) solver.setInteger(c);
+    }
+  }
+
+  // Full primal vector for a stage of every super-node (aux variables at
+  // their smallest feasible values) and its MILP objective.
+  std::vector<double> Primal(std::span<const int> stage_of_super, double* objective) const {
+    std::vector<double> x(num_cols(), 0);
+    for (int s = 0; s < m_; ++s) {
+      for (int j = 0; j + 1 < k_; ++j) x[UCol(s, j)] = stage_of_super[s] <= j ? 1 : 0;
+    }
+    auto eval = [&](const Lin& l) {
+      double v = l.constant;
+      for (const auto& [c, a] : l.terms) v += a * x[c];
+      return v;
+    };
+    for (int c = 0; c < num_cols(); ++c) {
+      if (lower_exprs_[c].empty()) continue;
+      double v = 0;
+      for (const Lin& l : lower_exprs_[c]) v = std::max(v, eval(l));
+      x[c] = std::min(v, col_ub_[c]);
+    }
+    double t = col_lb_[t_col_];
+    for (const Lin& l : stage_time_) t = std::max(t, eval(l));
+    x[t_col_] = t;
+    *objective = t;
+    return x;
+  }
+
+  std::vector<int> StagesFromPrimal(const double* x) const {
+    std::vector<int> stage(m_, k_ - 1);
+    for (int s = 0; s < m_; ++s) {
+      for (int j = 0; j + 1 < k_; ++j) {
+        if (x[UCol(s, j)] > 0.5) {
+          stage[s] = j;
+          break;
+        }
+      }
+    }
+    return stage;
+  }
+
+ private:
+  int UCol(int s, int j) const { return u_base_ + s * (k_ - 1) + j; }
+  // coef * u[s][j] with the fixed ends.
+  void AddU(Lin& l, int s, int j, double coef) const {
+    if (j < 0) return;
+    if (j >= k_ - 1) {
+      l.constant += coef;
+      return;
+    }
+    l.terms.emplace_back(UCol(s, j), coef);
+  }
+  void AddX(Lin& l, int s, int j, double coef) const {
+    AddU(l, s, j, coef);
+    AddU(l, s, j - 1, -coef);
+  }
+  int AddCol(double lb, double ub, double obj, bool integer) {
+    col_lb_.push_back(lb);
+    col_ub_.push_back(ub);
+    col_obj_.push_back(obj);
+    is_int_.push_back(integer);
+    lower_exprs_.emplace_back();
+    return num_cols() - 1;
+  }
+  // lo <= sum terms + constant <= hi, duplicates merged.
+  void AddRow(const Lin& l, double lo, double hi) {
+    const int r = static_cast<int>(row_lo_.size());
+    std::vector<std::pair<int, double>> t = l.terms;
+    std::sort(t.begin(), t.end());
+    bool any = false;
+    for (size_t i = 0; i < t.size();) {
+      size_t j = i;
+      double v = 0;
+      while (j < t.size() && t[j].first == t[i].first) v += t[j++].second;
+      if (v != 0) {
+        elems_.emplace_back(r, t[i].first, v);
+        any = true;
+      }
+      i = j;
+    }
+    if (!any) {
+      // Constant row: keep it only for infeasibility detection via bounds.
+      if (l.constant < lo - 1e-9 || l.constant > hi + 1e-9) infeasible_constant_ = true;
+      return;
+    }
+    row_lo_.push_back(lo - l.constant);
+    row_hi_.push_back(hi - l.constant);
+  }
+  // aux >= expr (recorded for warm starts).
+  void AddLower(int aux, Lin expr) {
+    Lin row = expr;
+    for (auto& t : row.terms) t.second = -t.second;
+    row.constant = -row.constant;
+    row.terms.emplace_back(aux, 1.0);
+    AddRow(row, 0, kInf);
+    lower_exprs_[aux].push_back(std::move(expr));
+  }
+
+  void Build(double t_lower);
+  void BuildRelay(std::vector<Lin>& stage);
+  void BuildDirect(std::vector<Lin>& stage);
+
+  // Tensors grouped by (producer super-node, consumer set).
+  struct Tensor {
+    int producer;
+    std::vector<std::pair<int, double>> consumers;  // (super-node, bytes), bytes desc
+  };
+  std::vector<Tensor> Tensors() const;
+
+  const PartitionProblem& p_;
+  const Contraction& con_;
+  const int k_, m_;
+  int u_base_ = 0, t_col_ = 0;
+  double time_scale_ = 1;
+  std::vector<double> col_lb_, col_ub_, col_obj_, row_lo_, row_hi_;
+  std::vector<char> is_int_;
+  std::vector<std::tuple<int, int, double>> elems_;
+  std::vector<std::vector<Lin>> lower_exprs_;
+  std::vector<Lin> stage_time_;
+
+ public:
+  bool infeasible_constant_ = false;
+};
+
+std::vector<MilpModel::Tensor> MilpModel::Tensors() const {
+  const Graph& g = p_.graph();
+  const CostModel& cost = *p_.cost;
+  std::vector<Tensor> out;
+  absl::flat_hash_map<int, double> by_super;
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    const int a = con_.super_of_node[v];
+    by_super.clear();
+    for (int e : g.out_edges(v)) {
+      const int b = con_.super_of_node[g.edge(e).dst];
+      if (b == a) continue;
+      double& bytes = by_super[b];
+      bytes = std::max(bytes, cost.edge_bytes(e));
+    }
+    if (by_super.empty()) continue;
+    Tensor t{a, {by_super.begin(), by_super.end()}};
+    std::sort(t.consumers.begin(), t.consumers.end(), [](const auto& x, const auto& y) {
+      return x.second != y.second ? x.second > y.second : x.first < y.first;
+    });
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void MilpModel::Build(double t_lower) {
+  const CostModel& cost = *p_.cost;
+  const Cluster& cluster = cost.cluster();
+  // Columns: u first, then T, then auxiliaries as they come.
+  u_base_ = 0;
+  for (int s = 0; s < m_; ++s) {
+    for (int j = 0; j + 1 < k_; ++j) AddCol(0, 1, 0, true);
+  }
+  time_scale_ = t_lower > 0 ? t_lower : 1;
+  t_col_ = AddCol(std::max(0.0, t_lower) / time_scale_, kInf, 1, false);
+
+  for (int s = 0; s < m_; ++s) {
+    for (int j = 0; j + 2 < k_; ++j) {
+      Lin l;
+      AddU(l, s, j, 1);
+      AddU(l, s, j + 1, -1);
+      AddRow(l, -kInf, 0);
+    }
+  }
+  for (const auto& [a, b] : con_.edges) {
+    for (int j = 0; j + 1 < k_; ++j) {
+      Lin l;
+      AddU(l, b, j, 1);
+      AddU(l, a, j, -1);
+      AddRow(l, -kInf, 0);
+    }
+  }
+  for (int j = 0; j < k_; ++j) {
+    Lin l;
+    for (int s = 0; s < m_; ++s) AddX(l, s, j, 1);
+    AddRow(l, 1, kInf);
+  }
+
+  std::vector<Lin> stage(k_);
+  for (int j = 0; j < k_; ++j) {
+    const double slow = cost.slowdown(p_.stage_device[j]);
+    for (int s = 0; s < m_; ++s) {
+      if (con_.work_ref[s] > 0) AddX(stage[j], s, j, con_.work_ref[s] * slow);
+    }
+  }
+  if (cost.options().comm_model == CommModel::kRelay) {
+    BuildRelay(stage);
+  } else {
+    BuildDirect(stage);
+  }
+  // Times are modelled in units of time_scale_ (about the optimum) so that
+  // CBC's absolute tolerances (cutoff increment, gaps) are meaningless next
+  // to real differences.
+  for (Lin& l : stage) {
+    for (auto& t : l.terms) t.second /= time_scale_;
+    l.constant /= time_scale_;
+  }
+  for (int j = 0; j < k_; ++j) {
+    Lin row = stage[j];
+    for (auto& t : row.terms) t.second = -t.second;
+    row.constant = -row.constant;
+    row.terms.emplace_back(t_col_, 1);
+    AddRow(row, 0, kInf);
+  }
+  stage_time_ = std::move(stage);
+
+  // Memory.
+  const Graph& g = p_.graph();
+  const double psf = cost.param_state_factor();
+  std::vector<std::vector<int>> touching(g.num_param_groups());
+  for (int s = 0; s < m_; ++s) {
+    for (int grp : con_.param_groups[s]) touching[grp].push_back(s);
+  }
+  std::vector<double> private_params(m_, 0);
+  std::vector<int> shared;
+  double all_params = 0, all_act = 0;
+  for (int grp = 0; grp < g.num_param_groups(); ++grp) {
+    all_params += g.param_group_bytes(grp);
+    if (touching[grp].size() == 1) {
+      private_params[touching[grp][0]] += g.param_group_bytes(grp);
+    } else if (touching[grp].size() > 1) {
+      shared.push_back(grp);
+    }
+  }
+  for (int s = 0; s < m_; ++s) all_act += con_.activation_bytes[s];
+  for (int j = 0; j < k_; ++j) {
+    const double cap = cluster.device(p_.stage_device[j]).memory_bytes;
+    const double inflight = p_.stage_inflight[j];
+    if (all_act * inflight + psf * all_params <= cap) continue;
+    Lin l;
+    for (int s = 0; s < m_; ++s) {
+      const double need = con_.activation_bytes[s] * inflight + psf * private_params[s];
+      if (need == 0) continue;
+      AddX(l, s, j, need);
+      if (need > cap) {
+        Lin fix;  // S can never sit in stage j
+        AddX(fix, s, j, 1);
+        AddRow(fix, -kInf, 0);
+      }
+    }
+    for (int grp : shared) {
+      const int y = AddCol(0, 1, 0, false);
+      for (int s : touching[grp]) {
+        Lin e;
+        AddX(e, s, j, 1);
+        AddLower(y, std::move(e));
+      }
+      l.terms.emplace_back(y, psf * g.param_group_bytes(grp));
+    }
+    // Normalise to keep the row well scaled.
+    const double scale = 1 / cap;
+    for (auto& t : l.terms) t.second *= scale;
+    l.constant *= scale;
+    AddRow(l, -kInf, 1);
+  }
+}
+
+void MilpModel::BuildRelay(std::vector<Lin>& stage) {
+  const Links links(p_);
+  // (producer, consumer set) -> coefficient per boundary.
+  std::map<std::pair<int, std::vector<int>>, std::vector<double>> agg;
+  for (const Tensor& t : Tensors()) {
+    const int levels = static_cast<int>(t.consumers.size());
+    std::vector<int> set;
+    for (int i = 0; i < levels; ++i) {
+      set.push_back(t.consumers[i].first);
+      const double b = t.consumers[i].second;
+      const double next = i + 1 < levels ? t.consumers[i + 1].second : 0;
+      if (next == b) continue;  // same level as the next consumer
+      std::vector<int> key = set;
+      std::sort(key.begin(), key.end());
+      auto& coef = agg[{t.producer, key}];
+      coef.resize(k_ - 1, 0);
+      for (int j = 0; j + 1 < k_; ++j) {
+        coef[j] += 2 * ((b - next) * links.rho[j * k_ + j + 1] +
+                        (i + 1 == levels ? links.lat[j * k_ + j + 1] : 0));
+      }
+    }
+  }
+  for (const auto& [key, coef] : agg) {
+    const auto& [a, set] = key;
+    for (int j = 0; j + 1 < k_; ++j) {
+      if (coef[j] <= 0) continue;
+      const int c = AddCol(0, 1, 0, false);
+      for (int b : set) {
+        Lin e;
+        AddU(e, a, j, 1);
+        AddU(e, b, j, -1);
+        AddLower(c, std::move(e));
+      }
+      stage[j].terms.emplace_back(c, coef[j]);
+      stage[j + 1].terms.emplace_back(c, coef[j]);
+    }
+  }
+}
+
+void MilpModel::BuildDirect(std::vector<Lin>& stage) {
+  const Links links(p_);
+  const int k = k_;
+  struct Agg {
+    std::vector<double> recv;    // [b]: coefficient of r_b
+    std::vector<double> recv_z;  // [b * k + a']: threshold z
+    std::vector<double> send;    // [a]: coefficient of o_a
+    std::vector<double> send_q;  // [a * k + b']: threshold q
+  };
+  std::map<std::pair<int, std::vector<int>>, Agg> agg;
+  auto get = [&](int a, std::vector<int> key) -> Agg& {
+    std::sort(key.begin(), key.end());
+    Agg& g = agg[{a, std::move(key)}];
+    if (g.recv.empty()) {
+      g.recv.assign(k, 0);
+      g.recv_z.assign(k * k, 0);
+      g.send.assign(k, 0);
+      g.send_q.assign(k * k, 0);
+    }
+    return g;
+  };
+  std::vector<double> env(k);
+  for (const Tensor& t : Tensors()) {
+    const int levels = static_cast<int>(t.consumers.size());
+    const bool single_level = t.consumers.front().second == t.consumers.back().second;
+    std::vector<int> set;
+    for (int i = 0; i < levels; ++i) {
+      set.push_back(t.consumers[i].first);
+      const double b = t.consumers[i].second;
+      const double next = i + 1 < levels ? t.consumers[i + 1].second : 0;
+      if (next == b) continue;
+      const bool last = i + 1 == levels;
+      const double db = b - next;
+      Agg& g = get(t.producer, set);
+      // Receiver at stage rb: envelope over the producer's stage, for the
+      // bytes part and the latency part separately (both non-increasing).
+      for (int rb = 1; rb < k; ++rb) {
+        double run_rho = kInf, run_lat = kInf;
+        std::vector<double> gr(rb), gl(rb);
+        for (int a = 0; a < rb; ++a) {
+          run_rho = std::min(run_rho, links.rho[a * k + rb]);
+          run_lat = std::min(run_lat, links.lat[a * k + rb]);
+          gr[a] = run_rho;
+          gl[a] = run_lat;
+        }
+        auto charge = [&](int a) { return db * gr[a] + (last ? gl[a] : 0); };
+        g.recv[rb] += 2 * charge(rb - 1);
+        for (int a = 0; a + 1 < rb; ++a) g.recv_z[rb * k + a] += 2 * (charge(a) - charge(a + 1));
+      }
+      // Producer at stage a.
+      if (single_level) {
+        if (!last) continue;  // single level: only the full set exists
+        for (int a = 0; a + 1 < k; ++a) {
+          // h(b) = min_{b'' >= b} t(a, b''), non-decreasing in b.
+          double run = kInf;
+          for (int bb = k - 1; bb > a; --bb) {
+            run = std::min(run, links.t(a, bb, b));
+            env[bb] = run;
+          }
+          g.send[a] += 2 * env[a + 1];
+          for (int bp = a + 1; bp + 1 < k; ++bp) g.send_q[a * k + bp] += 2 * (env[bp + 1] - env[bp]);
+        }
+      } else {
+        for (int a = 0; a + 1 < k; ++a) {
+          double min_rho = kInf, min_lat = kInf;
+          for (int bb = a + 1; bb < k; ++bb) {
+            min_rho = std::min(min_rho, links.rho[a * k + bb]);
+            min_lat = std::min(min_lat, links.lat[a * k + bb]);
+          }
+          g.send[a] += 2 * (db * min_rho + (last ? min_lat : 0));
+        }
+      }
+    }
+  }
+  for (const auto& [key, g] : agg) {
+    const auto& [a, set] = key;
+    for (int rb = 1; rb < k; ++rb) {
+      bool any = g.recv[rb] > 0;
+      for (int ap = 0; ap + 1 < rb; ++ap) any |= g.recv_z[rb * k + ap] > 0;
+      if (!any) continue;
+      const int r = AddCol(0, 1, 0, false);
+      for (int b : set) {
+        Lin e;  // x[B][rb] + u[A][rb-1] - 1
+        AddX(e, b, rb, 1);
+        AddU(e, a, rb - 1, 1);
+        e.constant -= 1;
+        AddLower(r, std::move(e));
+      }
+      if (g.recv[rb] > 0) stage[rb].terms.emplace_back(r, g.recv[rb]);
+      for (int ap = 0; ap + 1 < rb; ++ap) {
+        const double c = g.recv_z[rb * k + ap];
+        if (c <= 0) continue;
+        const int z = AddCol(0, 1, 0, false);
+        Lin e;  // r + u[A][a'] - 1
+        e.terms.emplace_back(r, 1);
+        AddU(e, a, ap, 1);
+        e.constant -= 1;
+        AddLower(z, std::move(e));
+        stage[rb].terms.emplace_back(z, c);
+      }
+    }
+    for (int sa = 0; sa + 1 < k; ++sa) {
+      if (g.send[sa] > 0) {
+        const int o = AddCol(0, 1, 0, false);
+        for (int b : set) {
+          Lin e;  // x[A][sa] - u[B][sa]
+          AddX(e, a, sa, 1);
+          AddU(e, b, sa, -1);
+          AddLower(o, std::move(e));
+        }
+        stage[sa].terms.emplace_back(o, g.send[sa]);
+      }
+      for (int bp = sa + 1; bp + 1 < k; ++bp) {
+        const double c = g.send_q[sa * k + bp];
+        if (c <= 0) continue;
+        const int q = AddCol(0, 1, 0, false);
+        for (int b : set) {
+          Lin e;  // x[A][sa] - u[B][bp]
+          AddX(e, a, sa, 1);
+          AddU(e, b, bp, -1);
+          AddLower(q, std::move(e));
+        }
+        stage[sa].terms.emplace_back(q, c);
+      }
+    }
+  }
+}
+
+// Stops CBC on cancellation or deadline and records every incumbent.
+class StopHandler : public CbcEventHandler {
+ public:
+  StopHandler(const PartitionProblem* problem, std::vector<std::vector<double>>* solutions)
+      : problem_(problem), solutions_(solutions) {}
+  StopHandler(const StopHandler&) = default;
+  CbcEventHandler* clone() const override { return new StopHandler(*this); }
+  CbcAction event(CbcEvent which) override {
+    if ((which == solution || which == heuristicSolution) && model_ != nullptr &&
+        model_->bestSolution() != nullptr) {
+      const int n = model_->solver()->getNumCols();
+      solutions_->emplace_back(model_->bestSolution(), model_->bestSolution() + n);
+    }
+    return problem_->ShouldStop() ? stop : noAction;
+  }
+
+ private:
+  const PartitionProblem* problem_;
+  std::vector<std::vector<double>>* solutions_;
+};
+
+struct CbcOutcome {
+  bool proven_infeasible = false;
+  bool proven_optimal = false;
+  double bound = -kInf;  // valid for the model
+  int64_t nodes = 0;
+  std::vector<std::vector<int>> candidates;  // stage of every super-node
+};
+
+CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
+                  const std::vector<int>* warm_super) {
+  CbcOutcome out;
+  if (model.infeasible_constant_) {
+    out.proven_infeasible = true;
+    return out;
+  }
+  OsiClpSolverInterface solver;
+  solver.messageHandler()->setLogLevel(0);
+  model.Load(solver);
+  CbcModel cbc(solver);
+  cbc.setLogLevel(0);
+  cbc.messageHandler()->setLogLevel(0);
+  cbc.solver()->messageHandler()->setLogLevel(0);
+  cbc.setUseElapsedTime(true);
+  if (problem.deadline != absl::InfiniteFuture()) {
+    const double left = std::max(0.01, absl::ToDoubleSeconds(problem.deadline - absl::Now()));
+    cbc.setMaximumSeconds(left);
+    // The root LP is not interrupted by CBC's own limit.
+    if (auto* clp = dynamic_cast<OsiClpSolverInterface*>(cbc.solver())) {
+      clp->getModelPtr()->setMaximumSeconds(left);
+    }
+  }
+  cbc.setAllowableFractionGap(std::max(problem.relative_gap, 1e-9));
+  cbc.setAllowableGap(1e-12);
+  cbc.setCutoffIncrement(1e-10);
+
+  CglProbing probing;
+  probing.setUsingObjective(1);
+  probing.setMaxPass(1);
+  probing.setMaxProbe(100);
+  probing.setMaxLook(50);
+  probing.setRowCuts(3);
+  CglGomory gomory;
+  gomory.setLimit(300);
+  CglKnapsackCover knapsack;
+  CglClique clique;
+  clique.setStarCliqueReport(false);
+  clique.setRowCliqueReport(false);
+  CglMixedIntegerRounding2 mir;
+  CglFlowCover flow;
+  cbc.addCutGenerator(&probing, -1, "Probing");
+  cbc.addCutGenerator(&gomory, -1, "Gomory");
+  cbc.addCutGenerator(&knapsack, -1, "Knapsack");
+  cbc.addCutGenerator(&clique, -1, "Clique");
+  cbc.addCutGenerator(&mir, -1, "MIR2");
+  cbc.addCutGenerator(&flow, -1, "FlowCover");
+  CbcRounding rounding(cbc);
+  cbc.addHeuristic(&rounding);
+  CbcHeuristicFPump pump(cbc);
+  cbc.addHeuristic(&pump);
+  CbcHeuristicLocal local(cbc);
+  cbc.addHeuristic(&local);
+  CbcHeuristicRINS rins(cbc);
+  cbc.addHeuristic(&rins);
+
+  std::vector<std::vector<double>> solutions;
+  StopHandler handler(&problem, &solutions);
+  cbc.passInEventHandler(&handler);
+
+  // Solve the root LP first: its value is a valid bound even when the
+  // search is stopped early (CBC's own best-possible value is not reliable
+  // when the limit interrupts the root).
+  cbc.initialSolve();
+  double lp_bound = -kInf;
+  if (cbc.solver()->isProvenOptimal()) {
+    lp_bound = cbc.solver()->getObjValue();
+  } else if (cbc.solver()->isProvenPrimalInfeasible() && warm_super == nullptr) {
+    out.proven_infeasible = true;
+    return out;
+  }
+  if (warm_super != nullptr) {
+    double objective = 0;
+    std::vector<double> x = model.Primal(*warm_super, &objective);
+    // Not checked by CBC (that re-solves the LP): Primal() is feasible by
+    // construction, which the brute-force tests exercise.
+    cbc.setBestSolution(x.data(), static_cast<int>(x.size()), objective, /*check=*/false);
+  }
+  if (problem.ShouldStop()) return out;
+  cbc.branchAndBound();
+
+  out.nodes = cbc.getNodeCount();
+  out.proven_infeasible = cbc.isProvenInfeasible() && cbc.bestSolution() == nullptr;
+  out.proven_optimal = cbc.isProvenOptimal() && cbc.bestSolution() != nullptr;
+  if (cbc.bestSolution() != nullptr) {
+    solutions.emplace_back(cbc.bestSolution(), cbc.bestSolution() + model.num_cols());
+  }
+  if (!out.proven_infeasible) {
+    double bound = lp_bound;
+    if (cbc.isProvenOptimal() || (!cbc.isAbandoned() && cbc.getNodeCount() > 0 &&
+                                  std::isfinite(lp_bound))) {
+      bound = std::max(bound, cbc.getBestPossibleObjValue());
+    }
+    out.bound = std::isfinite(bound) ? bound * model.time_scale() : -kInf;
+  }
+  for (const auto& s : solutions) {
+    if (static_cast<int>(s.size()) == model.num_cols()) out.candidates.push_back(model.StagesFromPrimal(s.data()));
+  }
+  return out;
+}
+
+// Smallest factor by which every device's memory must grow for some split of
+// the topological order into contiguous stages to fit, and the bytes that
+// split's fullest stage needs. Greedy maximal stages are optimal for a fixed
+// factor because stage memory only grows with the stage.
+std::pair<double, double> MemoryNeed(const PartitionProblem& problem) {
+  const CostModel& cost = *problem.cost;
+  const Graph& g = cost.graph();
+  const int n = g.num_nodes(), k = problem.num_stages();
+  const double psf = cost.param_state_factor();
+  auto fits = [&](double factor, double* fullest) {
+    int pos = 0;
+    std::vector<int> seen(g.num_param_groups(), -1);
+    for (int j = 0; j < k; ++j) {
+      const double cap = cost.cluster().device(problem.stage_device[j]).memory_bytes * factor;
+      double act = 0, params = 0;
+      const int start = pos;
+      while (pos < n - (k - 1 - j)) {
+        const int v = g.topo_order()[pos];
+        double add_params = 0;
+        const int grp = g.param_group(v);
+        if (grp >= 0 && seen[grp] != j) add_params = g.param_group_bytes(grp);
+        const double mem = (act + cost.activation_bytes(v)) * problem.stage_inflight[j] +
+                           psf * (params + add_params);
+        if (mem > cap && pos > start) break;
+        if (mem > cap) return false;
+        act += cost.activation_bytes(v);
+        params += add_params;
+        if (grp >= 0) seen[grp] = j;
+        ++pos;
+        if (fullest) *fullest = std::max(*fullest, mem);
+      }
+      if (pos == start) return false;
+    }
+    return pos == n;
+  };
+  double lo = 1, hi = 2;
+  while (!fits(hi, nullptr)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 1e15) return {kInf, kInf};
+  }
+  for (int it = 0; it < 50; ++it) {
+    const double mid = (lo + hi) / 2;
+    (fits(mid, nullptr) ? hi : lo) = mid;
+  }
+  double fullest = 0;
+  fits(hi, &fullest);
+  return {hi, fullest};
+}
+
+class MilpPartitioner : public Partitioner {
+ public:
+  std::string_view name() const override { return "milp"; }
+
+  absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
+    const Graph& g = problem.graph();
+    const int n = g.num_nodes(), k = problem.num_stages();
+    if (k < 1 || k > n) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot split ", n, " nodes into ", k, " stages"));
+    }
+    if (static_cast<int>(problem.stage_inflight.size()) != k) {
+      return absl::InvalidArgumentError("stage_inflight must have one entry per stage");
+    }
+    double proven_lb = BalanceLowerBound(problem);
+
+    // Incumbent: the caller's warm start, else the chain DP.
+    std::optional<Partition> best;
+    auto offer = [&](std::vector<int> stage_of_node) {
+      auto p = MakePartition(problem, std::move(stage_of_node));
+      if (!p.ok() || !p->fits_memory) return;
+      if (!best || p->objective < best->objective) best = std::move(*p);
+    };
+    int64_t nodes = 0;
+    if (!problem.warm_start.empty()) {
+      offer(std::vector<int>(problem.warm_start.begin(), problem.warm_start.end()));
+    }
+    const absl::Time t0 = absl::Now();
+    if (!best) {
+      auto dp = MakeChainDpPartitioner()->Solve(problem);
+      if (dp.ok()) {
+        proven_lb = std::max(proven_lb, std::min(dp->lower_bound, dp->objective));
+        nodes += dp->nodes_explored;
+        if (dp->fits_memory) offer(dp->stage_of_node);
+      }
+    }
+    const double balance_lb = proven_lb;
+    const absl::Time t1 = absl::Now();
+
+    // Phase 1: contracted model (lossy when the graph is large).
+    const int target = std::max(40, kTargetPrefixVars / std::max(1, k - 1));
+    ContractionOptions copt;
+    copt.merge_free_sources = true;
+    double total_work = 0, largest = 0;
+    for (int v = 0; v < n; ++v) {
+      total_work += problem.cost->work_ref(v);
+      largest = std::max(largest, problem.cost->work_ref(v));
+    }
+    copt.target_super_nodes = target;
+    copt.max_super_work = std::max(largest, total_work / (6.0 * k));
+    if (best) copt.keep_cuts = best->stage_of_node;
+    Contraction con = Contract(problem, copt);
+
+    bool bound_valid = false;  // model_bound below holds for the original
+    double model_bound = -kInf;
+    bool proven_infeasible = false;
+    std::string how;
+    double cbc_seconds = 0;
+    auto run = [&](const Contraction& c) {
+      const MilpModel model(problem, c, proven_lb);
+      std::vector<int> warm;
+      const std::vector<int>* warm_ptr = nullptr;
+      if (best && c.Restrict(best->stage_of_node, &warm)) warm_ptr = &warm;
+      const absl::Time c0 = absl::Now();
+      CbcOutcome out = RunCbc(problem, model, warm_ptr);
+      cbc_seconds += absl::ToDoubleSeconds(absl::Now() - c0);
+      nodes += out.nodes;
+      for (const auto& cand : out.candidates) offer(c.Expand(cand));
+      how = absl::StrFormat("%d super-nodes, %d cols, %d rows", c.num_super, model.num_cols(),
+                            model.num_rows());
+      return out;
+    };
+    CbcOutcome out = run(con);
+    auto absorb_bound = [&](const Contraction& c, const CbcOutcome& o) {
+      if (c.lossy) return;
+      if (o.proven_infeasible) {
+        if (!c.merged_free_sources) proven_infeasible = true;
+        return;
+      }
+      double b = o.bound;
+      if (c.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem));
+      model_bound = std::max(model_bound, b);
+      bound_valid = true;
+    };
+    absorb_bound(con, out);
+
+    // Phase 2: a valid bound (and maybe a better split) from an exact model.
+    const bool need_exact =
+        (con.lossy || (out.proven_infeasible && con.merged_free_sources)) && !problem.ShouldStop();
+    if (need_exact) {
+      ContractionOptions exact;
+      exact.merge_free_sources = !(out.proven_infeasible && con.merged_free_sources && !con.lossy);
+      Contraction con2 = Contract(problem, exact);
+      if (static_cast<int64_t>(con2.num_super) * (k - 1) <= kMaxExactPrefixVars) {
+        CbcOutcome out2 = run(con2);
+        absorb_bound(con2, out2);
+      }
+    }
+
+    if (!best) {
+      if (proven_infeasible) {
+        const auto [factor, bytes] = MemoryNeed(problem);
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "no split into %d stages fits in memory (proven by the MILP); the best split of a "
+            "topological order needs %.4g bytes (%.2f GiB) on its fullest stage, %.3gx the "
+            "devices' memory",
+            k, bytes, bytes / (1 << 30), factor));
+      }
+      if (problem.cancelled != nullptr && problem.cancelled->load()) {
+        return absl::CancelledError("MILP cancelled before finding a split that fits");
+      }
+      if (problem.ShouldStop()) {
+        return absl::DeadlineExceededError("MILP reached its deadline before finding a split");
+      }
+      return absl::FailedPreconditionError(
+          "MILP found no split that fits in memory and could not prove infeasibility");
+    }
+    Partition result = std::move(*best);
+    double lb = balance_lb;
+    if (bound_valid) lb = std::max(lb, model_bound);
+    result.lower_bound = std::min(lb, result.objective);
+    result.nodes_explored = nodes;
+    const double gap = result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
+    result.note = absl::StrFormat(
+        "milp: %s%s; gap %.3g%s; warm start %.3fs, cbc %.3fs, total %.3fs", how,
+        con.lossy ? " (lossy presolve)" : "", gap, bound_valid ? "" : " (bound from balance/DP only)",
+        absl::ToDoubleSeconds(t1 - t0), cbc_seconds, absl::ToDoubleSeconds(absl::Now() - t0));
+    return result;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Partitioner> MakeMilpPartitioner() { return std::make_unique<MilpPartitioner>(); }
+
+}  // namespace pipeplan
