@@ -176,29 +176,55 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
     }
   }
 
-  // Topological order built backwards from the sinks with a stack: a node is
-  // placed as soon as all its consumers are, so inputs and parameters land
-  // right before their first consumer and parallel branches stay contiguous.
-  // Contiguous branches give the chain DP better cut points.
+  // Depth of every node (longest path from a source), by Kahn's algorithm;
+  // nodes on a cycle never get one and are reported below.
+  std::vector<int> depth(n, 0), indegree_left(n);
+  {
+    std::vector<int> queue;
+    for (int v = 0; v < n; ++v) {
+      indegree_left[v] = g.in_begin_[v + 1] - g.in_begin_[v];
+      if (indegree_left[v] == 0) queue.push_back(v);
+    }
+    for (size_t i = 0; i < queue.size(); ++i) {
+      const int v = queue[i];
+      for (int e : g.out_edges(v)) {
+        const int w = g.edges_[e].dst;
+        depth[w] = std::max(depth[w], depth[v] + 1);
+        if (--indegree_left[w] == 0) queue.push_back(w);
+      }
+    }
+  }
+  // The order used for splitting is built backwards from the sinks with a
+  // stack: a node is placed as soon as all its consumers are, and among
+  // producers that become ready together the shallowest is placed first, so
+  // side inputs (labels, masks, parameters) land right before their consumer
+  // and the main path is not broken up by them; parallel branches stay
+  // contiguous. Those are the orders whose blocks make good stages.
   std::vector<int> outdegree_left(n);
-  std::vector<int> stack;
-  for (int v = n - 1; v >= 0; --v) {
-    outdegree_left[v] = g.out_begin_[v + 1] - g.out_begin_[v];
-  }
+  std::vector<int> stack, ready;
   for (int v = 0; v < n; ++v) {
-    if (outdegree_left[v] == 0) stack.push_back(v);
+    outdegree_left[v] = g.out_begin_[v + 1] - g.out_begin_[v];
+    if (outdegree_left[v] == 0) ready.push_back(v);
   }
+  auto push_ready = [&] {
+    // Deepest pushed first so the shallowest is popped (placed) first.
+    std::stable_sort(ready.begin(), ready.end(),
+                     [&](int a, int b) { return depth[a] > depth[b]; });
+    stack.insert(stack.end(), ready.begin(), ready.end());
+    ready.clear();
+  };
+  push_ready();
   std::vector<int> reversed;
   reversed.reserve(n);
   while (!stack.empty()) {
     const int v = stack.back();
     stack.pop_back();
     reversed.push_back(v);
-    auto in = g.in_edges(v);
-    for (auto it = in.rbegin(); it != in.rend(); ++it) {
-      const int u = g.edges_[*it].src;
-      if (--outdegree_left[u] == 0) stack.push_back(u);
+    for (int e : g.in_edges(v)) {
+      const int u = g.edges_[e].src;
+      if (--outdegree_left[u] == 0) ready.push_back(u);
     }
+    push_ready();
   }
   if (static_cast<int>(reversed.size()) != n) {
     std::vector<char> placed(n, 0);
