@@ -617,6 +617,9 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   if (problem.deadline != absl::InfiniteFuture()) {
     const double left = std::max(0.01, absl::ToDoubleSeconds(problem.deadline - absl::Now()));
     cbc.setMaximumSeconds(left);
+    // CBC checks its time limit only between root cut passes and nodes; keep
+    // the passes few when the budget is short.
+    if (left < 60) cbc.setMaximumCutPassesAtRoot(left < 10 ? 3 : 10);
     // The root LP is not interrupted by CBC's own limit.
     if (auto* clp = dynamic_cast<OsiClpSolverInterface*>(cbc.solver())) {
       clp->getModelPtr()->setMaximumSeconds(left);
