@@ -652,11 +652,14 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   CbcRounding rounding(cbc);
   cbc.addHeuristic(&rounding);
   CbcHeuristicFPump pump(cbc);
-  cbc.addHeuristic(&pump);
+  // FPump, local search and RINS run sub-solves that do not look at the
+  // deadline; use them only when there is no deadline.
+  const bool open_ended = problem.deadline == absl::InfiniteFuture();
+  if (open_ended) cbc.addHeuristic(&pump);
   CbcHeuristicLocal local(cbc);
-  cbc.addHeuristic(&local);
+  if (open_ended) cbc.addHeuristic(&local);
   CbcHeuristicRINS rins(cbc);
-  cbc.addHeuristic(&rins);
+  if (open_ended) cbc.addHeuristic(&rins);
 
   std::vector<std::vector<double>> solutions;
   StopHandler handler(&problem, &solutions);
