@@ -20,7 +20,7 @@ namespace {
 using schedule::ScheduleKind;
 
 constexpr double kDefaultTimeLimitSeconds = 10;
-constexpr double kDefaultRelativeGap = 1e-4;
+constexpr double kDefaultRelativeGap = 0.01;
 constexpr int kDefaultChunks = 2;
 constexpr size_t kMaxAlternatives = 8;
 
@@ -214,15 +214,19 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
   if (method != PartitionMethod::kAuto) {
     run(method, problem);
   } else {
-    for (PartitionMethod m : {PartitionMethod::kDp, PartitionMethod::kIdealDp,
-                              PartitionMethod::kTime, PartitionMethod::kParams,
-                              PartitionMethod::kUniform}) {
+    // Cheap methods first; the exact DAG solvers run only while the proven
+    // gap is above the target, and the MILP last, warm-started from the best
+    // split so far so it can only improve on it.
+    for (PartitionMethod m : {PartitionMethod::kDp, PartitionMethod::kTime,
+                              PartitionMethod::kParams, PartitionMethod::kUniform}) {
       if (problem.ShouldStop() && best) break;
       run(m, problem);
     }
-    // The MILP runs only while a gap is left to close, warm-started from the
-    // best split so far so it can only improve on it.
-    if (best && Gap(best->objective, lower) > problem.relative_gap && !problem.ShouldStop()) {
+    auto gap_open = [&] {
+      return !best || Gap(best->objective, lower) > problem.relative_gap;
+    };
+    if (gap_open() && !(problem.ShouldStop() && best)) run(PartitionMethod::kIdealDp, problem);
+    if (best && gap_open() && !problem.ShouldStop()) {
       PartitionProblem warm = problem;
       const std::vector<int> incumbent = best->stage_of_node;
       warm.warm_start = incumbent;

@@ -44,7 +44,7 @@ struct PlanOptions {
   PartitionMethod method = PartitionMethod::kAuto;
   CommModel comm_model = CommModel::kDirect;
   double time_limit_seconds = 0;  // 0: 10 s
-  double relative_gap = 0;        // 0: 1e-4
+  double relative_gap = 0;        // 0: 0.01
   // An absolute deadline (e.g. from an RPC) that tightens the time limit.
   absl::Time deadline = absl::InfiniteFuture();
   const std::atomic<bool>* cancelled = nullptr;
