@@ -1,0 +1,220 @@
+#include "pipeplan/client/planner_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/status_map.h"
+
+namespace pipeplan::client {
+namespace {
+
+using server::FromGrpcStatus;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class GrpcPlanWatch : public PlanWatch {
+ public:
+  GrpcPlanWatch(std::unique_ptr<grpc::ClientContext> ctx, v1::PlannerService::Stub* stub,
+                const v1::WatchPlanRequest& request)
+      : ctx_(std::move(ctx)), reader_(stub->WatchPlan(ctx_.get(), request)) {}
+  ~GrpcPlanWatch() override {
+    if (!finished_) {
+      ctx_->TryCancel();
+      v1::PlanUpdate drain;
+      while (reader_->Read(&drain)) {
+      }
+      (void)reader_->Finish();
+    }
+  }
+  bool Next(v1::PlanUpdate* update) override { return reader_->Read(update); }
+  void Cancel() override { ctx_->TryCancel(); }
+  absl::Status Finish() override {
+    finished_ = true;
+    return FromGrpcStatus(reader_->Finish());
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::PlanUpdate>> reader_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(const ClientOptions& options) {
+  std::unique_ptr<PlannerClient> c(new PlannerClient());
+  c->options_ = options;
+  if (c->options_.token.empty() && !options.token_file.empty()) {
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(options.token_file, "token file"));
+    c->options_.token = std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
+    if (c->options_.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token file ", options.token_file, " has an empty first line"));
+    }
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca_file.empty()) {
+      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_ca_file, "TLS CA"));
+    }
+    if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+      if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+        return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+      }
+      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                                ReadFile(options.tls_cert_file, "TLS certificate"));
+      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(options.tls_key_file, "TLS key"));
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  c->channel_ = grpc::CreateCustomChannel(options.address, creds, args);
+  c->stub_ = v1::PlannerService::NewStub(c->channel_);
+  return c;
+}
+
+void PlannerClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const {
+  if (timeout != absl::InfiniteDuration()) {
+    ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  }
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+}
+
+namespace {
+template <typename Resp, typename Req, typename Method>
+absl::StatusOr<Resp> Call(v1::PlannerService::Stub* stub, grpc::ClientContext* ctx,
+                          Method method, const Req& req) {
+  Resp resp;
+  grpc::Status s = (stub->*method)(ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return resp;
+}
+}  // namespace
+
+absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request) {
+  return Plan(request, options_.timeout);
+}
+
+absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request,
+                                             absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout);
+  return Call<v1::Plan>(stub_.get(), &ctx, &v1::PlannerService::Stub::Plan, request);
+}
+
+absl::StatusOr<v1::Job> PlannerClient::CreateJob(const std::string& name,
+                                                 const v1::PlanRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::CreateJobRequest req;
+  req.set_name(name);
+  *req.mutable_request() = request;
+  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::CreateJob, req);
+}
+
+absl::StatusOr<v1::Job> PlannerClient::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::GetJob, req);
+}
+
+absl::StatusOr<v1::ListJobsResponse> PlannerClient::ListJobs() {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  return Call<v1::ListJobsResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::ListJobs,
+                                    v1::ListJobsRequest());
+}
+
+absl::Status PlannerClient::DeleteJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::DeleteJobRequest req;
+  req.set_job_id(job_id);
+  return Call<v1::DeleteJobResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::DeleteJob, req)
+      .status();
+}
+
+absl::StatusOr<v1::VersionedPlan> PlannerClient::GetPlan(const std::string& job_id,
+                                                         int64_t version) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::GetPlanRequest req;
+  req.set_job_id(job_id);
+  req.set_version(version);
+  return Call<v1::VersionedPlan>(stub_.get(), &ctx, &v1::PlannerService::Stub::GetPlan, req);
+}
+
+absl::StatusOr<v1::VersionedPlan> PlannerClient::ReplanJob(const v1::ReplanJobRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  return Call<v1::VersionedPlan>(stub_.get(), &ctx, &v1::PlannerService::Stub::ReplanJob, request);
+}
+
+absl::StatusOr<v1::Assignment> PlannerClient::RegisterWorker(const std::string& job_id,
+                                                             const v1::WorkerInfo& worker) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::RegisterWorkerRequest req;
+  req.set_job_id(job_id);
+  *req.mutable_worker() = worker;
+  return Call<v1::Assignment>(stub_.get(), &ctx, &v1::PlannerService::Stub::RegisterWorker, req);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(const std::string& job_id,
+                                                               const std::string& worker_id) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::HeartbeatRequest req;
+  req.set_job_id(job_id);
+  req.set_worker_id(worker_id);
+  return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat, req);
+}
+
+absl::StatusOr<v1::ReportStepResponse> PlannerClient::ReportStep(
+    const v1::ReportStepRequest& report) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  return Call<v1::ReportStepResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::ReportStep,
+                                      report);
+}
+
+std::unique_ptr<PlanWatch> PlannerClient::WatchPlan(const v1::WatchPlanRequest& request) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  Prepare(ctx.get(), absl::InfiniteDuration());
+  return std::make_unique<GrpcPlanWatch>(std::move(ctx), stub_.get(), request);
+}
+
+absl::StatusOr<bool> PlannerClient::CheckHealth(const std::string& service,
+                                                absl::Duration timeout) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = health->Check(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+}  // namespace pipeplan::client

@@ -1,0 +1,141 @@
+// Jobs, their versioned plans, and the workers attached to them. The
+// registry is the in-memory view; every change goes to the Store first, so
+// the store is the truth and a restart (Recover) rebuilds the same view.
+//
+// Leases: a worker's lease runs `lease` from its last RegisterWorker,
+// Heartbeat or ReportStep; CheckLeases marks expired ones lost. After
+// Recover every worker's lease restarts, so workers that reconnect after a
+// planner restart are never declared lost for the planner's downtime.
+//
+// Thread safety: all methods may be called from any thread. PlanWatcher
+// callbacks run with the registry's lock held: they must only queue work and
+// never call back into the registry.
+#ifndef PIPEPLAN_SERVER_JOB_REGISTRY_H_
+#define PIPEPLAN_SERVER_JOB_REGISTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pipeplan/server/clock.h"
+#include "pipeplan/server/store.h"
+#include "pipeplan/v1/planner_service.pb.h"
+
+namespace pipeplan::server {
+
+class Metrics;
+
+// Receives a job's plan versions (WatchPlan's stream implements it).
+class PlanWatcher {
+ public:
+  virtual ~PlanWatcher() = default;
+  virtual void OnPlan(std::shared_ptr<const v1::PlanUpdate> update) = 0;
+  // The stream should end with `status` (OK on shutdown, NOT_FOUND when the
+  // job was deleted). No OnPlan follows.
+  virtual void OnClose(const absl::Status& status) = 0;
+};
+
+class JobRegistry {
+ public:
+  struct Options {
+    absl::Duration lease = absl::Seconds(10);
+    int max_jobs = 10'000;
+    int max_workers_per_job = 4'096;
+  };
+  // `store` and `clock` must outlive the registry; `metrics` may be null.
+  JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics = nullptr);
+
+  // Loads every job from the store. Call once, before serving.
+  absl::Status Recover();
+
+  absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request,
+                                    const v1::Plan& plan);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
+  std::vector<v1::Job> ListJobs() const;
+  absl::Status DeleteJob(const std::string& job_id);
+  // version 0: the current one.
+  absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) const;
+
+  // The version bump path: stores `plan` (produced by `request`) as the next
+  // version and pushes it to every watcher. Replanning policies (step-report
+  // recalibration, lost workers) call this. Returns the new version.
+  absl::StatusOr<int64_t> PublishPlan(const std::string& job_id, const v1::PlanRequest& request,
+                                      const v1::Plan& plan, const std::string& reason);
+
+  // Registering again with the same worker id updates the registration (a
+  // reconnect). INVALID_ARGUMENT for a missing id or a device not in the
+  // job's cluster; NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::Assignment> RegisterWorker(const std::string& job_id,
+                                                const v1::WorkerInfo& worker);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
+                                                  const std::string& worker_id);
+  // FAILED_PRECONDITION when the report's plan version is not the current
+  // one; NOT_FOUND for an unknown job or worker.
+  absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
+  absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
+                                                                       int limit) const;
+
+  // Marks workers whose lease expired as lost; returns how many.
+  int CheckLeases();
+
+  // Subscribes `watcher` to the job's plan versions; it receives the current
+  // version at once when it is newer than `known_version`.
+  absl::Status Watch(const std::string& job_id, const std::string& worker_id, int64_t known_version,
+                     std::weak_ptr<PlanWatcher> watcher);
+  // Ends every watch with `status` (shutdown).
+  void CloseAllWatchers(const absl::Status& status);
+
+  struct Counts {
+    int jobs = 0;
+    int active_workers = 0;
+    int lost_workers = 0;
+    int watchers = 0;
+  };
+  Counts counts() const;
+  absl::Duration lease() const { return options_.lease; }
+
+ private:
+  struct Worker {
+    WorkerRecord record;
+    absl::Time lease_expiry;
+  };
+  struct WatchEntry {
+    std::string worker_id;
+    std::weak_ptr<PlanWatcher> watcher;
+  };
+  struct Job {
+    JobRecord record;
+    std::shared_ptr<const v1::VersionedPlan> current;
+    absl::flat_hash_map<std::string, Worker> workers;
+    std::vector<WatchEntry> watches;
+  };
+
+  Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job, const std::string& worker_id) const;
+
+  Store* const store_;
+  const Clock* const clock_;
+  const Options options_;
+  Metrics* const metrics_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+// The rank (position among the plan's distinct devices, in stage order) of
+// `device_id`, or -1 when the plan gives it no stage.
+int RankOfDevice(const v1::Plan& plan, std::string_view device_id);
+
+}  // namespace pipeplan::server
+
+#endif  // PIPEPLAN_SERVER_JOB_REGISTRY_H_

@@ -1,0 +1,66 @@
+// Prometheus metrics of the planner, served by prometheus-cpp's Exposer.
+// Metric children are created once and kept (Add at runtime is slow); label
+// sets are small and bounded (method x code, worker state, job).
+// Thread safety: all methods may be called from any thread.
+#ifndef PIPEPLAN_SERVER_METRICS_H_
+#define PIPEPLAN_SERVER_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Family_Counter;
+class Gauge;
+class Histogram;
+class Registry;
+}  // namespace prometheus
+
+namespace pipeplan::server {
+
+class Metrics {
+ public:
+  // `listen` empty: metrics are kept but not served. Errors: UNAVAILABLE
+  // when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen);
+  ~Metrics();
+
+  // The bound metrics port (0 when not served).
+  int port() const { return port_; }
+
+  void CountRequest(std::string_view method, std::string_view code);
+  void ObserveSolve(double seconds, double gap);
+  void SetJobs(int jobs);
+  void SetWorkers(int active, int lost);
+  void SetPlanVersion(const std::string& job_id, int64_t version);
+  void RemoveJob(const std::string& job_id);
+  void SetSolves(int running, int queued);
+  void CountCache(bool hit);
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  Metrics();
+  struct Families;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<Families> f_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Gauge*> versions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pipeplan::server
+
+#endif  // PIPEPLAN_SERVER_METRICS_H_

@@ -1,0 +1,104 @@
+// The planner service's logic, independent of gRPC (Ray's HandleX(request,
+// reply, callback) shape): tests drive it without a socket, and the gRPC
+// adapter (grpc_service.h) only translates calls and statuses.
+//
+// Solves (Plan, CreateJob, ReplanJob) run on the SolvePool, never on the
+// caller's thread; their callback runs on a pool thread, or inline when the
+// answer is known at once (cache hit, invalid input, pool full). Every other
+// handler is synchronous and cheap.
+//
+// Thread safety: all methods may be called from any thread.
+#ifndef PIPEPLAN_SERVER_PLANNER_SERVICE_H_
+#define PIPEPLAN_SERVER_PLANNER_SERVICE_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/server/clock.h"
+#include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/request_cache.h"
+#include "pipeplan/server/solve_pool.h"
+#include "pipeplan/server/store.h"
+#include "pipeplan/v1/planner_service.pb.h"
+
+namespace pipeplan::server {
+
+class Metrics;
+
+struct ServiceOptions {
+  GraphLimits limits;               // max nodes / edges (RESOURCE_EXHAUSTED above)
+  int max_cluster_devices = 65'536; // RESOURCE_EXHAUSTED above
+  int solver_threads = 0;           // 0: hardware concurrency (at least 2)
+  int max_concurrent_solves = 256;  // queued + running; RESOURCE_EXHAUSTED above
+  // Taken off the RPC deadline so the answer is sent before the client gives up.
+  absl::Duration deadline_margin = absl::Milliseconds(50);
+  RequestCache::Options cache;
+  JobRegistry::Options registry;
+};
+
+// Per-call context: the RPC's deadline and a flag the transport sets when the
+// call is cancelled (client gone, deadline passed).
+struct CallContext {
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+};
+
+template <typename T>
+using Callback = std::function<void(absl::StatusOr<T>)>;
+
+class PlannerServiceImpl {
+ public:
+  // `store`, `clock` must outlive the service; `metrics` may be null.
+  PlannerServiceImpl(ServiceOptions options, Store* store, const Clock* clock,
+                     Metrics* metrics = nullptr);
+  ~PlannerServiceImpl();
+
+  absl::Status Recover() { return registry_.Recover(); }
+
+  void HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
+                  Callback<v1::Plan> done);
+  void HandleCreateJob(const v1::CreateJobRequest& request, const CallContext& ctx,
+                       Callback<v1::Job> done);
+  void HandleReplanJob(const v1::ReplanJobRequest& request, const CallContext& ctx,
+                       Callback<v1::VersionedPlan> done);
+
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request);
+  absl::StatusOr<v1::VersionedPlan> GetPlan(const v1::GetPlanRequest& request);
+  absl::StatusOr<v1::Assignment> RegisterWorker(const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& request);
+  absl::Status WatchPlan(const v1::WatchPlanRequest& request, std::weak_ptr<PlanWatcher> watcher);
+
+  // Stops admitting solves, waits for the admitted ones, ends every watch
+  // with OK. Idempotent.
+  void Shutdown();
+
+  JobRegistry& registry() { return registry_; }
+  SolvePool& pool() { return pool_; }
+  RequestCache& cache() { return cache_; }
+
+ private:
+  // Validates, solves (honouring deadline and cancellation) and converts.
+  absl::StatusOr<v1::Plan> Solve(const v1::PlanRequest& request, const CallContext& ctx);
+  absl::Status CheckLimits(const v1::PlanRequest& request) const;
+  void PublishSolveGauges();
+
+  const ServiceOptions options_;
+  const Clock* const clock_;
+  Metrics* const metrics_;
+  RequestCache cache_;
+  JobRegistry registry_;
+  SolvePool pool_;
+};
+
+}  // namespace pipeplan::server
+
+#endif  // PIPEPLAN_SERVER_PLANNER_SERVICE_H_

@@ -1,0 +1,451 @@
+#include "pipeplan/server/job_registry.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/log.h"
+#include "pipeplan/server/metrics.h"
+
+namespace pipeplan::server {
+namespace {
+
+constexpr size_t kMaxIdBytes = 256;
+
+std::string NewJobId() {
+  static absl::Mutex mu(absl::kConstInit);
+  static std::mt19937_64* rng = new std::mt19937_64(std::random_device{}());
+  absl::MutexLock l(&mu);
+  return absl::StrFormat("job-%016x", (*rng)());
+}
+
+absl::Status CheckId(const std::string& field, const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
+  if (id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is longer than ", kMaxIdBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobNotFound(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+}
+
+}  // namespace
+
+int RankOfDevice(const v1::Plan& plan, std::string_view device_id) {
+  std::vector<std::string_view> devices;
+  for (const v1::Stage& s : plan.stages()) {
+    if (std::find(devices.begin(), devices.end(), s.device_id()) == devices.end()) {
+      devices.push_back(s.device_id());
+    }
+  }
+  auto it = std::find(devices.begin(), devices.end(), device_id);
+  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
+}
+
+JobRegistry::JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics)
+    : store_(store), clock_(clock), options_(options), metrics_(metrics) {}
+
+absl::Status JobRegistry::Recover() {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StoredJob> stored, store_->Load());
+  absl::MutexLock l(&mu_);
+  const absl::Time now = clock_->Now();
+  for (StoredJob& sj : stored) {
+    Job job;
+    job.record = sj.job;
+    job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
+    for (WorkerRecord& w : sj.workers) {
+      std::string id = w.info.worker_id();
+      job.workers[id] = Worker{std::move(w), now + options_.lease};
+    }
+    if (metrics_) metrics_->SetPlanVersion(job.record.id, job.record.current_version);
+    LogInfo("job_recovered", {{"job", job.record.id},
+                              {"plan_version", absl::StrCat(job.record.current_version)},
+                              {"workers", absl::StrCat(job.workers.size())}});
+    jobs_[job.record.id] = std::move(job);
+  }
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+v1::Job JobRegistry::ToProtoLocked(const Job& job, bool with_plan) const {
+  v1::Job out;
+  out.set_id(job.record.id);
+  out.set_name(job.record.name);
+  out.set_plan_version(job.record.current_version);
+  out.set_create_time_unix_ms(job.record.create_time_unix_ms);
+  if (with_plan) *out.mutable_plan() = job.current->plan();
+  std::vector<const Worker*> workers;
+  for (const auto& [id, w] : job.workers) workers.push_back(&w);
+  std::sort(workers.begin(), workers.end(), [](const Worker* a, const Worker* b) {
+    return a->record.info.worker_id() < b->record.info.worker_id();
+  });
+  for (const Worker* w : workers) {
+    v1::WorkerStatus* ws = out.add_workers();
+    *ws->mutable_info() = w->record.info;
+    ws->set_rank(w->record.rank);
+    ws->set_state(w->record.state);
+    ws->set_last_heartbeat_unix_ms(w->record.last_heartbeat_unix_ms);
+    ws->set_last_step(w->record.last_step);
+  }
+  out.set_num_workers(static_cast<int>(job.workers.size()));
+  return out;
+}
+
+void JobRegistry::UpdateGaugesLocked() const {
+  if (!metrics_) return;
+  int active = 0, lost = 0;
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& [wid, w] : job.workers) {
+      (w.record.state == v1::WORKER_LOST ? lost : active)++;
+    }
+  }
+  metrics_->SetJobs(static_cast<int>(jobs_.size()));
+  metrics_->SetWorkers(active, lost);
+}
+
+absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
+                                               const v1::PlanRequest& request,
+                                               const v1::Plan& plan) {
+  if (name.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("name is longer than ", kMaxIdBytes, " bytes"));
+  }
+  absl::MutexLock l(&mu_);
+  if (static_cast<int>(jobs_.size()) >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the planner holds the maximum of ", options_.max_jobs, " jobs"));
+  }
+  Job job;
+  do {
+    job.record.id = NewJobId();
+  } while (jobs_.contains(job.record.id));
+  job.record.name = std::string(name);
+  job.record.create_time_unix_ms = absl::ToUnixMillis(clock_->Now());
+  job.record.current_version = 1;
+  v1::VersionedPlan first;
+  first.set_job_id(job.record.id);
+  first.set_version(1);
+  *first.mutable_plan() = plan;
+  *first.mutable_request() = request;
+  first.set_reason("created");
+  PIPEPLAN_RETURN_IF_ERROR(store_->CreateJob(job.record, first));
+  job.current = std::make_shared<const v1::VersionedPlan>(std::move(first));
+  const std::string id = job.record.id;
+  auto [it, inserted] = jobs_.emplace(id, std::move(job));
+  if (metrics_) metrics_->SetPlanVersion(id, 1);
+  UpdateGaugesLocked();
+  LogInfo("job_created", {{"job", id}, {"name", std::string(name)}, {"plan_version", "1"}});
+  return ToProtoLocked(it->second, /*with_plan=*/true);
+}
+
+absl::StatusOr<v1::Job> JobRegistry::GetJob(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  const Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  return ToProtoLocked(*job, /*with_plan=*/true);
+}
+
+std::vector<v1::Job> JobRegistry::ListJobs() const {
+  absl::ReaderMutexLock l(&mu_);
+  std::vector<v1::Job> out;
+  for (const auto& [id, job] : jobs_) out.push_back(ToProtoLocked(job, /*with_plan=*/false));
+  std::sort(out.begin(), out.end(), [](const v1::Job& a, const v1::Job& b) {
+    return a.create_time_unix_ms() != b.create_time_unix_ms()
+               ? a.create_time_unix_ms() < b.create_time_unix_ms()
+               : a.id() < b.id();
+  });
+  return out;
+}
+
+absl::Status JobRegistry::DeleteJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  PIPEPLAN_RETURN_IF_ERROR(store_->DeleteJob(job_id));
+  const absl::Status closed =
+      absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was deleted"));
+  for (WatchEntry& w : job->watches) {
+    if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+  }
+  if (metrics_) metrics_->RemoveJob(std::string(job_id));
+  LogInfo("job_deleted", {{"job", std::string(job_id)}});
+  jobs_.erase(jobs_.find(job_id));
+  UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id,
+                                                       int64_t version) const {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    const Job* job = FindLocked(job_id);
+    if (!job) return JobNotFound(job_id);
+    if (version < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("version must be >= 0, got ", version));
+    }
+    if (version == 0 || version == job->record.current_version) return *job->current;
+    if (version > job->record.current_version) {
+      return absl::NotFoundError(absl::StrCat("job ", job_id, " has no plan version ", version,
+                                              " (current is ", job->record.current_version, ")"));
+    }
+  }
+  return store_->GetPlan(job_id, version);
+}
+
+std::shared_ptr<const v1::PlanUpdate> JobRegistry::UpdateFor(const Job& job,
+                                                             const std::string& worker_id) const {
+  auto update = std::make_shared<v1::PlanUpdate>();
+  update->set_job_id(job.record.id);
+  update->set_version(job.record.current_version);
+  *update->mutable_plan() = job.current->plan();
+  int rank = -1;
+  if (auto it = job.workers.find(worker_id); it != job.workers.end()) {
+    rank = RankOfDevice(job.current->plan(), it->second.record.info.device_id());
+  }
+  update->set_rank(rank);
+  return update;
+}
+
+absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
+                                                 const v1::PlanRequest& request,
+                                                 const v1::Plan& plan, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  v1::VersionedPlan next;
+  next.set_job_id(job->record.id);
+  next.set_version(job->record.current_version + 1);
+  *next.mutable_plan() = plan;
+  *next.mutable_request() = request;
+  next.set_reason(std::string(reason));
+  PIPEPLAN_RETURN_IF_ERROR(store_->AppendPlan(next));
+  job->record.current_version = next.version();
+  job->current = std::make_shared<const v1::VersionedPlan>(std::move(next));
+  // New ranks for the new plan.
+  for (auto& [wid, w] : job->workers) {
+    w.record.rank = RankOfDevice(plan, w.record.info.device_id());
+  }
+  std::vector<WatchEntry> alive;
+  for (WatchEntry& w : job->watches) {
+    if (auto watcher = w.watcher.lock()) {
+      watcher->OnPlan(UpdateFor(*job, w.worker_id));
+      alive.push_back(std::move(w));
+    }
+  }
+  job->watches = std::move(alive);
+  if (metrics_) metrics_->SetPlanVersion(job->record.id, job->record.current_version);
+  LogInfo("plan_published", {{"job", job->record.id},
+                             {"plan_version", absl::StrCat(job->record.current_version)},
+                             {"reason", std::string(reason)},
+                             {"watchers", absl::StrCat(job->watches.size())}});
+  return job->record.current_version;
+}
+
+absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& job_id,
+                                                           const v1::WorkerInfo& info) {
+  PIPEPLAN_RETURN_IF_ERROR(CheckId("worker.worker_id", info.worker_id()));
+  PIPEPLAN_RETURN_IF_ERROR(CheckId("worker.device_id", info.device_id()));
+  if (info.host().size() > kMaxIdBytes || info.transport_address().size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError("worker.host or worker.transport_address is too long");
+  }
+  if (!(info.memory_bytes() >= 0) || !(info.measured_bandwidth_bytes_per_second() >= 0)) {
+    return absl::InvalidArgumentError(
+        "worker.memory_bytes and worker.measured_bandwidth_bytes_per_second must be >= 0");
+  }
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  const v1::ClusterTopology& cluster = job->current->request().cluster();
+  const bool known_device =
+      std::any_of(cluster.devices().begin(), cluster.devices().end(),
+                  [&](const v1::Device& d) { return d.id() == info.device_id(); });
+  if (!known_device) {
+    return absl::InvalidArgumentError(absl::StrCat("worker.device_id \"", info.device_id(),
+                                                   "\" is not a device of job ", job_id,
+                                                   "'s cluster"));
+  }
+  auto it = job->workers.find(info.worker_id());
+  if (it == job->workers.end() &&
+      static_cast<int>(job->workers.size()) >= options_.max_workers_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat("job ", job_id, " already has the maximum of ",
+                                                     options_.max_workers_per_job, " workers"));
+  }
+  const absl::Time now = clock_->Now();
+  WorkerRecord rec;
+  rec.job_id = job->record.id;
+  rec.info = info;
+  rec.rank = RankOfDevice(job->current->plan(), info.device_id());
+  rec.state = v1::WORKER_ACTIVE;
+  rec.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  rec.last_step = it == job->workers.end() ? -1 : it->second.record.last_step;
+  PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(rec));
+  const bool reconnect = it != job->workers.end();
+  job->workers[info.worker_id()] = Worker{rec, now + options_.lease};
+  UpdateGaugesLocked();
+  LogInfo(reconnect ? "worker_reregistered" : "worker_registered",
+          {{"job", job->record.id},
+           {"plan_version", absl::StrCat(job->record.current_version)},
+           {"worker", info.worker_id()},
+           {"device", info.device_id()},
+           {"rank", absl::StrCat(rec.rank)}});
+  v1::Assignment a;
+  a.set_job_id(job->record.id);
+  a.set_worker_id(info.worker_id());
+  a.set_rank(rec.rank);
+  a.set_plan_version(job->record.current_version);
+  a.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
+  return a;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& job_id,
+                                                             const std::string& worker_id) {
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  auto it = job->workers.find(worker_id);
+  if (it == job->workers.end()) {
+    return absl::NotFoundError(absl::StrCat("worker \"", worker_id, "\" is not registered with job ",
+                                            job_id, "; call RegisterWorker"));
+  }
+  Worker& w = it->second;
+  const absl::Time now = clock_->Now();
+  w.lease_expiry = now + options_.lease;
+  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  if (w.record.state == v1::WORKER_LOST) {
+    w.record.state = v1::WORKER_ACTIVE;
+    (void)store_->PutWorker(w.record);
+    UpdateGaugesLocked();
+    LogInfo("worker_recovered", {{"job", job->record.id},
+                                 {"plan_version", absl::StrCat(job->record.current_version)},
+                                 {"worker", std::string(worker_id)}});
+  }
+  v1::HeartbeatResponse r;
+  r.set_current_plan_version(job->record.current_version);
+  r.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
+  return r;
+}
+
+absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(const v1::ReportStepRequest& report) {
+  if (report.timings_size() > 1'000'000) {
+    return absl::ResourceExhaustedError("report has more than 1000000 timings");
+  }
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(report.job_id());
+  if (!job) return JobNotFound(report.job_id());
+  auto it = job->workers.find(report.worker_id());
+  if (it == job->workers.end()) {
+    return absl::NotFoundError(absl::StrCat("worker \"", report.worker_id(),
+                                            "\" is not registered with job ", report.job_id()));
+  }
+  if (report.plan_version() != job->record.current_version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "report for plan version ", report.plan_version(), " but job ", report.job_id(),
+        " is at version ", job->record.current_version, "; switch plans and report again"));
+  }
+  if (report.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
+  }
+  PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
+  Worker& w = it->second;
+  const absl::Time now = clock_->Now();
+  w.lease_expiry = now + options_.lease;
+  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  w.record.last_step = std::max(w.record.last_step, report.step());
+  if (w.record.state == v1::WORKER_LOST) {
+    w.record.state = v1::WORKER_ACTIVE;
+    (void)store_->PutWorker(w.record);
+    UpdateGaugesLocked();
+  }
+  v1::ReportStepResponse r;
+  r.set_current_plan_version(job->record.current_version);
+  return r;
+}
+
+absl::StatusOr<std::vector<v1::ReportStepRequest>> JobRegistry::RecentStepReports(
+    const std::string& job_id, int limit) const {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    if (!FindLocked(job_id)) return JobNotFound(job_id);
+  }
+  return store_->RecentStepReports(job_id, limit);
+}
+
+int JobRegistry::CheckLeases() {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = clock_->Now();
+  int lost = 0;
+  for (auto& [id, job] : jobs_) {
+    for (auto& [wid, w] : job.workers) {
+      if (w.record.state != v1::WORKER_LOST && now >= w.lease_expiry) {
+        w.record.state = v1::WORKER_LOST;
+        (void)store_->PutWorker(w.record);
+        ++lost;
+        LogWarn("worker_lost", {{"job", id},
+                                {"plan_version", absl::StrCat(job.record.current_version)},
+                                {"worker", wid},
+                                {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(options_.lease))}});
+      }
+    }
+  }
+  if (lost > 0) UpdateGaugesLocked();
+  return lost;
+}
+
+absl::Status JobRegistry::Watch(const std::string& job_id, const std::string& worker_id,
+                                int64_t known_version, std::weak_ptr<PlanWatcher> watcher) {
+  if (worker_id.size() > kMaxIdBytes) return absl::InvalidArgumentError("worker_id is too long");
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  auto w = watcher.lock();
+  if (!w) return absl::CancelledError("watcher gone");
+  // Drop watches whose stream ended.
+  job->watches.erase(std::remove_if(job->watches.begin(), job->watches.end(),
+                                    [](const WatchEntry& x) { return x.watcher.expired(); }),
+                     job->watches.end());
+  job->watches.push_back({std::string(worker_id), watcher});
+  if (job->record.current_version > known_version) w->OnPlan(UpdateFor(*job, worker_id));
+  LogInfo("watch_started", {{"job", job->record.id},
+                            {"plan_version", absl::StrCat(job->record.current_version)},
+                            {"worker", std::string(worker_id)}});
+  return absl::OkStatus();
+}
+
+void JobRegistry::CloseAllWatchers(const absl::Status& status) {
+  absl::MutexLock l(&mu_);
+  for (auto& [id, job] : jobs_) {
+    for (WatchEntry& w : job.watches) {
+      if (auto watcher = w.watcher.lock()) watcher->OnClose(status);
+    }
+    job.watches.clear();
+  }
+}
+
+JobRegistry::Counts JobRegistry::counts() const {
+  absl::ReaderMutexLock l(&mu_);
+  Counts c;
+  c.jobs = static_cast<int>(jobs_.size());
+  for (const auto& [id, job] : jobs_) {
+    for (const auto& [wid, w] : job.workers) {
+      (w.record.state == v1::WORKER_LOST ? c.lost_workers : c.active_workers)++;
+    }
+    for (const WatchEntry& w : job.watches) c.watchers += w.watcher.expired() ? 0 : 1;
+  }
+  return c;
+}
+
+}  // namespace pipeplan::server

@@ -1,0 +1,147 @@
+#include "pipeplan/server/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+#ifndef PIPEPLAN_VERSION
+#define PIPEPLAN_VERSION "unknown"
+#endif
+
+namespace pipeplan::server {
+
+struct Metrics::Families {
+  prometheus::Family<prometheus::Counter>* requests;
+  prometheus::Histogram* solve_duration;
+  prometheus::Gauge* gap;
+  prometheus::Gauge* jobs;
+  prometheus::Gauge* workers_active;
+  prometheus::Gauge* workers_lost;
+  prometheus::Family<prometheus::Gauge>* plan_version;
+  prometheus::Gauge* solves_running;
+  prometheus::Gauge* solves_queued;
+  prometheus::Counter* cache_hits;
+  prometheus::Counter* cache_misses;
+};
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new Families) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  prometheus::Registry& r = *registry_;
+  f_->requests = &BuildCounter()
+                      .Name("pipeplan_plan_requests_total")
+                      .Help("RPCs answered by the planner, by method and status code")
+                      .Register(r);
+  f_->solve_duration =
+      &BuildHistogram()
+           .Name("pipeplan_solve_duration_seconds")
+           .Help("Wall time of MakePlan for solved (not cached) requests")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                            0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  f_->gap = &BuildGauge()
+                 .Name("pipeplan_solver_gap_ratio")
+                 .Help("Proven relative optimality gap of the last solve")
+                 .Register(r)
+                 .Add({});
+  f_->jobs = &BuildGauge().Name("pipeplan_jobs").Help("Jobs held by the planner").Register(r).Add({});
+  auto& workers = BuildGauge().Name("pipeplan_workers").Help("Registered workers by lease state").Register(r);
+  f_->workers_active = &workers.Add({{"state", "active"}});
+  f_->workers_lost = &workers.Add({{"state", "lost"}});
+  f_->plan_version =
+      &BuildGauge().Name("pipeplan_plan_version").Help("Current plan version per job").Register(r);
+  auto& solves = BuildGauge().Name("pipeplan_solves").Help("Solves on the solver pool").Register(r);
+  f_->solves_running = &solves.Add({{"state", "running"}});
+  f_->solves_queued = &solves.Add({{"state", "queued"}});
+  auto& cache = BuildCounter()
+                    .Name("pipeplan_plan_cache_lookups_total")
+                    .Help("Plan request cache lookups")
+                    .Register(r);
+  f_->cache_hits = &cache.Add({{"result", "hit"}});
+  f_->cache_misses = &cache.Add({{"result", "miss"}});
+  BuildGauge()
+      .Name("pipeplan_build_info")
+      .Help("Build information; always 1")
+      .Register(r)
+      .Add({{"version", PIPEPLAN_VERSION}})
+      .Set(1);
+}
+
+Metrics::~Metrics() = default;
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen) {
+  std::unique_ptr<Metrics> m(new Metrics());
+  if (listen.empty()) return m;
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(), " (address in use?)"));
+  }
+  m->exposer_->RegisterCollectable(m->registry_);
+  auto ports = m->exposer_->GetListeningPorts();
+  m->port_ = ports.empty() ? 0 : ports.front();
+  return m;
+}
+
+void Metrics::CountRequest(std::string_view method, std::string_view code) {
+  prometheus::Counter* c;
+  {
+    absl::MutexLock l(&mu_);
+    auto key = std::make_pair(std::string(method), std::string(code));
+    auto it = requests_.find(key);
+    if (it == requests_.end()) {
+      c = &f_->requests->Add({{"method", key.first}, {"code", key.second}});
+      requests_.emplace(std::move(key), c);
+    } else {
+      c = it->second;
+    }
+  }
+  c->Increment();
+}
+
+void Metrics::ObserveSolve(double seconds, double gap) {
+  f_->solve_duration->Observe(seconds);
+  f_->gap->Set(gap);
+}
+
+void Metrics::SetJobs(int jobs) { f_->jobs->Set(jobs); }
+
+void Metrics::SetWorkers(int active, int lost) {
+  f_->workers_active->Set(active);
+  f_->workers_lost->Set(lost);
+}
+
+void Metrics::SetPlanVersion(const std::string& job_id, int64_t version) {
+  absl::MutexLock l(&mu_);
+  auto it = versions_.find(job_id);
+  if (it == versions_.end()) {
+    it = versions_.emplace(job_id, &f_->plan_version->Add({{"job", job_id}})).first;
+  }
+  it->second->Set(static_cast<double>(version));
+}
+
+void Metrics::RemoveJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  auto it = versions_.find(job_id);
+  if (it == versions_.end()) return;
+  f_->plan_version->Remove(it->second);
+  versions_.erase(it);
+}
+
+void Metrics::SetSolves(int running, int queued) {
+  f_->solves_running->Set(running);
+  f_->solves_queued->Set(queued);
+}
+
+void Metrics::CountCache(bool hit) { (hit ? f_->cache_hits : f_->cache_misses)->Increment(); }
+
+}  // namespace pipeplan::server

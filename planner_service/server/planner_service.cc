@@ -1,0 +1,199 @@
+#include "pipeplan/server/planner_service.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/log.h"
+#include "pipeplan/server/metrics.h"
+
+namespace pipeplan::server {
+namespace {
+
+int SolverThreads(int requested) {
+  if (requested > 0) return requested;
+  return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, const Clock* clock,
+                                       Metrics* metrics)
+    : options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      cache_(options_.cache, clock),
+      registry_(store, clock, options_.registry, metrics),
+      pool_(SolverThreads(options_.solver_threads),
+            std::max(options_.max_concurrent_solves, 1)) {
+  if (metrics_) {
+    pool_.SetObserver([m = metrics_](int running, int queued) { m->SetSolves(running, queued); });
+  }
+}
+
+PlannerServiceImpl::~PlannerServiceImpl() { Shutdown(); }
+
+void PlannerServiceImpl::Shutdown() {
+  registry_.CloseAllWatchers(absl::OkStatus());
+  pool_.Shutdown();
+}
+
+absl::Status PlannerServiceImpl::CheckLimits(const v1::PlanRequest& request) const {
+  if (static_cast<size_t>(request.graph().nodes_size()) > options_.limits.max_nodes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("graph.nodes has ", request.graph().nodes_size(),
+                     " entries; this planner accepts at most ", options_.limits.max_nodes));
+  }
+  if (static_cast<size_t>(request.graph().edges_size()) > options_.limits.max_edges) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("graph.edges has ", request.graph().edges_size(),
+                     " entries; this planner accepts at most ", options_.limits.max_edges));
+  }
+  if (request.cluster().devices_size() > options_.max_cluster_devices) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cluster.devices has ", request.cluster().devices_size(),
+                     " entries; this planner accepts at most ", options_.max_cluster_devices));
+  }
+  return absl::OkStatus();
+}
+
+void PlannerServiceImpl::PublishSolveGauges() {
+  if (metrics_) metrics_->SetSolves(pool_.running(), pool_.queued());
+}
+
+
+absl::StatusOr<v1::Plan> PlannerServiceImpl::Solve(const v1::PlanRequest& request,
+                                                   const CallContext& ctx) {
+  if (ctx.cancelled->load()) return absl::CancelledError("the call was cancelled before solving");
+  const absl::Time start = clock_->Now();
+  if (start >= ctx.deadline) {
+    return absl::DeadlineExceededError("the deadline passed before the solve started");
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(request, options_.limits));
+  in.options.deadline = std::min(in.options.deadline, ctx.deadline - options_.deadline_margin);
+  in.options.cancelled = ctx.cancelled.get();
+  const absl::Time solve_start = absl::Now();
+  absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - solve_start);
+  if (ctx.cancelled->load()) return absl::CancelledError("the call was cancelled during the solve");
+  if (!result.ok()) {
+    if (result.status().code() == absl::StatusCode::kDeadlineExceeded ||
+        absl::Now() >= ctx.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no plan within the call's deadline: ", result.status().message()));
+    }
+    return result.status();
+  }
+  if (metrics_) metrics_->ObserveSolve(seconds, result->gap);
+  return PlanToProto(*in.graph, *in.cluster, *result);
+}
+
+void PlannerServiceImpl::HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
+                                    Callback<v1::Plan> done) {
+  if (absl::Status s = CheckLimits(request); !s.ok()) return done(s);
+  auto key = std::make_shared<std::string>(CanonicalBytes(request));
+  if (auto hit = cache_.Lookup(*key)) {
+    if (metrics_) metrics_->CountCache(true);
+    return done(v1::Plan(**hit));
+  }
+  if (metrics_) metrics_->CountCache(false);
+  // The request is copied: the caller's message may not outlive this call.
+  auto req = std::make_shared<v1::PlanRequest>(request);
+  // Only answers solved under the request's own time limit (not cut short by
+  // the call's deadline) are cached.
+  const double limit = request.options().time_limit_seconds() > 0
+                           ? request.options().time_limit_seconds()
+                           : 10.0;
+  const bool cacheable = ctx.deadline - clock_->Now() > absl::Seconds(limit) + options_.deadline_margin;
+  absl::Status admitted = pool_.Submit([this, req, key, ctx, cacheable, done]() {
+    absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
+    if (plan.ok() && cacheable) cache_.Insert(*key, std::make_shared<const v1::Plan>(*plan));
+    done(std::move(plan));
+  });
+  if (!admitted.ok()) return done(admitted);
+  PublishSolveGauges();
+}
+
+void PlannerServiceImpl::HandleCreateJob(const v1::CreateJobRequest& request,
+                                         const CallContext& ctx, Callback<v1::Job> done) {
+  if (absl::Status s = CheckLimits(request.request()); !s.ok()) return done(s);
+  if (request.name().size() > 256) {
+    return done(absl::InvalidArgumentError("name is longer than 256 bytes"));
+  }
+  auto req = std::make_shared<v1::CreateJobRequest>(request);
+  absl::Status admitted = pool_.Submit([this, req, ctx, done]() {
+    absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
+    if (!plan.ok()) return done(plan.status());
+    done(registry_.CreateJob(req->name(), req->request(), *plan));
+  });
+  if (!admitted.ok()) return done(admitted);
+  PublishSolveGauges();
+}
+
+void PlannerServiceImpl::HandleReplanJob(const v1::ReplanJobRequest& request,
+                                         const CallContext& ctx,
+                                         Callback<v1::VersionedPlan> done) {
+  absl::StatusOr<v1::VersionedPlan> current = registry_.GetPlan(request.job_id(), 0);
+  if (!current.ok()) return done(current.status());
+  auto req = std::make_shared<v1::PlanRequest>(current->request());
+  if (request.has_options()) *req->mutable_options() = request.options();
+  auto job_id = std::make_shared<std::string>(request.job_id());
+  auto reason = std::make_shared<std::string>(request.reason().empty() ? "replan requested"
+                                                                       : request.reason().substr(0, 256));
+  absl::Status admitted = pool_.Submit([this, req, job_id, reason, ctx, done]() {
+    absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
+    if (!plan.ok()) return done(plan.status());
+    absl::StatusOr<int64_t> version = registry_.PublishPlan(*job_id, *req, *plan, *reason);
+    if (!version.ok()) return done(version.status());
+    done(registry_.GetPlan(*job_id, *version));
+  });
+  if (!admitted.ok()) return done(admitted);
+  PublishSolveGauges();
+}
+
+absl::StatusOr<v1::Job> PlannerServiceImpl::GetJob(const v1::GetJobRequest& request) {
+  return registry_.GetJob(request.job_id());
+}
+
+absl::StatusOr<v1::ListJobsResponse> PlannerServiceImpl::ListJobs(const v1::ListJobsRequest&) {
+  v1::ListJobsResponse out;
+  for (v1::Job& job : registry_.ListJobs()) *out.add_jobs() = std::move(job);
+  return out;
+}
+
+absl::StatusOr<v1::DeleteJobResponse> PlannerServiceImpl::DeleteJob(
+    const v1::DeleteJobRequest& request) {
+  PIPEPLAN_RETURN_IF_ERROR(registry_.DeleteJob(request.job_id()));
+  return v1::DeleteJobResponse();
+}
+
+absl::StatusOr<v1::VersionedPlan> PlannerServiceImpl::GetPlan(const v1::GetPlanRequest& request) {
+  return registry_.GetPlan(request.job_id(), request.version());
+}
+
+absl::StatusOr<v1::Assignment> PlannerServiceImpl::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  return registry_.RegisterWorker(request.job_id(), request.worker());
+}
+
+absl::StatusOr<v1::HeartbeatResponse> PlannerServiceImpl::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  return registry_.Heartbeat(request.job_id(), request.worker_id());
+}
+
+absl::StatusOr<v1::ReportStepResponse> PlannerServiceImpl::ReportStep(
+    const v1::ReportStepRequest& request) {
+  return registry_.ReportStep(request);
+}
+
+absl::Status PlannerServiceImpl::WatchPlan(const v1::WatchPlanRequest& request,
+                                           std::weak_ptr<PlanWatcher> watcher) {
+  return registry_.Watch(request.job_id(), request.worker_id(), request.known_version(),
+                         std::move(watcher));
+}
+
+}  // namespace pipeplan::server
