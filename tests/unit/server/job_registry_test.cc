@@ -1,0 +1,209 @@
+#include "pipeplan/server/job_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "pipeplan/server/log.h"
+#include "test_util.h"
+
+namespace pipeplan::server {
+namespace {
+
+class RecordingWatcher : public PlanWatcher {
+ public:
+  void OnPlan(std::shared_ptr<const v1::PlanUpdate> update) override {
+    updates.push_back(*update);
+  }
+  void OnClose(const absl::Status& status) override { closed = status; }
+  std::vector<v1::PlanUpdate> updates;
+  std::optional<absl::Status> closed;
+};
+
+v1::Plan PlanOn(std::vector<std::string> devices, const std::string& tag) {
+  v1::Plan p;
+  p.set_graph_name(tag);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto* s = p.add_stages();
+    s->set_index(static_cast<int>(i));
+    s->set_device_id(devices[i]);
+  }
+  return p;
+}
+
+v1::WorkerInfo Worker(const std::string& id, const std::string& device) {
+  v1::WorkerInfo w;
+  w.set_worker_id(id);
+  w.set_device_id(device);
+  w.set_host("host0");
+  w.set_memory_bytes(80e9);
+  return w;
+}
+
+class JobRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogEnabled(false);
+    store_ = NewMemoryStore();
+    registry_ = std::make_unique<JobRegistry>(store_.get(), &clock_,
+                                              JobRegistry::Options{.lease = absl::Seconds(10)});
+    request_ = testing::SmallRequest();
+  }
+  void TearDown() override { SetLogEnabled(true); }
+  std::string NewJob() {
+    auto job = registry_->CreateJob("train", request_, PlanOn({"gpu0", "gpu1"}, "v1"));
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job->id();
+  }
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<JobRegistry> registry_;
+  v1::PlanRequest request_;
+};
+
+TEST_F(JobRegistryTest, CreateGetListDelete) {
+  const std::string id = NewJob();
+  auto job = registry_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->plan_version(), 1);
+  EXPECT_EQ(job->plan().graph_name(), "v1");
+  EXPECT_EQ(job->name(), "train");
+  EXPECT_EQ(registry_->ListJobs().size(), 1u);
+  EXPECT_EQ(registry_->GetJob("job-nope").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(registry_->DeleteJob(id).ok());
+  EXPECT_EQ(registry_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->DeleteJob(id).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobRegistryTest, PublishBumpsVersionKeepsHistoryAndNotifiesWatchers) {
+  const std::string id = NewJob();
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu1")).ok());
+  auto watcher = std::make_shared<RecordingWatcher>();
+  ASSERT_TRUE(registry_->Watch(id, "w1", 0, watcher).ok());
+  ASSERT_EQ(watcher->updates.size(), 1u);  // the current version at once
+  EXPECT_EQ(watcher->updates[0].version(), 1);
+  EXPECT_EQ(watcher->updates[0].rank(), 1);
+
+  auto v2 = registry_->PublishPlan(id, request_, PlanOn({"gpu1", "gpu0"}, "v2"), "test");
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(*v2, 2);
+  ASSERT_EQ(watcher->updates.size(), 2u);
+  EXPECT_EQ(watcher->updates[1].version(), 2);
+  EXPECT_EQ(watcher->updates[1].rank(), 0);  // gpu1 moved to rank 0
+
+  EXPECT_EQ(registry_->GetPlan(id, 1)->plan().graph_name(), "v1");
+  EXPECT_EQ(registry_->GetPlan(id, 0)->plan().graph_name(), "v2");
+  EXPECT_EQ(registry_->GetPlan(id, 2)->reason(), "test");
+  EXPECT_EQ(registry_->GetPlan(id, 3).status().code(), absl::StatusCode::kNotFound);
+
+  // A watcher that already knows version 2 gets nothing at once.
+  auto late = std::make_shared<RecordingWatcher>();
+  ASSERT_TRUE(registry_->Watch(id, "w1", 2, late).ok());
+  EXPECT_TRUE(late->updates.empty());
+
+  ASSERT_TRUE(registry_->DeleteJob(id).ok());
+  ASSERT_TRUE(watcher->closed.has_value());
+  EXPECT_EQ(watcher->closed->code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobRegistryTest, ExpiredWatchersAreDropped) {
+  const std::string id = NewJob();
+  {
+    auto gone = std::make_shared<RecordingWatcher>();
+    ASSERT_TRUE(registry_->Watch(id, "", 0, gone).ok());
+  }
+  EXPECT_EQ(registry_->counts().watchers, 0);
+  EXPECT_TRUE(registry_->PublishPlan(id, request_, PlanOn({"gpu0"}, "v2"), "x").ok());
+}
+
+TEST_F(JobRegistryTest, WorkerValidation) {
+  const std::string id = NewJob();
+  EXPECT_EQ(registry_->RegisterWorker(id, Worker("", "gpu0")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto bad = registry_->RegisterWorker(id, Worker("w", "tpu9"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("worker.device_id \"tpu9\""), std::string::npos);
+  EXPECT_EQ(registry_->RegisterWorker("job-x", Worker("w", "gpu0")).status().code(),
+            absl::StatusCode::kNotFound);
+  auto a = registry_->RegisterWorker(id, Worker("w", "gpu5"));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->rank(), -1);  // gpu5 has no stage in this plan
+  EXPECT_DOUBLE_EQ(a->lease_seconds(), 10);
+}
+
+TEST_F(JobRegistryTest, LeasesExpireAndHeartbeatsRevive) {
+  const std::string id = NewJob();
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu0")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w2", "gpu1")).ok());
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(registry_->Heartbeat(id, "w1").ok());
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  clock_.Advance(absl::Seconds(5));  // w2 at 11 s, w1 at 5 s since heartbeat
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(registry_->counts().lost_workers, 1);
+  EXPECT_EQ(registry_->counts().active_workers, 1);
+  auto job = registry_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->workers(1).info().worker_id(), "w2");
+  EXPECT_EQ(job->workers(1).state(), v1::WORKER_LOST);
+  EXPECT_EQ(registry_->CheckLeases(), 0);  // counted once
+  ASSERT_TRUE(registry_->Heartbeat(id, "w2").ok());
+  EXPECT_EQ(registry_->counts().lost_workers, 0);
+  EXPECT_EQ(registry_->Heartbeat(id, "w9").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobRegistryTest, StepReports) {
+  const std::string id = NewJob();
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu0")).ok());
+  v1::ReportStepRequest r;
+  r.set_job_id(id);
+  r.set_worker_id("w1");
+  r.set_step(7);
+  r.set_plan_version(1);
+  r.add_timings()->set_action("0F0");
+  ASSERT_TRUE(registry_->ReportStep(r).ok());
+  ASSERT_TRUE(registry_->PublishPlan(id, request_, PlanOn({"gpu0"}, "v2"), "x").ok());
+  auto stale = registry_->ReportStep(r);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("is at version 2"), std::string::npos);
+  r.set_plan_version(2);
+  r.set_step(8);
+  auto ok = registry_->ReportStep(r);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->current_plan_version(), 2);
+  r.set_worker_id("ghost");
+  EXPECT_EQ(registry_->ReportStep(r).status().code(), absl::StatusCode::kNotFound);
+  auto recent = registry_->RecentStepReports(id, 10);
+  ASSERT_TRUE(recent.ok());
+  ASSERT_EQ(recent->size(), 2u);
+  EXPECT_EQ((*recent)[0].step(), 8);
+  EXPECT_EQ(registry_->GetJob(id)->workers(0).last_step(), 8);
+}
+
+TEST_F(JobRegistryTest, RecoverRestoresJobsWorkersAndRestartsLeases) {
+  const std::string id = NewJob();
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu1")).ok());
+  ASSERT_TRUE(registry_->PublishPlan(id, request_, PlanOn({"gpu1"}, "v2"), "x").ok());
+  clock_.Advance(absl::Hours(1));  // the planner was down for an hour
+  JobRegistry recovered(store_.get(), &clock_, {.lease = absl::Seconds(10)});
+  ASSERT_TRUE(recovered.Recover().ok());
+  auto job = recovered.GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->plan_version(), 2);
+  EXPECT_EQ(job->plan().graph_name(), "v2");
+  ASSERT_EQ(job->workers_size(), 1);
+  EXPECT_EQ(recovered.CheckLeases(), 0);  // fresh lease after recovery
+  EXPECT_TRUE(recovered.Heartbeat(id, "w1").ok());
+  EXPECT_EQ(recovered.GetPlan(id, 1)->plan().graph_name(), "v1");
+}
+
+TEST(RankOfDevice, DistinctDevicesInStageOrder) {
+  v1::Plan p = PlanOn({"a", "b", "a", "b"}, "interleaved");
+  EXPECT_EQ(RankOfDevice(p, "a"), 0);
+  EXPECT_EQ(RankOfDevice(p, "b"), 1);
+  EXPECT_EQ(RankOfDevice(p, "c"), -1);
+}
+
+}  // namespace
+}  // namespace pipeplan::server

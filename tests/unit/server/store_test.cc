@@ -1,0 +1,165 @@
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <memory>
+
+#include "pipeplan/server/store.h"
+#include "test_util.h"
+
+namespace pipeplan::server {
+namespace {
+
+using testing::TempDir;
+
+v1::VersionedPlan Version(const std::string& job, int64_t v) {
+  v1::VersionedPlan p;
+  p.set_job_id(job);
+  p.set_version(v);
+  p.mutable_plan()->set_graph_name("g" + std::to_string(v));
+  p.mutable_plan()->set_microbatches(static_cast<int>(v));
+  p.mutable_request()->mutable_options()->set_num_stages(static_cast<int>(v));
+  p.set_reason(v == 1 ? "created" : "replan");
+  return p;
+}
+
+WorkerRecord Worker(const std::string& job, const std::string& id) {
+  WorkerRecord w;
+  w.job_id = job;
+  w.info.set_worker_id(id);
+  w.info.set_device_id("gpu0");
+  w.info.set_host("h");
+  w.rank = 0;
+  w.last_heartbeat_unix_ms = 1234;
+  return w;
+}
+
+class StoreTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { Reopen(); }
+  void Reopen() {
+    store_.reset();
+    if (GetParam()) {
+      auto s = OpenSqliteStore(dir_.path() + "/data", {.report_window = 5});
+      ASSERT_TRUE(s.ok()) << s.status();
+      store_ = *std::move(s);
+    } else if (!store_) {
+      store_ = NewMemoryStore(5);
+    }
+  }
+  bool persistent() const { return GetParam(); }
+  TempDir dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(StoreTest, JobsAndVersions) {
+  ASSERT_TRUE(store_->CreateJob({"j1", "one", 100, 1}, Version("j1", 1)).ok());
+  EXPECT_EQ(store_->CreateJob({"j1", "dup", 100, 1}, Version("j1", 1)).code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(store_->AppendPlan(Version("j1", 2)).ok());
+  EXPECT_EQ(store_->AppendPlan(Version("j1", 4)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->AppendPlan(Version("nope", 1)).code(), absl::StatusCode::kNotFound);
+
+  auto v1 = store_->GetPlan("j1", 1);
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(v1->plan().graph_name(), "g1");
+  EXPECT_EQ(v1->request().options().num_stages(), 1);
+  EXPECT_EQ(store_->GetPlan("j1", 3).status().code(), absl::StatusCode::kNotFound);
+
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].job.name, "one");
+  EXPECT_EQ((*loaded)[0].job.current_version, 2);
+  EXPECT_EQ((*loaded)[0].current.version(), 2);
+}
+
+TEST_P(StoreTest, SurvivesReopen) {
+  if (!persistent()) GTEST_SKIP() << "memory store";
+  ASSERT_TRUE(store_->CreateJob({"j1", "one", 100, 1}, Version("j1", 1)).ok());
+  ASSERT_TRUE(store_->AppendPlan(Version("j1", 2)).ok());
+  ASSERT_TRUE(store_->PutWorker(Worker("j1", "w1")).ok());
+  Reopen();
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].current.plan().graph_name(), "g2");
+  ASSERT_EQ((*loaded)[0].workers.size(), 1u);
+  EXPECT_EQ((*loaded)[0].workers[0].info.worker_id(), "w1");
+  EXPECT_EQ((*loaded)[0].workers[0].last_heartbeat_unix_ms, 1234);
+  EXPECT_TRUE(store_->GetPlan("j1", 1).ok());
+}
+
+TEST_P(StoreTest, WorkersAndReportWindow) {
+  ASSERT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
+  EXPECT_EQ(store_->PutWorker(Worker("nope", "w")).code(), absl::StatusCode::kNotFound);
+  WorkerRecord w = Worker("j1", "w1");
+  ASSERT_TRUE(store_->PutWorker(w).ok());
+  w.state = v1::WORKER_LOST;
+  ASSERT_TRUE(store_->PutWorker(w).ok());  // replaces
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ((*loaded)[0].workers.size(), 1u);
+  EXPECT_EQ((*loaded)[0].workers[0].state, v1::WORKER_LOST);
+
+  for (int step = 0; step < 600; ++step) {
+    v1::ReportStepRequest r;
+    r.set_job_id("j1");
+    r.set_worker_id("w1");
+    r.set_step(step);
+    ASSERT_TRUE(store_->AppendStepReport(r).ok());
+  }
+  auto recent = store_->RecentStepReports("j1", 3);
+  ASSERT_TRUE(recent.ok());
+  ASSERT_EQ(recent->size(), 3u);
+  EXPECT_EQ((*recent)[0].step(), 599);
+  EXPECT_EQ((*recent)[2].step(), 597);
+  auto all = store_->RecentStepReports("j1", 1000);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 5u);  // the window
+}
+
+TEST_P(StoreTest, DeleteCascades) {
+  ASSERT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
+  ASSERT_TRUE(store_->PutWorker(Worker("j1", "w1")).ok());
+  ASSERT_TRUE(store_->DeleteJob("j1").ok());
+  EXPECT_EQ(store_->DeleteJob("j1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetPlan("j1", 1).status().code(), absl::StatusCode::kNotFound);
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(loaded->empty());
+  // The id can be reused.
+  EXPECT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Sqlite" : "Memory"; });
+
+TEST(SqliteStore, UsesWalAndRejectsNewerSchema) {
+  TempDir dir;
+  {
+    auto s = OpenSqliteStore(dir.path());
+    ASSERT_TRUE(s.ok()) << s.status();
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/pipeplan.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='99' WHERE key='schema_version'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = OpenSqliteStore(dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("schema version is 99"), std::string::npos);
+}
+
+TEST(SqliteStore, UnwritableDirectoryIsAnError) {
+  auto s = OpenSqliteStore("/proc/pipeplan-cannot-exist/x");
+  EXPECT_FALSE(s.ok());
+}
+
+}  // namespace
+}  // namespace pipeplan::server
