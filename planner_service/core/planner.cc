@@ -339,7 +339,21 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   PlanResult best = std::move(scored.front().plan);
   if (!fixed && options.method != PartitionMethod::kDp) {
     auto refined = evaluate(scored.front().candidate, options.method);
-    if (refined.ok() && refined->step_seconds <= best.step_seconds) best = *std::move(refined);
+    if (refined.ok()) {
+      // Same candidate, so the refined solve's bound holds for the search's
+      // split too; keep whichever split simulates faster, with the full report.
+      if (refined->step_seconds <= best.step_seconds) {
+        refined->lower_bound = std::max(refined->lower_bound, best.lower_bound);
+        best = *std::move(refined);
+      } else {
+        best.lower_bound = std::max(best.lower_bound, refined->lower_bound);
+        best.nodes_explored += refined->nodes_explored;
+        best.candidates = std::move(refined->candidates);
+      }
+      best.lower_bound = std::min(best.lower_bound, best.partition.objective);
+      best.partition.lower_bound = best.lower_bound;
+      best.gap = Gap(best.partition.objective, best.lower_bound);
+    }
   }
   for (size_t i = 1; i < scored.size() && best.alternatives.size() < kMaxAlternatives; ++i) {
     const PlanResult& alt = scored[i].plan;
