@@ -226,9 +226,12 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
       return !best || Gap(best->objective, lower) > problem.relative_gap;
     };
     if (gap_open() && !(problem.ShouldStop() && best)) run(PartitionMethod::kIdealDp, problem);
-    if (best && gap_open() && !problem.ShouldStop()) {
+    // Also when nothing fit so far: the MILP searches every DAG split, not
+    // one order, so it may find a split that fits in memory.
+    if (gap_open() && !problem.ShouldStop()) {
       PartitionProblem warm = problem;
-      const std::vector<int> incumbent = best->stage_of_node;
+      std::vector<int> incumbent;
+      if (best) incumbent = best->stage_of_node;
       warm.warm_start = incumbent;
       run(PartitionMethod::kMilp, warm);
     }
