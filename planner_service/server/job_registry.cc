@@ -58,8 +58,19 @@ absl::Status JobRegistry::Recover() {
     Job job;
     job.record = sj.job;
     job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
+    // Workers' last steps come from the stored reports (not rewritten per report).
+    absl::flat_hash_map<std::string, int64_t> last_step;
+    if (auto reports = store_->RecentStepReports(sj.job.id, 100'000); reports.ok()) {
+      for (const v1::ReportStepRequest& r : *reports) {
+        auto [it, inserted] = last_step.emplace(r.worker_id(), r.step());
+        if (!inserted) it->second = std::max(it->second, r.step());
+      }
+    }
     for (WorkerRecord& w : sj.workers) {
       std::string id = w.info.worker_id();
+      if (auto it = last_step.find(id); it != last_step.end()) {
+        w.last_step = std::max(w.last_step, it->second);
+      }
       job.workers[id] = Worker{std::move(w), now + options_.lease};
     }
     if (metrics_) metrics_->SetPlanVersion(job.record.id, job.record.current_version);

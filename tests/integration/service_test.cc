@@ -1,0 +1,457 @@
+// pipeplan-planner as a process: planning, jobs, workers, limits, restarts,
+// health and the CLI, all over 127.0.0.1.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
+#include "planner_process.h"
+
+namespace pipeplan::testing {
+namespace {
+
+using client::PlannerClient;
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)            \
+  auto lhs##_or = (expr);                          \
+  ASSERT_TRUE(lhs##_or.ok()) << lhs##_or.status(); \
+  auto lhs = *std::move(lhs##_or)
+
+std::unique_ptr<PlannerProcess> MustStart(std::vector<std::string> args = {}) {
+  auto p = PlannerProcess::Start(std::move(args));
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return nullptr;
+  }
+  return *std::move(p);
+}
+
+v1::WorkerInfo Worker(const std::string& id, const std::string& device) {
+  v1::WorkerInfo w;
+  w.set_worker_id(id);
+  w.set_device_id(device);
+  w.set_host("127.0.0.1");
+  w.set_memory_bytes(80e9);
+  w.set_measured_bandwidth_bytes_per_second(1e11);
+  return w;
+}
+
+TEST(PlannerService, PlanOverGrpcEqualsLibrary) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  const v1::PlanRequest req = SmallRequest();
+  ASSERT_OK_AND_ASSIGN(remote, c->Plan(req));
+
+  auto in = PlanInputs::FromRequest(req);
+  ASSERT_TRUE(in.ok());
+  auto lib = MakePlan(*in->graph, *in->cluster, in->options);
+  ASSERT_TRUE(lib.ok());
+  const v1::Plan local = PlanToProto(*in->graph, *in->cluster, *lib);
+  EXPECT_EQ(std::vector<int>(remote.node_stage().begin(), remote.node_stage().end()),
+            std::vector<int>(local.node_stage().begin(), local.node_stage().end()));
+  EXPECT_DOUBLE_EQ(remote.solver().objective(), local.solver().objective());
+  EXPECT_DOUBLE_EQ(remote.step_seconds(), local.step_seconds());
+  EXPECT_EQ(remote.stages_size(), 4);
+
+  // The same request again is answered from the cache.
+  ASSERT_OK_AND_ASSIGN(again, c->Plan(req));
+  EXPECT_EQ(again.SerializeAsString(), remote.SerializeAsString());
+  ASSERT_OK_AND_ASSIGN(metrics, ScrapeMetrics(planner->metrics_port()));
+  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_plan_cache_lookups_total{result=\"hit\"} 1"))
+      << metrics;
+}
+
+TEST(PlannerService, SixtyFourConcurrentPlansAllSucceed) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  constexpr int kCalls = 64;
+  std::atomic<int> ok{0};
+  std::vector<std::string> errors(kCalls);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      v1::PlanRequest req = SmallRequest();
+      req.mutable_options()->set_time_limit_seconds(10 + i);  // distinct: no cache hits
+      auto plan = c->Plan(req, absl::Seconds(60));
+      if (plan.ok() && plan->stages_size() == 4) {
+        ok++;
+      } else {
+        errors[i] = plan.status().ToString();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kCalls) << errors[0];
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
+TEST(PlannerService, DeadlineStopsTheSolveAndLeaksNoSolverThread) {
+  auto planner = MustStart({"--solver-threads", "2"});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  const v1::PlanRequest big = ChainRequest(60000);
+  const absl::Time start = absl::Now();
+  auto plan = c->Plan(big, absl::Milliseconds(300));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded) << plan.status();
+  // The solve stops with the call: the pool goes idle long before an
+  // unbounded solve of this graph (many seconds) would end.
+  bool idle = false;
+  while (absl::Now() - start < absl::Seconds(4)) {
+    ASSERT_OK_AND_ASSIGN(m, ScrapeMetrics(planner->metrics_port()));
+    if (absl::StrContains(m, "pipeplan_solves{state=\"running\"} 0") &&
+        absl::StrContains(m, "pipeplan_solves{state=\"queued\"} 0")) {
+      idle = true;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(idle) << "solver pool still busy " << absl::Now() - start << " after the deadline";
+  // And the service still answers.
+  EXPECT_TRUE(c->Plan(SmallRequest()).ok());
+}
+
+TEST(PlannerService, BadInputsAnswerTheirCodeAndMessage) {
+  auto planner = MustStart({"--max-nodes", "500", "--max-message-bytes", "400000"});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+
+  v1::PlanRequest req = SmallRequest();
+  req.mutable_graph()->mutable_edges(5)->set_dst("fc9");
+  auto s = c->Plan(req).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "graph.edges[5].dst \"fc9\" is not a node")) << s;
+
+  req = SmallRequest();
+  req.mutable_options()->set_schedule(static_cast<v1::Schedule>(99));
+  EXPECT_EQ(c->Plan(req).status().code(), absl::StatusCode::kInvalidArgument);
+
+  req = SmallRequest();
+  *req.mutable_graph() = ReadJson<v1::ModelGraph>("gpt_1k.json");
+  s = c->Plan(req).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "at most 500")) << s;
+
+  req = SmallRequest();
+  *req.mutable_graph() = ReadJson<v1::ModelGraph>("gpt_4k.json");
+  ASSERT_GT(req.ByteSizeLong(), 400000u);
+  EXPECT_EQ(c->Plan(req).status().code(), absl::StatusCode::kResourceExhausted);
+
+  req = SmallRequest();
+  for (auto& d : *req.mutable_cluster()->mutable_devices()) d.set_memory_bytes(1e6);
+  s = c->Plan(req).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "needs about")) << s;
+
+  EXPECT_EQ(c->GetJob("job-missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->GetPlan("job-missing", 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->DeleteJob("job-missing").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->Heartbeat("job-missing", "w").status().code(), absl::StatusCode::kNotFound);
+
+  ASSERT_OK_AND_ASSIGN(job, c->CreateJob("bad-input", SmallRequest()));
+  EXPECT_EQ(c->RegisterWorker(job.id(), Worker("w", "tpu7")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->RegisterWorker(job.id(), Worker("", "gpu0")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->GetPlan(job.id(), -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->GetPlan(job.id(), 7).status().code(), absl::StatusCode::kNotFound);
+
+  // Still healthy after all of that.
+  EXPECT_TRUE(c->Plan(SmallRequest()).ok());
+}
+
+TEST(PlannerService, TooManyConcurrentSolvesIsResourceExhausted) {
+  auto planner = MustStart({"--solver-threads", "1", "--max-concurrent-solves", "1"});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  std::atomic<int> exhausted{0}, ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      v1::PlanRequest req = ChainRequest(20000);
+      req.mutable_options()->set_time_limit_seconds(1 + i);
+      auto r = c->Plan(req, absl::Seconds(30));
+      if (r.ok()) ok++;
+      if (r.status().code() == absl::StatusCode::kResourceExhausted) exhausted++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(exhausted.load(), 1);
+  EXPECT_EQ(ok.load() + exhausted.load(), 4);
+}
+
+TEST(PlannerService, WorkersWatchReportAndReplan) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_OK_AND_ASSIGN(job, c->CreateJob("train", SmallRequest()));
+  EXPECT_EQ(job.plan_version(), 1);
+  ASSERT_OK_AND_ASSIGN(a, c->RegisterWorker(job.id(), Worker("w1", "gpu1")));
+  EXPECT_EQ(a.rank(), 1);
+  EXPECT_EQ(a.plan_version(), 1);
+  EXPECT_GT(a.lease_seconds(), 0);
+
+  v1::WatchPlanRequest wr;
+  wr.set_job_id(job.id());
+  wr.set_worker_id("w1");
+  auto watch = c->WatchPlan(wr);
+  v1::PlanUpdate u;
+  ASSERT_TRUE(watch->Next(&u));
+  EXPECT_EQ(u.version(), 1);
+  EXPECT_EQ(u.rank(), 1);
+  EXPECT_EQ(u.plan().stages_size(), 4);
+
+  v1::ReportStepRequest report;
+  report.set_job_id(job.id());
+  report.set_worker_id("w1");
+  report.set_step(1);
+  report.set_plan_version(1);
+  report.set_step_seconds(0.004);
+  report.set_peak_memory_bytes(5e8);
+  auto* t = report.add_timings();
+  t->set_action("1F0");
+  t->set_seconds(0.0003);
+  ASSERT_OK_AND_ASSIGN(rr, c->ReportStep(report));
+  EXPECT_EQ(rr.current_plan_version(), 1);
+
+  v1::ReplanJobRequest replan;
+  replan.set_job_id(job.id());
+  *replan.mutable_options() = SmallRequest().options();
+  replan.mutable_options()->set_num_stages(2);
+  replan.set_reason("test replan");
+  ASSERT_OK_AND_ASSIGN(v2, c->ReplanJob(replan));
+  EXPECT_EQ(v2.version(), 2);
+  ASSERT_TRUE(watch->Next(&u));
+  EXPECT_EQ(u.version(), 2);
+  EXPECT_EQ(u.plan().stages_size(), 2);
+  EXPECT_EQ(u.rank(), 1);
+
+  auto stale = c->ReportStep(report);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  report.set_plan_version(2);
+  report.set_step(2);
+  EXPECT_TRUE(c->ReportStep(report).ok());
+  ASSERT_OK_AND_ASSIGN(hb, c->Heartbeat(job.id(), "w1"));
+  EXPECT_EQ(hb.current_plan_version(), 2);
+
+  ASSERT_OK_AND_ASSIGN(shown, c->GetJob(job.id()));
+  EXPECT_EQ(shown.plan_version(), 2);
+  ASSERT_EQ(shown.workers_size(), 1);
+  EXPECT_EQ(shown.workers(0).last_step(), 2);
+  ASSERT_OK_AND_ASSIGN(old, c->GetPlan(job.id(), 1));
+  EXPECT_EQ(old.plan().stages_size(), 4);
+  EXPECT_EQ(old.request().options().num_stages(), 4);
+
+  ASSERT_OK_AND_ASSIGN(metrics, ScrapeMetrics(planner->metrics_port()));
+  EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("pipeplan_plan_version{job=\"", job.id(),
+                                                      "\"} 2")))
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"active\"} 1"));
+  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_jobs 1"));
+
+  // Deleting the job ends the stream.
+  ASSERT_TRUE(c->DeleteJob(job.id()).ok());
+  EXPECT_FALSE(watch->Next(&u));
+  EXPECT_EQ(watch->Finish().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(PlannerService, MissedLeaseMarksWorkerLost) {
+  auto planner = MustStart({"--lease-seconds", "0.5"});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_OK_AND_ASSIGN(job, c->CreateJob("lease", SmallRequest()));
+  ASSERT_TRUE(c->RegisterWorker(job.id(), Worker("w1", "gpu0")).ok());
+  bool lost = false;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(5) && !lost) {
+    ASSERT_OK_AND_ASSIGN(j, c->GetJob(job.id()));
+    lost = j.workers(0).state() == v1::WORKER_LOST;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(lost);
+  ASSERT_OK_AND_ASSIGN(metrics, ScrapeMetrics(planner->metrics_port()));
+  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"lost\"} 1")) << metrics;
+  ASSERT_TRUE(c->Heartbeat(job.id(), "w1").ok());
+  ASSERT_OK_AND_ASSIGN(j, c->GetJob(job.id()));
+  EXPECT_EQ(j.workers(0).state(), v1::WORKER_ACTIVE);
+}
+
+TEST(PlannerService, Sigkill_RestartRecoversEveryJobAndVersion) {
+  TempDir dir;
+  const std::vector<std::string> args = {"--data-dir", dir.path() + "/state"};
+  std::string job1, job2;
+  v1::VersionedPlan v1_before, v2_before;
+  {
+    auto planner = MustStart(args);
+    ASSERT_NE(planner, nullptr);
+    ASSERT_OK_AND_ASSIGN(c, planner->Client());
+    ASSERT_OK_AND_ASSIGN(a, c->CreateJob("first", SmallRequest()));
+    ASSERT_OK_AND_ASSIGN(b, c->CreateJob("second", SmallRequest()));
+    job1 = a.id();
+    job2 = b.id();
+    v1::ReplanJobRequest replan;
+    replan.set_job_id(job1);
+    *replan.mutable_options() = SmallRequest().options();
+    replan.mutable_options()->set_num_stages(2);
+    ASSERT_TRUE(c->ReplanJob(replan).ok());
+    ASSERT_TRUE(c->RegisterWorker(job1, Worker("w1", "gpu0")).ok());
+    v1::ReportStepRequest r;
+    r.set_job_id(job1);
+    r.set_worker_id("w1");
+    r.set_plan_version(2);
+    for (int step = 0; step < 20; ++step) {
+      r.set_step(step);
+      ASSERT_TRUE(c->ReportStep(r).ok());
+    }
+    ASSERT_OK_AND_ASSIGN(p1, c->GetPlan(job1, 1));
+    ASSERT_OK_AND_ASSIGN(p2, c->GetPlan(job1, 2));
+    v1_before = p1;
+    v2_before = p2;
+    planner->Signal(SIGKILL);
+    EXPECT_EQ(planner->Wait(absl::Seconds(10)), 128 + SIGKILL);
+  }
+  auto planner = MustStart(args);
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_OK_AND_ASSIGN(jobs, c->ListJobs());
+  ASSERT_EQ(jobs.jobs_size(), 2);
+  ASSERT_OK_AND_ASSIGN(j1, c->GetJob(job1));
+  EXPECT_EQ(j1.name(), "first");
+  EXPECT_EQ(j1.plan_version(), 2);
+  ASSERT_EQ(j1.workers_size(), 1);
+  EXPECT_EQ(j1.workers(0).last_step(), 19);
+  ASSERT_OK_AND_ASSIGN(j2, c->GetJob(job2));
+  EXPECT_EQ(j2.plan_version(), 1);
+  ASSERT_OK_AND_ASSIGN(p1, c->GetPlan(job1, 1));
+  ASSERT_OK_AND_ASSIGN(p2, c->GetPlan(job1, 2));
+  EXPECT_EQ(p1.SerializeAsString(), v1_before.SerializeAsString());
+  EXPECT_EQ(p2.SerializeAsString(), v2_before.SerializeAsString());
+  // The worker reconnects without registering again.
+  EXPECT_TRUE(c->Heartbeat(job1, "w1").ok());
+  v1::WatchPlanRequest wr;
+  wr.set_job_id(job1);
+  wr.set_worker_id("w1");
+  wr.set_known_version(1);
+  auto watch = c->WatchPlan(wr);
+  v1::PlanUpdate u;
+  ASSERT_TRUE(watch->Next(&u));
+  EXPECT_EQ(u.version(), 2);
+  EXPECT_EQ(u.rank(), 0);
+  watch->Cancel();
+}
+
+TEST(PlannerService, HealthFlipsDuringDrainAndStreamsEndCleanly) {
+  auto planner = MustStart({"--drain-seconds", "1.5"});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_OK_AND_ASSIGN(serving, c->CheckHealth());
+  EXPECT_TRUE(serving);
+  ASSERT_OK_AND_ASSIGN(svc, c->CheckHealth("pipeplan.v1.PlannerService"));
+  EXPECT_TRUE(svc);
+  ASSERT_OK_AND_ASSIGN(job, c->CreateJob("drain", SmallRequest()));
+  v1::WatchPlanRequest wr;
+  wr.set_job_id(job.id());
+  auto watch = c->WatchPlan(wr);
+  v1::PlanUpdate u;
+  ASSERT_TRUE(watch->Next(&u));
+
+  planner->Signal(SIGTERM);
+  bool not_serving = false;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(3) && !not_serving) {
+    auto h = c->CheckHealth("", absl::Milliseconds(500));
+    not_serving = h.ok() && !*h;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(not_serving);
+  // New work is refused while draining.
+  EXPECT_EQ(c->ListJobs().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(watch->Next(&u));
+  EXPECT_TRUE(watch->Finish().ok());
+  EXPECT_EQ(planner->Wait(absl::Seconds(15)), 0) << planner->stderr_text();
+}
+
+TEST(PlannerService, AddressInUseIsAClearError) {
+  auto first = MustStart();
+  ASSERT_NE(first, nullptr);
+  auto second = PlannerProcess::Start({"--listen", first->address()});
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "in use")) << second.status();
+}
+
+TEST(PlannerService, MetricsEndpointHasTheDocumentedFamilies) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_TRUE(c->Plan(SmallRequest()).ok());
+  EXPECT_EQ(c->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(m, ScrapeMetrics(planner->metrics_port()));
+  for (const char* want :
+       {"pipeplan_plan_requests_total{code=\"OK\",method=\"Plan\"} 1",
+        "pipeplan_plan_requests_total{code=\"NOT_FOUND\",method=\"GetJob\"} 1",
+        "pipeplan_solve_duration_seconds_count 1", "pipeplan_solver_gap_ratio",
+        "pipeplan_jobs 0", "pipeplan_workers{state=\"lost\"} 0", "pipeplan_build_info{version="}) {
+    EXPECT_TRUE(absl::StrContains(m, want)) << want << "\n" << m;
+  }
+}
+
+TEST(PlannerService, CliRemotePlanAndJobs) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  const std::string cli = PIPEPLAN_CLI_BIN;
+  const std::vector<std::string> plan_flags = {
+      "--graph", DataPath("chain_small.json"), "--cluster", DataPath("cluster_8xa100.json"),
+      "--stages", "4", "--schedule", "1F1B", "--microbatches", "8"};
+  std::string out;
+  std::vector<std::string> argv = {cli, "--planner", planner->address(), "plan"};
+  argv.insert(argv.end(), plan_flags.begin(), plan_flags.end());
+  ASSERT_EQ(RunCommand(argv, &out), 0) << out;
+  EXPECT_TRUE(absl::StrContains(out, "planned by " + planner->address())) << out;
+  EXPECT_TRUE(absl::StrContains(out, "<- bottleneck")) << out;
+
+  argv = {cli, "--planner", planner->address(), "jobs", "create", "--name", "cli-job"};
+  argv.insert(argv.end(), plan_flags.begin(), plan_flags.end());
+  argv.push_back("--json");
+  ASSERT_EQ(RunCommand(argv, &out), 0) << out;
+  v1::Job created;
+  ASSERT_TRUE(ParseJson(out, &created).ok()) << out;
+  EXPECT_EQ(created.plan_version(), 1);
+  EXPECT_EQ(created.name(), "cli-job");
+
+  ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "list"}, &out), 0) << out;
+  EXPECT_TRUE(absl::StrContains(out, created.id())) << out;
+
+  ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id(),
+                        "--json"},
+                       &out),
+            0)
+      << out;
+  v1::Job shown;
+  ASSERT_TRUE(ParseJson(out, &shown).ok()) << out;
+  EXPECT_EQ(shown.plan_version(), 1);
+  EXPECT_EQ(shown.plan().stages_size(), 4);
+
+  ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "delete", created.id()},
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id()},
+                       &out),
+            1);
+  EXPECT_TRUE(absl::StrContains(out, "NOT_FOUND")) << out;
+  EXPECT_EQ(RunCommand({cli, "jobs", "list"}, &out), 1);
+  EXPECT_TRUE(absl::StrContains(out, "--planner")) << out;
+}
+
+}  // namespace
+}  // namespace pipeplan::testing
