@@ -19,8 +19,8 @@ void Emit(RankProgram& program, int stage, ActionType type, int microbatch) {
 
 // GPipe: all forwards, then all backwards, both in microbatch order (the
 // order ScheduleGPipe runs them in).
-RankProgram GPipeRank(int rank, int m) {
-  RankProgram program;
+RankProgram GPipeRank(int rank, int m, RankProgram program) {
+  program.clear();
   program.reserve(2 * m);
   for (int mb = 0; mb < m; ++mb) Emit(program, rank, ActionType::kForward, mb);
   for (int mb = 0; mb < m; ++mb) Emit(program, rank, ActionType::kFullBackward, mb);
@@ -30,8 +30,8 @@ RankProgram GPipeRank(int rank, int m) {
 // 1F1B in the order Schedule1F1B's runtime issues it: min(m, p - s) warm-up
 // forwards, then one backward / one forward until the forwards run out, then
 // the remaining backwards.
-RankProgram OneFOneBRank(int rank, int p, int m) {
-  RankProgram program;
+RankProgram OneFOneBRank(int rank, int p, int m, RankProgram program) {
+  program.clear();
   program.reserve(2 * m);
   const int warmup = std::min(m, p - rank);
   int fwd = 0;
@@ -49,7 +49,7 @@ RankProgram OneFOneBRank(int rank, int p, int m) {
 // (k / per_round) % v, and in steady state also a backward of the chunks in
 // reverse order. The zero-bubble variant splits each backward into I and W and
 // delays the W by `rank` ops so that it fills the bubble the lower ranks leave.
-RankProgram InterleavedRank(int rank, int p, int m, int v, bool zero_bubble) {
+RankProgram InterleavedRank(int rank, int p, int m, int v, bool zero_bubble, RankProgram program) {
   const int rounds = std::max(1, m / p);
   const int per_round = m / rounds;
   const int hop_factor = zero_bubble ? 1 : 2;
@@ -66,7 +66,7 @@ RankProgram InterleavedRank(int rank, int p, int m, int v, bool zero_bubble) {
   const ActionType backward_type =
       zero_bubble ? ActionType::kBackwardInput : ActionType::kFullBackward;
 
-  RankProgram program;
+  program.clear();
   program.reserve(zero_bubble ? 3 * m * v : 2 * m * v);
   auto forward = [&](int op) {
     const int c = fwd_local(op);
@@ -100,8 +100,8 @@ RankProgram InterleavedRank(int rank, int p, int m, int v, bool zero_bubble) {
 
 // Looped BFS: every local stage runs all its forwards before the next one
 // starts (breadth first); backwards run the stages and microbatches in reverse.
-RankProgram LoopedBfsRank(int rank, int p, int m, int v) {
-  RankProgram program;
+RankProgram LoopedBfsRank(int rank, int p, int m, int v, RankProgram program) {
+  program.clear();
   program.reserve(2 * m * v);
   for (int c = 0; c < v; ++c) {
     for (int mb = 0; mb < m; ++mb) Emit(program, c * p + rank, ActionType::kForward, mb);
@@ -117,11 +117,11 @@ RankProgram LoopedBfsRank(int rank, int p, int m, int v) {
 // ZB-V (Section 6 of the zero-bubble paper, as ScheduleZBVZeroBubble builds
 // it). It is laid out for max(2p - 1, m) microbatches so the steady state is
 // reached; actions of the padding microbatches are dropped afterwards.
-RankProgram ZbvRank(int rank, int p, int m) {
+RankProgram ZbvRank(int rank, int p, int m, RankProgram program) {
   const int n = std::max(2 * p - 1, m);
   const int chunk0 = rank;
   const int chunk1 = 2 * p - 1 - rank;
-  RankProgram program;
+  program.clear();
   program.reserve(6 * n);
   auto emit = [&](int stage, ActionType type, int mb) {
     if (mb < m) Emit(program, stage, type, mb);
@@ -164,7 +164,9 @@ RankProgram ZbvRank(int rank, int p, int m) {
 // fall back to split I/W backwards at the ends to fill bubbles.
 class DualPipeVRank {
  public:
-  DualPipeVRank(int rank, int p, int m) : rank_(rank), p_(p), m_(m) {
+  DualPipeVRank(int rank, int p, int m, RankProgram program)
+      : rank_(rank), p_(p), m_(m), program_(std::move(program)) {
+    program_.clear();
     stage_[0] = rank;
     stage_[1] = 2 * p - 1 - rank;
   }
@@ -289,44 +291,54 @@ absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches
   return absl::OkStatus();
 }
 
-RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks) {
+RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks,
+                             RankProgram reuse) {
   switch (kind) {
     case ScheduleKind::kGPipe:
-      return GPipeRank(rank, microbatches);
+      return GPipeRank(rank, microbatches, std::move(reuse));
     case ScheduleKind::k1F1B:
-      return OneFOneBRank(rank, ranks, microbatches);
+      return OneFOneBRank(rank, ranks, microbatches, std::move(reuse));
     case ScheduleKind::kInterleaved1F1B:
-      return InterleavedRank(rank, ranks, microbatches, chunks, false);
+      return InterleavedRank(rank, ranks, microbatches, chunks, false, std::move(reuse));
     case ScheduleKind::kInterleavedZeroBubble:
-      return InterleavedRank(rank, ranks, microbatches, chunks, true);
+      return InterleavedRank(rank, ranks, microbatches, chunks, true, std::move(reuse));
     case ScheduleKind::kLoopedBFS:
-      return LoopedBfsRank(rank, ranks, microbatches, chunks);
+      return LoopedBfsRank(rank, ranks, microbatches, chunks, std::move(reuse));
     case ScheduleKind::kZBVZeroBubble:
-      return ZbvRank(rank, ranks, microbatches);
+      return ZbvRank(rank, ranks, microbatches, std::move(reuse));
     case ScheduleKind::kDualPipeV:
-      return DualPipeVRank(rank, ranks, microbatches).Build();
+      return DualPipeVRank(rank, ranks, microbatches, std::move(reuse)).Build();
   }
   return {};
 }
 
 }  // namespace internal
 
-absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
-                                               int chunks) {
+absl::Status BuildSchedule(ScheduleKind kind, int ranks, int microbatches, int chunks,
+                           PipelineSchedule* out) {
   if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks);
       !st.ok()) {
     return st;
   }
   const int per_rank = StagesPerRank(kind, chunks);
-  PipelineSchedule schedule;
-  schedule.num_ranks = ranks;
-  schedule.num_stages = ranks * per_rank;
-  schedule.num_microbatches = microbatches;
-  schedule.stage_to_rank =
-      IsVShaped(kind) ? VShapeStageToRank(ranks) : LoopedStageToRank(ranks, schedule.num_stages);
-  schedule.programs.reserve(ranks);
+  out->num_ranks = ranks;
+  out->num_stages = ranks * per_rank;
+  out->num_microbatches = microbatches;
+  out->stage_to_rank =
+      IsVShaped(kind) ? VShapeStageToRank(ranks) : LoopedStageToRank(ranks, out->num_stages);
+  out->programs.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    schedule.programs.push_back(internal::BuildRankProgram(kind, r, ranks, microbatches, chunks));
+    out->programs[r] = internal::BuildRankProgram(kind, r, ranks, microbatches, chunks,
+                                                  std::move(out->programs[r]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
+                                               int chunks) {
+  PipelineSchedule schedule;
+  if (absl::Status st = BuildSchedule(kind, ranks, microbatches, chunks, &schedule); !st.ok()) {
+    return st;
   }
   return schedule;
 }

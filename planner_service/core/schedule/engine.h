@@ -28,6 +28,21 @@ struct EngineRun {
 absl::StatusOr<EngineRun> Execute(const PipelineSchedule& schedule, bool has_communication,
                                   const StageCosts* costs, bool record_timeline);
 
+// Simulate without the fast path: CheckStructure, CheckStageCosts, Execute and
+// a separate memory count. Reference for the differential tests.
+absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedule,
+                                                 const StageCosts& costs,
+                                                 const SimulateOptions& options);
+
+// Simulate's fast path: executes the schedule, checks its structure (as
+// CheckStructure does) and counts memory (as the simulator documents) in one
+// pass over flat per-stage and per-(stage, microbatch) arrays reused across
+// calls on a thread. Expects CheckHeader and CheckStageCosts to have passed.
+// Returns false, leaving `out` unspecified, on anything unusual (a structural
+// problem, a deadlock); the caller then takes the checked path, which reports
+// the precise error. Fills every SimulationResult field except the timeline.
+bool SimulateFast(const PipelineSchedule& schedule, const StageCosts& costs, SimulationResult& out);
+
 }  // namespace pipeplan::schedule::internal
 
 #endif  // PIPEPLAN_CORE_SCHEDULE_ENGINE_H_

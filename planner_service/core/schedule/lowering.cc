@@ -1,6 +1,7 @@
 #include "pipeplan/core/schedule/lowering.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -11,153 +12,190 @@
 namespace pipeplan::schedule {
 namespace {
 
+// Hints the cache line `ahead` bytes past `p`. Prefetches never fault, so
+// running past the end of a buffer is harmless.
+inline void Prefetch(const void* p, size_t ahead, bool write) {
+  const void* at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + ahead);
+  if (write) {
+    __builtin_prefetch(at, 1);
+  } else {
+    __builtin_prefetch(at, 0);
+  }
+}
+
+// Per-(stage, microbatch) state of the lock-step rounds, one byte each.
+enum : uint8_t {
+  kForwardPlaced = 1,
+  kBackwardPlaced = 2,  // I or B
+  kRecvFPlaced = 4,
+  kRecvBPlaced = 8,
+};
+
 class SendRecvInserter {
  public:
   explicit SendRecvInserter(const PipelineSchedule& s)
       : s_(s),
         S_(s.num_stages),
         M_(s.num_microbatches),
-        forward_placed_(static_cast<size_t>(S_) * M_, 0),
-        backward_placed_(static_cast<size_t>(S_) * M_, 0),
-        recv_f_placed_(static_cast<size_t>(S_) * M_, 0),
-        recv_b_placed_(static_cast<size_t>(S_) * M_, 0) {}
+        placed_(static_cast<size_t>(S_) * M_, 0),
+        cross_next_(S_, 0),
+        cross_prev_(S_, 0) {
+    for (int st = 0; st < S_; ++st) {
+      cross_next_[st] = st + 1 < S_ && !SameRank(st, st + 1);
+      cross_prev_[st] = st > 0 && !SameRank(st, st - 1);
+    }
+  }
 
-  absl::StatusOr<PipelineSchedule> Run() {
-    PipelineSchedule out;
-    out.num_ranks = s_.num_ranks;
+  // Expects CheckHeader to have passed. Checks the shape of each action as it
+  // reaches it and, on any problem, reports what InsertSendRecv documents in
+  // its order: a shape error, then existing communication, then a compute
+  // order that never completes.
+  absl::Status Run(PipelineSchedule& out) {
+    const int p = s_.num_ranks;
+    // A valid schedule has one F and one backward per (stage, microbatch), so
+    // each rank gets exactly M communication actions per direction and
+    // cross-rank neighbour of each of its stages, plus its compute slots;
+    // reserving that makes appending reallocation-free (an invalid schedule
+    // merely grows its vector before being rejected).
+    std::vector<size_t> sizes(p, 0);
+    for (int r = 0; r < p; ++r) sizes[r] = s_.programs[r].size();
+    for (int st = 0; st < S_; ++st) {
+      sizes[s_.stage_to_rank[st]] += size_t{2} * M_ * (cross_next_[st] + cross_prev_[st]);
+    }
+    out.num_ranks = p;
     out.num_stages = S_;
     out.num_microbatches = M_;
     out.stage_to_rank = s_.stage_to_rank;
-    out.programs.resize(s_.num_ranks);
-    std::vector<size_t> pos(s_.num_ranks, 0);
+    out.programs.resize(p);
+    for (RankProgram& program : out.programs) program.clear();  // keeps the storage
+    out_ = out.programs.data();
+    std::vector<size_t> pos(p, 0);
     std::vector<int> active;
-    std::vector<size_t> sizes = LoweredSizes();
-    for (int r = 0; r < s_.num_ranks; ++r) {
-      out.programs[r].reserve(sizes[r]);
+    active.reserve(p);
+    for (int r = 0; r < p; ++r) {
+      out_[r].reserve(sizes[r]);
       if (!s_.programs[r].empty()) active.push_back(r);
     }
+    const RankProgram* in = s_.programs.data();
     while (!active.empty()) {
       bool progress = false;
+      bool finished = false;
       for (int r : active) {
-        const std::optional<Action>& slot = s_.programs[r][pos[r]];
+        const std::optional<Action>* next = in[r].data() + pos[r];
+        // Lock-step rounds visit each rank's input (and output) one slot at a
+        // time, 2p interleaved streams that hardware prefetchers lose track
+        // of; fetching a few cache lines ahead hides the memory latency.
+        Prefetch(next, 8 * sizeof(*next), /*write=*/false);
+        Prefetch(out_[r].data() + out_[r].size(), 8 * sizeof(*next), /*write=*/true);
+        const std::optional<Action>& slot = *next;
         if (slot) {
-          if (!Ready(*slot)) continue;
-          out.programs[r].push_back(slot);
-          if (slot->type == ActionType::kOverlapFB) {
-            Place(ForwardHalf(*slot), out);
-            Place(BackwardHalf(*slot), out);
+          const Action& a = *slot;
+          if (a.type == ActionType::kOverlapFB) {
+            if (!internal::SimpleOk(s_, r, ForwardHalf(a)) ||
+                !internal::SimpleOk(s_, r, BackwardHalf(a))) {
+              return Failure();
+            }
+            if (!Ready(ActionType::kForward, a.stage, a.microbatch) ||
+                !Ready(ActionType::kFullBackward, a.backward_stage, a.backward_microbatch)) {
+              continue;
+            }
+            out_[r].push_back(slot);
+            Place(r, ActionType::kForward, a.stage, a.microbatch);
+            Place(r, ActionType::kFullBackward, a.backward_stage, a.backward_microbatch);
           } else {
-            Place(*slot, out);
+            if (!internal::SimpleOk(s_, r, a) || IsCommunication(a.type)) return Failure();
+            if (!Ready(a.type, a.stage, a.microbatch)) continue;
+            out_[r].push_back(slot);
+            Place(r, a.type, a.stage, a.microbatch);
           }
         }
-        ++pos[r];
+        finished |= ++pos[r] == in[r].size();
         progress = true;
       }
-      if (!progress) {
-        absl::Status why = ValidateSchedule(s_);
-        return absl::InvalidArgumentError(
-            absl::StrFormat("cannot insert send/recv: the compute order never completes (%s)",
-                            why.ok() ? "no rank can make progress" : why.message()));
+      if (!progress) return Failure();
+      if (finished) {
+        size_t kept = 0;
+        for (int r : active) {
+          if (pos[r] < in[r].size()) active[kept++] = r;
+        }
+        active.resize(kept);
       }
-      size_t kept = 0;
-      for (int r : active) {
-        if (pos[r] < s_.programs[r].size()) active[kept++] = r;
-      }
-      active.resize(kept);
     }
-    return out;
+    return absl::OkStatus();
   }
 
  private:
-  // Exact size of each lowered program, so that appending never reallocates.
-  std::vector<size_t> LoweredSizes() const {
-    std::vector<size_t> sizes(s_.num_ranks, 0);
-    auto add = [&](const Action& a) {
-      const int st = a.stage;
-      const int rank = s_.stage_to_rank[st];
-      if (a.type == ActionType::kForward && st + 1 < S_ && !SameRank(st, st + 1)) {
-        ++sizes[rank];
-        ++sizes[s_.stage_to_rank[st + 1]];
-      } else if ((a.type == ActionType::kBackwardInput || a.type == ActionType::kFullBackward) &&
-                 st > 0 && !SameRank(st, st - 1)) {
-        ++sizes[rank];
-        ++sizes[s_.stage_to_rank[st - 1]];
-      }
-    };
-    for (int r = 0; r < s_.num_ranks; ++r) {
-      for (const std::optional<Action>& slot : s_.programs[r]) {
-        if (!slot) continue;
-        ++sizes[r];
-        if (slot->type == ActionType::kOverlapFB) {
-          add(ForwardHalf(*slot));
-          add(BackwardHalf(*slot));
-        } else {
-          add(*slot);
-        }
-      }
+  // The error for a schedule the rounds could not finish.
+  absl::Status Failure() const {
+    if (absl::Status st = internal::CheckShape(s_); !st.ok()) return st;
+    if (s_.HasCommunication()) {
+      return absl::InvalidArgumentError(
+          "InsertSendRecv expects a compute-only schedule, but it already has SEND/RECV actions");
     }
-    return sizes;
+    absl::Status why = ValidateSchedule(s_);
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot insert send/recv: the compute order never completes (%s)",
+                        why.ok() ? "no rank can make progress" : why.message()));
   }
 
   size_t Index(int stage, int mb) const { return static_cast<size_t>(stage) * M_ + mb; }
   bool SameRank(int a, int b) const { return s_.stage_to_rank[a] == s_.stage_to_rank[b]; }
 
-  bool ReadyHalf(const Action& a) const {
-    const int st = a.stage, mb = a.microbatch;
-    switch (a.type) {
+  bool Ready(ActionType type, int st, int mb) const {
+    switch (type) {
       case ActionType::kForward:
-        return st == 0 || recv_f_placed_[Index(st, mb)] ||
-               (SameRank(st - 1, st) && forward_placed_[Index(st - 1, mb)]);
+        return st == 0 || (placed_[Index(st, mb)] & kRecvFPlaced) ||
+               (!cross_prev_[st] && (placed_[Index(st - 1, mb)] & kForwardPlaced));
       case ActionType::kBackwardInput:
       case ActionType::kFullBackward:
-        return st == S_ - 1 || recv_b_placed_[Index(st, mb)] ||
-               (SameRank(st + 1, st) && backward_placed_[Index(st + 1, mb)]);
+        return st == S_ - 1 || (placed_[Index(st, mb)] & kRecvBPlaced) ||
+               (!cross_next_[st] && (placed_[Index(st + 1, mb)] & kBackwardPlaced));
       default:
         return true;
     }
   }
-  bool Ready(const Action& a) const {
-    if (a.type == ActionType::kOverlapFB) {
-      return ReadyHalf(ForwardHalf(a)) && ReadyHalf(BackwardHalf(a));
-    }
-    return ReadyHalf(a);
-  }
 
-  // Records a placed compute half and, if its output crosses ranks, appends
-  // the SEND here and the RECV on the peer rank.
-  void Place(const Action& a, PipelineSchedule& out) {
-    const int st = a.stage, mb = a.microbatch;
-    if (a.type == ActionType::kForward) {
-      forward_placed_[Index(st, mb)] = 1;
-      if (st + 1 < S_ && !SameRank(st, st + 1)) {
-        out.programs[s_.stage_to_rank[st]].push_back(Action{st, ActionType::kSendF, mb});
-        out.programs[s_.stage_to_rank[st + 1]].push_back(Action{st + 1, ActionType::kRecvF, mb});
-        recv_f_placed_[Index(st + 1, mb)] = 1;
+  // Records a placed compute half on rank r and, if its output crosses
+  // ranks, appends the SEND here and the RECV on the peer rank.
+  void Place(int r, ActionType type, int st, int mb) {
+    if (type == ActionType::kForward) {
+      placed_[Index(st, mb)] |= kForwardPlaced;
+      if (cross_next_[st]) {
+        out_[r].emplace_back(Action{st, ActionType::kSendF, mb});
+        out_[s_.stage_to_rank[st + 1]].emplace_back(Action{st + 1, ActionType::kRecvF, mb});
+        placed_[Index(st + 1, mb)] |= kRecvFPlaced;
       }
-    } else if (a.type == ActionType::kBackwardInput || a.type == ActionType::kFullBackward) {
-      backward_placed_[Index(st, mb)] = 1;
-      if (st > 0 && !SameRank(st, st - 1)) {
-        out.programs[s_.stage_to_rank[st]].push_back(Action{st, ActionType::kSendB, mb});
-        out.programs[s_.stage_to_rank[st - 1]].push_back(Action{st - 1, ActionType::kRecvB, mb});
-        recv_b_placed_[Index(st - 1, mb)] = 1;
+    } else if (type == ActionType::kBackwardInput || type == ActionType::kFullBackward) {
+      placed_[Index(st, mb)] |= kBackwardPlaced;
+      if (cross_prev_[st]) {
+        out_[r].emplace_back(Action{st, ActionType::kSendB, mb});
+        out_[s_.stage_to_rank[st - 1]].emplace_back(Action{st - 1, ActionType::kRecvB, mb});
+        placed_[Index(st - 1, mb)] |= kRecvBPlaced;
       }
     }
   }
 
   const PipelineSchedule& s_;
   const int S_, M_;
-  std::vector<uint8_t> forward_placed_, backward_placed_, recv_f_placed_, recv_b_placed_;
+  std::vector<uint8_t> placed_;
+  std::vector<uint8_t> cross_next_, cross_prev_;
+  RankProgram* out_ = nullptr;
 };
 
 }  // namespace
 
 absl::StatusOr<PipelineSchedule> InsertSendRecv(const PipelineSchedule& compute_only) {
-  if (absl::Status st = internal::CheckShape(compute_only); !st.ok()) return st;
-  if (compute_only.HasCommunication()) {
-    return absl::InvalidArgumentError(
-        "InsertSendRecv expects a compute-only schedule, but it already has SEND/RECV actions");
+  PipelineSchedule out;
+  if (absl::Status st = InsertSendRecv(compute_only, &out); !st.ok()) return st;
+  return out;
+}
+
+absl::Status InsertSendRecv(const PipelineSchedule& compute_only, PipelineSchedule* out) {
+  if (out == &compute_only) {
+    return absl::InvalidArgumentError("InsertSendRecv cannot lower a schedule in place");
   }
-  return SendRecvInserter(compute_only).Run();
+  if (absl::Status st = internal::CheckHeader(compute_only); !st.ok()) return st;
+  return SendRecvInserter(compute_only).Run(*out);
 }
 
 absl::StatusOr<PipelineSchedule> MergeBackward(const PipelineSchedule& schedule) {

@@ -13,7 +13,10 @@ namespace pipeplan::schedule::internal {
 absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches, int chunks);
 
 // Compute-only program of `rank`; parameters must pass CheckBuildParameters.
-RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks);
+// The result is built in `reuse`'s storage (cleared first), so callers that
+// rebuild schedules in a loop need not allocate.
+RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks,
+                             RankProgram reuse = {});
 
 }  // namespace pipeplan::schedule::internal
 

@@ -68,6 +68,22 @@ void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationR
 
 absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, const StageCosts& costs,
                                           const SimulateOptions& options) {
+  // Fast path: one fused pass for a valid schedule. Anything unusual (or a
+  // timeline request) takes the checked path below, which reports errors in
+  // the documented order: structure, then costs, then deadlocks.
+  if (!options.record_timeline && internal::CheckHeader(schedule).ok() &&
+      CheckStageCosts(costs, schedule.num_stages).ok()) {
+    SimulationResult fast;
+    if (internal::SimulateFast(schedule, costs, fast)) return fast;
+  }
+  return internal::SimulateChecked(schedule, costs, options);
+}
+
+namespace internal {
+
+absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedule,
+                                                 const StageCosts& costs,
+                                                 const SimulateOptions& options) {
   bool comms = false;
   if (absl::Status st = internal::CheckStructure(schedule, &comms); !st.ok()) return st;
   if (absl::Status st = CheckStageCosts(costs, schedule.num_stages); !st.ok()) return st;
@@ -89,6 +105,8 @@ absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, cons
   out.timeline = std::move(run->timeline);
   return out;
 }
+
+}  // namespace internal
 
 std::string FormatTimeline(const SimulationResult& result, int num_ranks) {
   std::vector<const TimelineEvent*> events;

@@ -60,30 +60,6 @@ absl::Status CheckSimple(const PipelineSchedule& s, int rank, int step, const Ac
   return absl::OkStatus();
 }
 
-// The hot-path version of CheckSimple: no Status, no formatting.
-inline bool SimpleOk(const PipelineSchedule& s, int rank, const Action& a) {
-  if (static_cast<unsigned>(a.stage) >= static_cast<unsigned>(s.num_stages) ||
-      static_cast<unsigned>(a.microbatch) >= static_cast<unsigned>(s.num_microbatches) ||
-      s.stage_to_rank[a.stage] != rank) {
-    return false;
-  }
-  int peer;
-  switch (a.type) {
-    case ActionType::kSendF:
-    case ActionType::kRecvB:
-      peer = a.stage + 1;
-      break;
-    case ActionType::kRecvF:
-    case ActionType::kSendB:
-      peer = a.stage - 1;
-      break;
-    default:
-      return true;
-  }
-  return static_cast<unsigned>(peer) < static_cast<unsigned>(s.num_stages) &&
-         s.stage_to_rank[peer] != rank;
-}
-
 // Checks one slot; on failure returns the detailed error.
 inline absl::Status CheckSlot(const PipelineSchedule& s, int rank, int step, const Action& a) {
   if (a.type == ActionType::kOverlapFB) {
@@ -95,6 +71,8 @@ inline absl::Status CheckSlot(const PipelineSchedule& s, int rank, int step, con
   if (SimpleOk(s, rank, a)) return absl::OkStatus();
   return CheckSimple(s, rank, step, a, a);
 }
+
+}  // namespace
 
 absl::Status CheckHeader(const PipelineSchedule& s) {
   if (s.num_ranks < 1 || s.num_stages < 1 || s.num_microbatches < 1) {
@@ -122,8 +100,6 @@ absl::Status CheckHeader(const PipelineSchedule& s) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status CheckShape(const PipelineSchedule& s) {
   if (absl::Status st = CheckHeader(s); !st.ok()) return st;

@@ -11,6 +11,35 @@
 
 namespace pipeplan::schedule::internal {
 
+// Counts and the stage-to-rank map only (no per-action work).
+absl::Status CheckHeader(const PipelineSchedule& schedule);
+
+// The hot-path form of CheckShape's per-action test (no Status, no
+// formatting): indices in range, the stage on `rank`, and for SEND/RECV a
+// neighbour stage on another rank. `a` must not be an OVERLAP_F_B.
+inline bool SimpleOk(const PipelineSchedule& s, int rank, const Action& a) {
+  if (static_cast<unsigned>(a.stage) >= static_cast<unsigned>(s.num_stages) ||
+      static_cast<unsigned>(a.microbatch) >= static_cast<unsigned>(s.num_microbatches) ||
+      s.stage_to_rank[a.stage] != rank) {
+    return false;
+  }
+  int peer;
+  switch (a.type) {
+    case ActionType::kSendF:
+    case ActionType::kRecvB:
+      peer = a.stage + 1;
+      break;
+    case ActionType::kRecvF:
+    case ActionType::kSendB:
+      peer = a.stage - 1;
+      break;
+    default:
+      return true;
+  }
+  return static_cast<unsigned>(peer) < static_cast<unsigned>(s.num_stages) &&
+         s.stage_to_rank[peer] != rank;
+}
+
 // Shapes and placement only: sizes agree, indices are in range and every action
 // sits on the rank that owns its stage. Cheap enough for every pass.
 absl::Status CheckShape(const PipelineSchedule& schedule);

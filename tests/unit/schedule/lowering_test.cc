@@ -88,5 +88,26 @@ TEST(MergeBackwardTest, MergesAdjacentInputAndWeightOfTheSameMicrobatch) {
   EXPECT_EQ(ProgramString(merged->programs[0]), "0F0,0F1,0F2,0B0,0I1,0B2,0W1");
 }
 
+// The buffer-reusing overloads give what the allocating ones give, whatever
+// the target held before.
+TEST(InsertSendRecvTest, ReusingOverloadsMatch) {
+  PipelineSchedule compute, lowered;
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {3, 6}}) {
+      ASSERT_TRUE(BuildSchedule(kind, p, m, 2, &compute).ok());
+      absl::StatusOr<PipelineSchedule> fresh = BuildSchedule(kind, p, m, 2);
+      ASSERT_TRUE(fresh.ok());
+      EXPECT_EQ(compute.programs, fresh->programs);
+      EXPECT_EQ(compute.stage_to_rank, fresh->stage_to_rank);
+      ASSERT_TRUE(InsertSendRecv(compute, &lowered).ok());
+      absl::StatusOr<PipelineSchedule> fresh_lowered = InsertSendRecv(*fresh);
+      ASSERT_TRUE(fresh_lowered.ok());
+      EXPECT_EQ(lowered.programs, fresh_lowered->programs);
+      EXPECT_EQ(lowered.num_stages, fresh_lowered->num_stages);
+    }
+  }
+  EXPECT_FALSE(InsertSendRecv(compute, &compute).ok());
+}
+
 }  // namespace
 }  // namespace pipeplan::schedule

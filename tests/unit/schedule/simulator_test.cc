@@ -6,6 +6,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
@@ -218,6 +219,71 @@ TEST(SimulatorTest, PropertyRanksAreSerialAndRecvsWaitForSends) {
     }
     EXPECT_GE(r->bubble_ratio, 0);
     EXPECT_LT(r->bubble_ratio, 1);
+  }
+}
+
+// Simulate has a fused fast path (no timeline) and the checked path it falls
+// back to (taken whenever a timeline is recorded). They must agree exactly,
+// on valid schedules and on the errors of broken ones.
+TEST(SimulatorTest, FastPathMatchesCheckedPath) {
+  std::mt19937 rng(7);
+  auto expect_same = [](const PipelineSchedule& s, const StageCosts& costs, const std::string& what) {
+    SimulateOptions with_timeline;
+    with_timeline.record_timeline = true;
+    absl::StatusOr<SimulationResult> fast = Simulate(s, costs);
+    absl::StatusOr<SimulationResult> checked = Simulate(s, costs, with_timeline);
+    ASSERT_EQ(fast.ok(), checked.ok()) << what << ": " << fast.status() << " vs " << checked.status();
+    if (!fast.ok()) {
+      EXPECT_EQ(fast.status(), checked.status()) << what;
+      return;
+    }
+    EXPECT_EQ(fast->step_seconds, checked->step_seconds) << what;
+    EXPECT_EQ(fast->bubble_ratio, checked->bubble_ratio) << what;
+    EXPECT_EQ(fast->busy_seconds, checked->busy_seconds) << what;
+    EXPECT_EQ(fast->idle_seconds, checked->idle_seconds) << what;
+    EXPECT_EQ(fast->peak_inflight_microbatches, checked->peak_inflight_microbatches) << what;
+    EXPECT_EQ(fast->peak_inflight_per_stage, checked->peak_inflight_per_stage) << what;
+    EXPECT_EQ(fast->peak_memory_bytes, checked->peak_memory_bytes) << what;
+    EXPECT_TRUE(fast->timeline.empty());
+  };
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    for (auto [p, m, v] : {std::tuple{1, 2, 2}, {2, 4, 2}, {3, 6, 2}, {4, 8, 3}, {4, 16, 2}}) {
+      absl::StatusOr<PipelineSchedule> s = BuildSchedule(kind, p, m, v);
+      ASSERT_TRUE(s.ok()) << s.status();
+      absl::StatusOr<PipelineSchedule> lowered = InsertSendRecv(*s);
+      ASSERT_TRUE(lowered.ok()) << lowered.status();
+      StageCosts costs = StageCosts::Uniform(s->num_stages, 1, 1, 1);
+      std::uniform_real_distribution<double> time(0.1, 2.0);
+      for (int st = 0; st < s->num_stages; ++st) {
+        costs.forward[st] = time(rng);
+        costs.backward_input[st] = time(rng);
+        costs.backward_weight[st] = time(rng);
+      }
+      costs.param_bytes.assign(s->num_stages, 5);
+      costs.activation_bytes.assign(s->num_stages, 3);
+      costs.forward_transfer.assign(s->num_stages - 1, 0.25);
+      costs.backward_transfer.assign(s->num_stages - 1, 0.5);
+      const std::string what = absl::StrCat(std::string(ScheduleKindName(kind)), " p=", p, " m=", m);
+      expect_same(*s, costs, what + " compute-only");
+      expect_same(*lowered, costs, what + " lowered");
+      // Broken variants: drop, duplicate or swap one action of a rank.
+      for (int trial = 0; trial < 20; ++trial) {
+        PipelineSchedule broken = trial % 2 ? *lowered : *s;
+        RankProgram& program = broken.programs[rng() % p];
+        const size_t i = rng() % program.size(), j = rng() % program.size();
+        switch (trial % 3) {
+          case 0:
+            program.erase(program.begin() + i);
+            break;
+          case 1:
+            program.insert(program.begin() + i, program[j]);
+            break;
+          default:
+            std::swap(program[i], program[j]);
+        }
+        expect_same(broken, costs, absl::StrCat(what, " broken #", trial));
+      }
+    }
   }
 }
 

@@ -30,6 +30,12 @@ namespace pipeplan::schedule {
 absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
                                                int chunks = 1);
 
+// The same into `*out`, reusing its programs' storage: a search loop that
+// keeps one PipelineSchedule per thread neither allocates nor page-faults
+// after the first call. On error `*out` is unchanged.
+absl::Status BuildSchedule(ScheduleKind kind, int ranks, int microbatches, int chunks,
+                           PipelineSchedule* out);
+
 }  // namespace pipeplan::schedule
 
 #endif  // PIPEPLAN_CORE_SCHEDULE_BUILD_H_

@@ -24,6 +24,10 @@ namespace pipeplan::schedule {
 // once. The result has no idle slots. Fails on a schedule that already has
 // communication or whose compute order can never complete.
 absl::StatusOr<PipelineSchedule> InsertSendRecv(const PipelineSchedule& compute_only);
+// The same into `*out` (which must not be `compute_only`), reusing its
+// programs' storage so that a search loop need not allocate or page-fault
+// after the first call. On error `*out` is left unspecified.
+absl::Status InsertSendRecv(const PipelineSchedule& compute_only, PipelineSchedule* out);
 
 // Merges each I whose next non-idle action on the same rank is the W of the
 // same stage and microbatch into a B. Idle slots are dropped.
