@@ -20,6 +20,7 @@
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
 #include "plan_table.h"
+#include "simulate_command.h"
 #include "remote_commands.h"
 #include "request_flags.h"
 
@@ -75,7 +76,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    std::cout << kUsage << kRemoteUsage;
+    std::cout << kUsage << kSimulateUsage << kRemoteUsage;
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
@@ -85,10 +86,16 @@ int Main(int argc, char** argv) {
     status = RunRemotePlan(*global, args);
   } else if (command == "plan") {
     status = RunPlan(args);
+  } else if (command == "simulate") {
+    status = RunSimulate(args, [](const Flags& flags) -> absl::StatusOr<v1::Plan> {
+      PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
+      return PlanOffline(req);
+    });
   } else if (command == "jobs") {
     status = RunJobs(*global, args);
   } else {
-    std::cerr << "pipeplan: unknown command \"" << command << "\"\n" << kUsage << kRemoteUsage;
+    std::cerr << "pipeplan: unknown command \"" << command << "\"\n"
+              << kUsage << kSimulateUsage << kRemoteUsage;
     return 2;
   }
   if (!status.ok()) {

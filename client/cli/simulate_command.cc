@@ -1,0 +1,292 @@
+#include "simulate_command.h"
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/schedule/action.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/schedule/csv.h"
+#include "pipeplan/core/schedule/lowering.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/schedule/stage_costs.h"
+#include "pipeplan/core/schedule/unit_time.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan::cli {
+
+const char kSimulateUsage[] = R"(  simulate  simulate a pipeline schedule and print its timeline and bubble ratio
+            --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
+                                InterleavedZeroBubble, ZBVZeroBubble, DualPipeV
+                                (any letter case), with
+              --ranks P --microbatches M [--chunks V]   (V: stages per rank, 2)
+            --csv FILE          a user schedule in PyTorch's CSV layout instead
+            --plan FILE         a Plan as printed by `plan --json`: its schedule
+                                with the plan's stage times
+            --graph/--cluster   plan first (same flags as `plan`), then simulate
+            --unit-time         PyTorch's unit-time simulator (every action one
+                                step); prints the steps
+            --save-csv FILE     write the simulated (lowered) schedule as CSV
+            --json              print a JSON report
+            Without a plan every stage takes F=1, I=1, W=1 (B=I+W=2).
+)";
+
+namespace {
+
+using schedule::PipelineSchedule;
+using schedule::ScheduleKind;
+using schedule::StageCosts;
+
+// What gets simulated: a schedule, its stage times and where they came from.
+struct Scenario {
+  std::string source;  // schedule name, "csv" or "plan"
+  PipelineSchedule schedule;
+  StageCosts costs;
+  int chunks = 1;
+};
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double x) { return absl::StrFormat("%.17g", x); }
+
+template <typename T, typename F>
+std::string JsonArray(const std::vector<T>& values, F format) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += format(values[i]);
+  }
+  return out + "]";
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<ScheduleKind> KindFromProto(v1::Schedule s) {
+  for (ScheduleKind kind : schedule::kAllScheduleKinds) {
+    if (ScheduleToProto(kind) == s) return kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the plan names no concrete schedule (", v1::Schedule_Name(s), "); cannot simulate it"));
+}
+
+// The plan's schedule with its stage times. Communication is folded into the
+// stage times as the planner does (half on the forward, half on the
+// backward-input); the Plan does not carry the weight-gradient share, so W is
+// taken as half of the backward.
+absl::StatusOr<Scenario> FromPlan(const v1::Plan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, KindFromProto(plan.schedule()));
+  const int stages = plan.stages_size();
+  const int chunks = std::max(1, plan.chunks_per_rank());
+  if (stages < 1 || stages % chunks != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan has %d stages, not a positive multiple of chunks_per_rank=%d", stages, chunks));
+  }
+  const int ranks = stages / chunks;
+  if (schedule::StagesPerRank(kind, chunks) != chunks) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the plan's %s schedule places %d stages per rank, but chunks_per_rank is %d",
+        schedule::ScheduleKindName(kind), schedule::StagesPerRank(kind, chunks), chunks));
+  }
+  Scenario sc;
+  sc.source = "plan";
+  sc.chunks = chunks;
+  PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
+                            schedule::BuildSchedule(kind, ranks, plan.microbatches(), chunks));
+  for (const v1::Stage& st : plan.stages()) {
+    const double comm_half = st.comm_seconds() / 2;
+    sc.costs.forward.push_back(st.forward_seconds() + comm_half);
+    sc.costs.backward_input.push_back(st.backward_seconds() / 2 + comm_half);
+    sc.costs.backward_weight.push_back(st.backward_seconds() / 2);
+    sc.costs.param_bytes.push_back(st.param_bytes());
+    sc.costs.activation_bytes.push_back(st.activation_bytes());
+  }
+  return sc;
+}
+
+absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& plan_from_flags) {
+  const int sources = flags.Has("plan") + flags.Has("graph") + flags.Has("csv");
+  if (sources > 1) {
+    return absl::InvalidArgumentError("give only one of --plan, --graph/--cluster and --csv");
+  }
+  if (flags.Has("plan")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("plan"));
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    v1::Plan plan;
+    if (absl::Status s = ParseJson(text, &plan); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    }
+    return FromPlan(plan);
+  }
+  if (flags.Has("graph") || flags.Has("cluster")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, plan_from_flags(flags));
+    return FromPlan(plan);
+  }
+  Scenario sc;
+  if (flags.Has("csv")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("csv"));
+    absl::StatusOr<PipelineSchedule> s = schedule::LoadScheduleCsvFile(path);
+    if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
+    sc.source = "csv";
+    sc.schedule = *std::move(s);
+    sc.chunks = sc.schedule.num_stages / sc.schedule.num_ranks;
+  } else {
+    if (!flags.Has("schedule")) {
+      return absl::InvalidArgumentError(
+          "say what to simulate: --schedule NAME --ranks P --microbatches M, --csv FILE, "
+          "--plan FILE or --graph FILE --cluster FILE");
+    }
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string name, flags.Require("schedule"));
+    PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, schedule::ParseScheduleKind(name));
+    PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
+    PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
+    PIPEPLAN_ASSIGN_OR_RETURN(int chunks, flags.GetInt("chunks", 2));
+    if (ranks < 1 || microbatches < 1) {
+      return absl::InvalidArgumentError("--schedule needs --ranks P and --microbatches M (>= 1)");
+    }
+    sc.source = std::string(schedule::ScheduleKindName(kind));
+    sc.chunks = schedule::StagesPerRank(kind, chunks);
+    PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
+                              schedule::BuildSchedule(kind, ranks, microbatches, chunks));
+  }
+  // Unit stage times: F = I = W = 1, so a full backward B takes 2.
+  sc.costs = StageCosts::Uniform(sc.schedule.num_stages, 1, 1, 1);
+  return sc;
+}
+
+// Lowers a compute-only schedule whose stages span ranks, so that the
+// timeline (and any saved CSV) shows the SEND/RECV PyTorch would issue.
+absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
+  bool crosses = false;
+  for (int st = 0; st + 1 < s.num_stages; ++st) {
+    crosses |= s.stage_to_rank[st] != s.stage_to_rank[st + 1];
+  }
+  if (!crosses || s.HasCommunication()) return s;
+  return schedule::InsertSendRecv(s);
+}
+
+}  // namespace
+
+absl::Status RunSimulate(const std::vector<std::string>& args,
+                         const PlanFromFlagsFn& plan_from_flags) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      Flags flags,
+      Flags::Parse(args,
+                   {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches", "chunks",
+                    // `plan` flags, for --graph/--cluster:
+                    "graph", "cluster", "stages", "global-batch", "method", "comm",
+                    "optimizer-multiplier", "time-limit", "gap"},
+                   {"unit-time", "json"}));
+  if (!flags.positionals().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", flags.positionals().front(), "\""));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, FromFlags(flags, plan_from_flags));
+  PIPEPLAN_ASSIGN_OR_RETURN(PipelineSchedule lowered, Lowered(sc.schedule));
+  const bool unit_time = flags.Has("unit-time");
+  const bool json = flags.Has("json");
+
+  if (auto path = flags.Get("save-csv")) {
+    std::ofstream out(*path, std::ios::binary);
+    out << schedule::ScheduleToCsv(lowered);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", *path));
+  }
+
+  schedule::SimulateOptions options;
+  options.record_timeline = !unit_time && !json;
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
+                            schedule::Simulate(lowered, sc.costs, options));
+  std::optional<schedule::UnitTimeResult> unit;
+  if (unit_time) {
+    PIPEPLAN_ASSIGN_OR_RETURN(unit, schedule::SimulateUnitTime(lowered));
+  }
+
+  const PipelineSchedule& s = lowered;
+  if (json) {
+    std::string out = "{\n";
+    absl::StrAppend(&out, "  \"schedule\": ", JsonString(sc.source), ",\n");
+    absl::StrAppend(&out, "  \"ranks\": ", s.num_ranks, ",\n");
+    absl::StrAppend(&out, "  \"stages\": ", s.num_stages, ",\n");
+    absl::StrAppend(&out, "  \"microbatches\": ", s.num_microbatches, ",\n");
+    absl::StrAppend(&out, "  \"unit_time\": ", unit_time ? "true" : "false", ",\n");
+    if (unit) absl::StrAppend(&out, "  \"steps\": ", unit->steps.size(), ",\n");
+    absl::StrAppend(&out, "  \"step_seconds\": ", JsonNumber(sim.step_seconds), ",\n");
+    absl::StrAppend(&out, "  \"bubble_ratio\": ", JsonNumber(sim.bubble_ratio), ",\n");
+    absl::StrAppend(&out, "  \"busy_seconds\": ", JsonArray(sim.busy_seconds, JsonNumber), ",\n");
+    absl::StrAppend(&out, "  \"peak_inflight_microbatches\": ",
+                    JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }),
+                    ",\n");
+    absl::StrAppend(&out, "  \"actions\": [");
+    for (int r = 0; r < s.num_ranks; ++r) {
+      absl::StrAppend(&out, r ? ",\n    " : "\n    ",
+                      JsonArray(s.programs[r], [](const std::optional<schedule::Action>& a) {
+                        return a ? JsonString(schedule::ActionToString(*a)) : std::string("null");
+                      }));
+    }
+    absl::StrAppend(&out, "\n  ]\n}\n");
+    std::cout << out;
+    return absl::OkStatus();
+  }
+
+  std::cout << absl::StrFormat("%s: %d ranks, %d stages, %d microbatches, %d actions\n\n",
+                               sc.source, s.num_ranks, s.num_stages, s.num_microbatches,
+                               s.NumActions());
+  if (unit) {
+    std::cout << schedule::FormatUnitTimeline(*unit) << "\n"
+              << "steps: " << unit->steps.size() << "\n";
+  } else {
+    std::cout << schedule::FormatTimeline(sim, s.num_ranks) << "\n";
+  }
+  std::cout << absl::StrFormat("step_seconds: %.6g\nbubble_ratio: %.6f\n", sim.step_seconds,
+                               sim.bubble_ratio);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    std::cout << absl::StrFormat("  rank %d: busy %.6g s, idle %.6g s, peak in flight %d\n", r,
+                                 sim.busy_seconds[r], sim.idle_seconds[r],
+                                 sim.peak_inflight_microbatches[r]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pipeplan::cli
