@@ -1,7 +1,11 @@
 // pipeplan-planner as a process: planning, jobs, workers, limits, restarts,
 // health and the CLI, all over 127.0.0.1.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+
+#include <random>
 
 #include <atomic>
 #include <thread>
@@ -379,6 +383,49 @@ TEST(PlannerService, HealthFlipsDuringDrainAndStreamsEndCleanly) {
   EXPECT_FALSE(watch->Next(&u));
   EXPECT_TRUE(watch->Finish().ok());
   EXPECT_EQ(planner->Wait(absl::Seconds(15)), 0) << planner->stderr_text();
+}
+
+// Random bytes and truncated messages on every method: each call gets an
+// error status, the planner keeps serving and its state is unchanged.
+TEST(PlannerService, GarbageOnTheWireCannotCrashOrCorrupt) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client());
+  ASSERT_OK_AND_ASSIGN(job, c->CreateJob("keep", SmallRequest()));
+  grpc::GenericStub stub(c->channel());
+  std::mt19937 rng(42);
+  const std::string valid = SmallRequest().SerializeAsString();
+  const char* methods[] = {"Plan", "CreateJob", "GetJob", "DeleteJob", "GetPlan", "ReplanJob",
+                           "RegisterWorker", "ReportStep", "Heartbeat", "ListJobs"};
+  int answered = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::string bytes;
+    if (i % 2 == 0) {
+      bytes = valid.substr(0, rng() % valid.size());  // truncated
+    } else {
+      bytes.resize(rng() % 512);
+      for (char& ch : bytes) ch = static_cast<char>(rng());
+    }
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, absl::StrCat("/pipeplan.v1.PlannerService/", methods[i % 10]),
+                   grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(15)));
+    answered++;
+  }
+  EXPECT_EQ(answered, 200);
+  ASSERT_OK_AND_ASSIGN(after, c->GetJob(job.id()));
+  EXPECT_EQ(after.plan_version(), 1);
+  EXPECT_TRUE(c->Plan(SmallRequest()).ok());
+  ASSERT_OK_AND_ASSIGN(health, c->CheckHealth());
+  EXPECT_TRUE(health);
 }
 
 TEST(PlannerService, AddressInUseIsAClearError) {
