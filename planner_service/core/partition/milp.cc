@@ -48,10 +48,13 @@
 // DP's proven bound are reported.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -62,6 +65,8 @@
 #include "CbcHeuristicLocal.hpp"
 #include "CbcHeuristicRINS.hpp"
 #include "CbcModel.hpp"
+#include "ClpEventHandler.hpp"
+#include "ClpSimplex.hpp"
 #include "CglClique.hpp"
 #include "CglFlowCover.hpp"
 #include "CglGomory.hpp"
@@ -115,8 +120,11 @@ struct Links {
 
 class MilpModel {
  public:
-  MilpModel(const PartitionProblem& problem, const Contraction& con, double t_lower)
-      : p_(problem), con_(con), k_(problem.num_stages()), m_(con.num_super) {
+  // `need`: optional per-stage lower bounds on communication that every split
+  // at least as good as the incumbent meets (CommLowerBound).
+  MilpModel(const PartitionProblem& problem, const Contraction& con, double t_lower,
+            std::span<const double> need)
+      : p_(problem), con_(con), k_(problem.num_stages()), m_(con.num_super), need_(need) {
     Build(t_lower);
   }
 
@@ -255,13 +263,14 @@ class MilpModel {
   const PartitionProblem& p_;
   const Contraction& con_;
   const int k_, m_;
+  std::span<const double> need_;
   int u_base_ = 0, t_col_ = 0;
   double time_scale_ = 1;
   std::vector<double> col_lb_, col_ub_, col_obj_, row_lo_, row_hi_;
   std::vector<char> is_int_;
   std::vector<std::tuple<int, int, double>> elems_;
   std::vector<std::vector<Lin>> lower_exprs_;
-  std::vector<Lin> stage_time_;
+  std::vector<Lin> stage_time_, extra_;
 
  public:
   bool infeasible_constant_ = false;
@@ -331,6 +340,16 @@ void MilpModel::Build(double t_lower) {
       if (con_.work_ref[s] > 0) AddX(stage[j], s, j, con_.work_ref[s] * slow);
     }
   }
+  // T >= compute_j + need_j: communication the LP relaxation would
+  // otherwise spread thin.
+  if (static_cast<int>(need_.size()) == k_) {
+    for (int j = 0; j < k_; ++j) {
+      if (need_[j] <= 0) continue;
+      Lin l = stage[j];
+      l.constant += need_[j];
+      extra_.push_back(std::move(l));
+    }
+  }
   if (cost.options().comm_model == CommModel::kRelay) {
     BuildRelay(stage);
   } else {
@@ -339,11 +358,13 @@ void MilpModel::Build(double t_lower) {
   // Times are modelled in units of time_scale_ (about the optimum) so that
   // CBC's absolute tolerances (cutoff increment, gaps) are meaningless next
   // to real differences.
+  for (Lin& l : extra_) stage.push_back(std::move(l));
+  extra_.clear();
   for (Lin& l : stage) {
     for (auto& t : l.terms) t.second /= time_scale_;
     l.constant /= time_scale_;
   }
-  for (int j = 0; j < k_; ++j) {
+  for (size_t j = 0; j < stage.size(); ++j) {
     Lin row = stage[j];
     for (auto& t : row.terms) t.second = -t.second;
     row.constant = -row.constant;
@@ -570,11 +591,44 @@ void MilpModel::BuildDirect(std::vector<Lin>& stage) {
   }
 }
 
+// When a CBC run must stop: cancellation, or `stop_at` (the problem's
+// deadline minus a margin for the work after CBC returns).
+struct StopCheck {
+  const PartitionProblem* problem = nullptr;
+  absl::Time stop_at = absl::InfiniteFuture();
+  // Set when an LP was interrupted: CBC may then take a node for infeasible,
+  // so its bound and infeasibility proof are not to be trusted.
+  bool lp_interrupted = false;
+  bool Expired() const {
+    return (problem->cancelled != nullptr &&
+            problem->cancelled->load(std::memory_order_relaxed)) ||
+           absl::Now() >= stop_at;
+  }
+};
+
+// Interrupts Clp inside an LP (root LP, node LPs, strong branching), which
+// CBC's own time limit cannot do.
+class ClpStop : public ClpEventHandler {
+ public:
+  explicit ClpStop(StopCheck* check) : check_(check) {}
+  ClpStop(const ClpStop&) = default;
+  ClpEventHandler* clone() const override { return new ClpStop(*this); }
+  int event(Event which) override {
+    if (which != endOfIteration) return -1;
+    if (!check_->Expired()) return -1;
+    check_->lp_interrupted = true;
+    return 0;
+  }
+
+ private:
+  StopCheck* check_;
+};
+
 // Stops CBC on cancellation or deadline and records every incumbent.
 class StopHandler : public CbcEventHandler {
  public:
-  StopHandler(const PartitionProblem* problem, std::vector<std::vector<double>>* solutions)
-      : problem_(problem), solutions_(solutions) {}
+  StopHandler(const StopCheck* check, std::vector<std::vector<double>>* solutions)
+      : check_(check), solutions_(solutions) {}
   StopHandler(const StopHandler&) = default;
   CbcEventHandler* clone() const override { return new StopHandler(*this); }
   CbcAction event(CbcEvent which) override {
@@ -583,11 +637,11 @@ class StopHandler : public CbcEventHandler {
       const int n = model_->solver()->getNumCols();
       solutions_->emplace_back(model_->bestSolution(), model_->bestSolution() + n);
     }
-    return problem_->ShouldStop() ? stop : noAction;
+    return check_->Expired() ? stop : noAction;
   }
 
  private:
-  const PartitionProblem* problem_;
+  const StopCheck* check_;
   std::vector<std::vector<double>>* solutions_;
 };
 
@@ -597,37 +651,47 @@ struct CbcOutcome {
   double bound = -kInf;  // valid for the model
   int64_t nodes = 0;
   std::vector<std::vector<int>> candidates;  // stage of every super-node
+  std::string stop;  // why it stopped, for the note
 };
 
+// Opt-in phase timings on stderr (PIPEPLAN_MILP_TRACE=1).
+bool TraceOn() {
+  static const bool on = std::getenv("PIPEPLAN_MILP_TRACE") != nullptr;
+  return on;
+}
+void Trace(const char* what, absl::Time since) {
+  if (TraceOn()) {
+    std::fprintf(stderr, "[milp] %-28s %8.3fs\n", what, absl::ToDoubleSeconds(absl::Now() - since));
+  }
+}
+
 CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
-                  const std::vector<int>* warm_super) {
+                  const std::vector<int>* warm_super, absl::Time stop_at) {
   CbcOutcome out;
   if (model.infeasible_constant_) {
     out.proven_infeasible = true;
     return out;
   }
+  const absl::Time t0 = absl::Now();
+  StopCheck check{.problem = &problem, .stop_at = stop_at};
+  const bool limited = stop_at != absl::InfiniteFuture();
   OsiClpSolverInterface solver;
   solver.messageHandler()->setLogLevel(0);
   model.Load(solver);
+  {
+    ClpStop clp_stop(&check);
+    solver.getModelPtr()->passInEventHandler(&clp_stop);  // cloned
+  }
   CbcModel cbc(solver);
-  cbc.setLogLevel(0);
-  cbc.messageHandler()->setLogLevel(0);
+  const int log = TraceOn() ? 1 : 0;
+  cbc.setLogLevel(log);
+  cbc.messageHandler()->setLogLevel(log);
   cbc.solver()->messageHandler()->setLogLevel(0);
   cbc.setUseElapsedTime(true);
-  if (problem.deadline != absl::InfiniteFuture()) {
-    const double left = std::max(0.01, absl::ToDoubleSeconds(problem.deadline - absl::Now()));
-    cbc.setMaximumSeconds(left);
-    // CBC checks its time limit only between root cut passes and nodes; keep
-    // the passes few when the budget is short.
-    if (left < 60) cbc.setMaximumCutPassesAtRoot(left < 10 ? 3 : 10);
-    // The root LP is not interrupted by CBC's own limit.
-    if (auto* clp = dynamic_cast<OsiClpSolverInterface*>(cbc.solver())) {
-      clp->getModelPtr()->setMaximumSeconds(left);
-    }
-  }
   cbc.setAllowableFractionGap(std::max(problem.relative_gap, 1e-9));
   cbc.setAllowableGap(1e-12);
   cbc.setCutoffIncrement(1e-10);
+  Trace("load", t0);
 
   CglProbing probing;
   probing.setUsingObjective(1);
@@ -654,26 +718,30 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   CbcHeuristicFPump pump(cbc);
   // FPump, local search and RINS run sub-solves that do not look at the
   // deadline; use them only when there is no deadline.
-  const bool open_ended = problem.deadline == absl::InfiniteFuture();
-  if (open_ended) cbc.addHeuristic(&pump);
+  if (!limited) cbc.addHeuristic(&pump);
   CbcHeuristicLocal local(cbc);
-  if (open_ended) cbc.addHeuristic(&local);
+  if (!limited) cbc.addHeuristic(&local);
   CbcHeuristicRINS rins(cbc);
-  if (open_ended) cbc.addHeuristic(&rins);
+  if (!limited) cbc.addHeuristic(&rins);
 
   std::vector<std::vector<double>> solutions;
-  StopHandler handler(&problem, &solutions);
+  StopHandler handler(&check, &solutions);
   cbc.passInEventHandler(&handler);
 
   // Solve the root LP first: its value is a valid bound even when the
   // search is stopped early (CBC's own best-possible value is not reliable
   // when the limit interrupts the root).
+  const absl::Time t1 = absl::Now();
   cbc.initialSolve();
+  Trace("root lp", t1);
   double lp_bound = -kInf;
-  if (cbc.solver()->isProvenOptimal()) {
+  if (check.lp_interrupted) {
+    out.stop = "stopped in the root LP";
+  } else if (cbc.solver()->isProvenOptimal()) {
     lp_bound = cbc.solver()->getObjValue();
   } else if (cbc.solver()->isProvenPrimalInfeasible() && warm_super == nullptr) {
     out.proven_infeasible = true;
+    out.stop = "infeasible";
     return out;
   }
   if (warm_super != nullptr) {
@@ -683,19 +751,52 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
     // construction, which the brute-force tests exercise.
     cbc.setBestSolution(x.data(), static_cast<int>(x.size()), objective, /*check=*/false);
   }
-  if (problem.ShouldStop()) return out;
+  auto finish_bound = [&] {
+    out.bound = std::isfinite(lp_bound) ? lp_bound * model.time_scale() : -kInf;
+  };
+  if (check.Expired()) {
+    if (out.stop.empty()) out.stop = "stopped after the root LP";
+    finish_bound();
+    return out;
+  }
+  if (limited) {
+    const double left = absl::ToDoubleSeconds(stop_at - absl::Now());
+    cbc.setMaximumSeconds(std::max(0.001, left));
+    // CBC checks its limit between root cut passes and nodes: with little
+    // time, few passes and little strong branching.
+    cbc.setMaximumCutPassesAtRoot(left < 1 ? 2 : left < 10 ? 5 : 10);
+    if (left < 2) {
+      cbc.setNumberStrong(left < 0.5 ? 0 : 2);
+      cbc.setNumberBeforeTrust(left < 0.5 ? 0 : 2);
+    }
+  }
+  const absl::Time t2 = absl::Now();
   cbc.branchAndBound();
+  Trace("branch and bound", t2);
 
   out.nodes = cbc.getNodeCount();
-  out.proven_infeasible = cbc.isProvenInfeasible() && cbc.bestSolution() == nullptr;
-  out.proven_optimal = cbc.isProvenOptimal() && cbc.bestSolution() != nullptr;
+  const bool trusted = !check.lp_interrupted && !cbc.isAbandoned();
+  out.proven_infeasible = trusted && cbc.isProvenInfeasible() && cbc.bestSolution() == nullptr;
+  out.proven_optimal = trusted && cbc.isProvenOptimal() && cbc.bestSolution() != nullptr;
   if (cbc.bestSolution() != nullptr) {
     solutions.emplace_back(cbc.bestSolution(), cbc.bestSolution() + model.num_cols());
   }
+  if (out.proven_optimal) {
+    out.stop = "optimal";
+  } else if (out.proven_infeasible) {
+    out.stop = "infeasible";
+  } else if (problem.cancelled != nullptr && problem.cancelled->load()) {
+    out.stop = "cancelled";
+  } else if (check.Expired() || cbc.maximumSecondsReached()) {
+    out.stop = "deadline";
+  } else {
+    out.stop = "stopped";
+  }
   if (!out.proven_infeasible) {
+    finish_bound();
     double bound = lp_bound;
-    if (cbc.isProvenOptimal() || (!cbc.isAbandoned() && cbc.getNodeCount() > 0 &&
-                                  std::isfinite(lp_bound))) {
+    if (out.proven_optimal ||
+        (trusted && cbc.getNodeCount() > 0 && std::isfinite(lp_bound))) {
       bound = std::max(bound, cbc.getBestPossibleObjValue());
     }
     out.bound = std::isfinite(bound) ? bound * model.time_scale() : -kInf;
@@ -703,6 +804,7 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   for (const auto& s : solutions) {
     if (static_cast<int>(s.size()) == model.num_cols()) out.candidates.push_back(model.StagesFromPrimal(s.data()));
   }
+  Trace("cbc total", t0);
   return out;
 }
 
@@ -756,6 +858,326 @@ std::pair<double, double> MemoryNeed(const PartitionProblem& problem) {
   return {hi, fullest};
 }
 
+// A lower bound on the bottleneck from communication every stage must pay,
+// over the splits of an exact (non-lossy) contraction `c`.
+//
+// Take a split with bottleneck <= T. Stage j does at most
+// cap_j = (T - need_j) / slowdown_j work, where need_j is a lower bound on
+// its communication, so the stages 0..j hold at most P_j = sum_{i<=j} cap_i
+// work and j..k-1 at most Q_j = sum_{i>=j} cap_i. A super-node X in stage j
+// has all its ancestors in stages <= j and all its descendants in stages
+// >= j: anc(X) <= P_j and desc(X) <= Q_j (anc/desc: work of X with all its
+// ancestors/descendants). Walking back from any super-node of stage j >= 1
+// through predecessors inside stage j ends at a source or at an edge A -> B
+// with B in stage j and A in stage < j, which stage j receives; walking
+// forward, stage j <= k-2 sends an edge or holds a sink. A source may sit in
+// stage j only if at least j super-nodes do not descend from it (one for
+// each earlier stage), a sink only if k-1-j super-nodes are not its
+// ancestors. Hence need_j >= the cheapest qualifying receive + the cheapest
+// qualifying send, each charged on the fastest link the cost model could
+// use. T is impossible when some need_j > T, some stage has no qualifying
+// edge, or sum_j cap_j < total work; every test only gets stricter as T
+// falls, so bisection finds the bound. need_j at the incumbent's objective
+// (`ub`) also bounds stage j's communication in every split at least as
+// good as the incumbent, which the model uses as rows.
+//
+// When `c` merged free sources the bound holds for its splits; the caller
+// takes min(bound, FreeSourceFallbackBound) for the original problem.
+// Minimum-cost assignment of every row to a distinct column (rows <= cols),
+// Hungarian algorithm, O(rows^2 cols).
+double MinAssignment(const std::vector<std::vector<double>>& a) {
+  const int n = static_cast<int>(a.size()), m = n ? static_cast<int>(a[0].size()) : 0;
+  std::vector<double> u(n + 1, 0), v(m + 1, 0), minv(m + 1);
+  std::vector<int> p(m + 1, 0), way(m + 1, 0);
+  std::vector<char> used(m + 1);
+  for (int i = 1; i <= n; ++i) {
+    p[0] = i;
+    int j0 = 0;
+    std::fill(minv.begin(), minv.end(), kInf);
+    std::fill(used.begin(), used.end(), 0);
+    do {
+      used[j0] = 1;
+      const int i0 = p[j0];
+      int j1 = 0;
+      double delta = kInf;
+      for (int j = 1; j <= m; ++j) {
+        if (used[j]) continue;
+        const double cur = a[i0 - 1][j - 1] - u[i0] - v[j];
+        if (cur < minv[j]) {
+          minv[j] = cur;
+          way[j] = j0;
+        }
+        if (minv[j] < delta) {
+          delta = minv[j];
+          j1 = j;
+        }
+      }
+      for (int j = 0; j <= m; ++j) {
+        if (used[j]) {
+          u[p[j]] += delta;
+          v[j] -= delta;
+        } else {
+          minv[j] -= delta;
+        }
+      }
+      j0 = j1;
+    } while (p[j0] != 0);
+    do {
+      const int j1 = way[j0];
+      p[j0] = p[j1];
+      j0 = j1;
+    } while (j0 != 0);
+  }
+  return -v[0];
+}
+
+struct CommBound {
+  double bound = 0;
+  std::vector<double> need_at_ub;  // per stage; empty when not computed
+};
+
+CommBound CommLowerBound(const PartitionProblem& problem, const Contraction& c, double lo,
+                         double ub) {
+  CommBound out;
+  const CostModel& cost = *problem.cost;
+  const Graph& g = cost.graph();
+  const int k = problem.num_stages(), m = c.num_super;
+  if (k < 2 || c.lossy || !std::isfinite(ub) || ub <= lo) return out;
+  // Super-node edges with bytes (largest edge per pair).
+  std::map<std::pair<int, int>, double> pair_bytes;
+  for (int e = 0; e < g.num_edges(); ++e) {
+    const int a = c.super_of_node[g.edge(e).src], b = c.super_of_node[g.edge(e).dst];
+    if (a == b) continue;
+    double& bytes = pair_bytes[{a, b}];
+    bytes = std::max(bytes, cost.edge_bytes(e));
+  }
+  if (static_cast<double>(pair_bytes.size()) * k > 4e6) return out;
+  // Topological order of the super-node DAG.
+  std::vector<std::vector<int>> succ(m), pred(m);
+  for (const auto& [ab, bytes] : pair_bytes) {
+    succ[ab.first].push_back(ab.second);
+    pred[ab.second].push_back(ab.first);
+  }
+  std::vector<int> order, indeg(m);
+  for (int s = 0; s < m; ++s) indeg[s] = static_cast<int>(pred[s].size());
+  for (int s = 0; s < m; ++s) {
+    if (indeg[s] == 0) order.push_back(s);
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (int t : succ[order[i]]) {
+      if (--indeg[t] == 0) order.push_back(t);
+    }
+  }
+  if (static_cast<int>(order.size()) != m) return out;
+  // anc/desc work (exact with bitsets when small, else the heaviest path, a
+  // lower bound, which keeps every test valid) and, when exact, the number
+  // of super-nodes that are not descendants / ancestors.
+  std::vector<double> anc(m), desc(m);
+  std::vector<int> non_desc(m, m), non_anc(m, m);
+  const bool exact = m <= 4096;
+  if (exact) {
+    const int words = (m + 63) / 64;
+    std::vector<uint64_t> bits(static_cast<size_t>(m) * words);
+    auto row = [&](int s) { return bits.data() + static_cast<size_t>(s) * words; };
+    auto sum = [&](int s, std::vector<double>& work, std::vector<int>& non) {
+      double w = 0;
+      int count = 0;
+      const uint64_t* r = row(s);
+      for (int i = 0; i < words; ++i) {
+        for (uint64_t x = r[i]; x; x &= x - 1) {
+          const int t = i * 64 + __builtin_ctzll(x);
+          w += c.work_ref[t];
+          ++count;
+        }
+      }
+      work[s] = w;
+      non[s] = m - count;  // excludes s itself (set in its own row)
+    };
+    for (int s : order) {
+      uint64_t* r = row(s);
+      r[s / 64] |= uint64_t{1} << (s % 64);
+      for (int p : pred[s]) {
+        const uint64_t* q = row(p);
+        for (int i = 0; i < words; ++i) r[i] |= q[i];
+      }
+      sum(s, anc, non_anc);
+    }
+    std::fill(bits.begin(), bits.end(), 0);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int s = *it;
+      uint64_t* r = row(s);
+      r[s / 64] |= uint64_t{1} << (s % 64);
+      for (int t : succ[s]) {
+        const uint64_t* q = row(t);
+        for (int i = 0; i < words; ++i) r[i] |= q[i];
+      }
+      sum(s, desc, non_desc);
+    }
+  } else {
+    for (int s : order) {
+      anc[s] = c.work_ref[s];
+      for (int p : pred[s]) anc[s] = std::max(anc[s], anc[p] + c.work_ref[s]);
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int s = *it;
+      desc[s] = c.work_ref[s];
+      for (int t : succ[s]) desc[s] = std::max(desc[s], desc[t] + c.work_ref[s]);
+    }
+  }
+  // Cheapest per-byte and fixed cost of receiving into / sending from j.
+  const Links links(problem);
+  const bool relay = cost.options().comm_model == CommModel::kRelay;
+  std::vector<double> in_rho(k, kInf), in_lat(k, kInf), out_rho(k, kInf), out_lat(k, kInf);
+  for (int j = 0; j < k; ++j) {
+    for (int a = relay ? std::max(0, j - 1) : 0; a < j; ++a) {
+      in_rho[j] = std::min(in_rho[j], links.rho[a * k + j]);
+      in_lat[j] = std::min(in_lat[j], links.lat[a * k + j]);
+    }
+    for (int b = j + 1; b < (relay ? std::min(k, j + 2) : k); ++b) {
+      out_rho[j] = std::min(out_rho[j], links.rho[j * k + b]);
+      out_lat[j] = std::min(out_lat[j], links.lat[j * k + b]);
+    }
+  }
+  std::vector<double> slow(k);
+  for (int j = 0; j < k; ++j) slow[j] = cost.slowdown(problem.stage_device[j]);
+  double total = 0;
+  for (int s = 0; s < m; ++s) total += c.work_ref[s];
+  constexpr double kTol = 1 + 1e-9;
+
+  // need (per stage) for bottleneck T; false when T is impossible.
+  std::vector<absl::flat_hash_map<int, double>> recv_w(k), send_w(k);
+  constexpr double kBig = 1e30;
+  auto feasible = [&](double T, std::vector<double>* need) {
+    std::vector<double> cap(k), P(k), Q(k);
+    need->assign(k, 0);
+    for (int j = 0; j < k; ++j) cap[j] = T / slow[j];
+    for (int round = 0; round < 4; ++round) {
+      double run = 0;
+      for (int j = 0; j < k; ++j) P[j] = run += cap[j];
+      run = 0;
+      for (int j = k - 1; j >= 0; --j) Q[j] = run += cap[j];
+      if (P[k - 1] < total / kTol) return false;
+      bool changed = false;
+      // Witnesses (the super-node of stage j the argument above finds) and
+      // their cheapest charge: recv_w[j][X], send_w[j][X].
+      for (int j = 0; j < k; ++j) {
+        recv_w[j].clear();
+        send_w[j].clear();
+        auto in_stage = [&](int s) { return anc[s] <= P[j] * kTol && desc[s] <= Q[j] * kTol; };
+        auto put = [](absl::flat_hash_map<int, double>& w, int x, double v) {
+          auto [it, fresh] = w.try_emplace(x, v);
+          if (!fresh) it->second = std::min(it->second, v);
+        };
+        double recv = 0, send = 0;
+        if (j > 0) {
+          recv = kInf;
+          for (int s = 0; s < m; ++s) {
+            if (pred[s].empty() && non_desc[s] >= j && in_stage(s)) {
+              put(recv_w[j], s, 0);
+              recv = 0;
+            }
+          }
+          for (const auto& [ab, bytes] : pair_bytes) {
+            const auto [a, b] = ab;
+            if (anc[a] <= P[j - 1] * kTol && in_stage(b)) {
+              const double v = 2 * (bytes * in_rho[j] + in_lat[j]);
+              put(recv_w[j], b, v);
+              recv = std::min(recv, v);
+            }
+          }
+        }
+        if (j + 1 < k) {
+          send = kInf;
+          for (int s = 0; s < m; ++s) {
+            if (succ[s].empty() && non_anc[s] >= k - 1 - j && in_stage(s)) {
+              put(send_w[j], s, 0);
+              send = 0;
+            }
+          }
+          for (const auto& [ab, bytes] : pair_bytes) {
+            const auto [a, b] = ab;
+            if (in_stage(a) && desc[b] <= Q[j + 1] * kTol) {
+              const double v = 2 * (bytes * out_rho[j] + out_lat[j]);
+              put(send_w[j], a, v);
+              send = std::min(send, v);
+            }
+          }
+        }
+        const double nj = recv + send;
+        if (!(nj <= T * kTol)) return false;
+        if (nj > (*need)[j]) {
+          (*need)[j] = nj;
+          changed = true;
+        }
+        cap[j] = std::max(0.0, (T - nj) / slow[j]);
+      }
+      if (!changed) break;
+    }
+    // Balance: sum_j (T - comm_j) / slow_j >= total work, where the stages'
+    // witnesses are distinct super-nodes, so sum_j comm_j / slow_j is at
+    // least two minimum-cost assignments (receives, sends).
+    double room = -total;
+    for (int j = 0; j < k; ++j) room += T / slow[j];
+    if (room < -total * 1e-9) return false;
+    for (auto* w : {&recv_w, &send_w}) {
+      std::vector<int> rows;
+      for (int j = 0; j < k; ++j) {
+        if (w == &recv_w ? j > 0 : j + 1 < k) rows.push_back(j);
+      }
+      if (rows.empty()) continue;
+      const int r = static_cast<int>(rows.size());
+      // Row j keeps its r cheapest witnesses; any other costs at least the
+      // r-th cheapest (or is impossible when the row has fewer).
+      std::vector<std::vector<std::pair<double, int>>> top(r);
+      std::vector<double> floor(r, kBig);
+      absl::flat_hash_map<int, int> col;
+      for (int i = 0; i < r; ++i) {
+        for (const auto& [x, v] : (*w)[rows[i]]) top[i].emplace_back(v, x);
+        std::sort(top[i].begin(), top[i].end());
+        if (static_cast<int>(top[i].size()) > r) {
+          top[i].resize(r);
+          floor[i] = top[i].back().first;
+        }
+        for (const auto& [v, x] : top[i]) col.try_emplace(x, static_cast<int>(col.size()));
+      }
+      if (static_cast<int>(col.size()) < r) return false;
+      std::vector<std::vector<double>> a(r, std::vector<double>(col.size()));
+      for (int i = 0; i < r; ++i) {
+        std::fill(a[i].begin(), a[i].end(), floor[i] >= kBig ? kBig : floor[i] / slow[rows[i]]);
+        for (const auto& [v, x] : top[i]) a[i][col[x]] = v / slow[rows[i]];
+      }
+      const double cost = MinAssignment(a);
+      if (cost >= kBig / 2) return false;
+      room -= cost;
+    }
+    return room >= -total * 1e-9;
+  };
+  std::vector<double> need;
+  if (!feasible(ub, &need)) {
+    // The incumbent meets every test; reaching here would be a bug in the
+    // reasoning above, so claim nothing.
+    return out;
+  }
+  out.need_at_ub = need;
+  double a = std::max(lo, 0.0), b = ub;
+  if (feasible(a, &need)) {
+    out.bound = a;
+    return out;
+  }
+  for (int it = 0; it < 40 && b - a > 1e-7 * b; ++it) {
+    const double mid = (a + b) / 2;
+    (feasible(mid, &need) ? b : a) = mid;
+  }
+  out.bound = a;  // every T below a fails
+  if (TraceOn()) {
+    feasible(b, &need);
+    std::fprintf(stderr, "[milp] comm bound %.6g (lo %.6g, ub %.6g); need at %.6g:", a, lo, ub, b);
+    for (double x : need) std::fprintf(stderr, " %.3g", x);
+    std::fprintf(stderr, "\n");
+  }
+  return out;
+}
+
 class MilpPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "milp"; }
@@ -783,6 +1205,13 @@ class MilpPartitioner : public Partitioner {
       offer(std::vector<int>(problem.warm_start.begin(), problem.warm_start.end()));
     }
     const absl::Time t0 = absl::Now();
+    // CBC stops a little before the deadline to leave time for the work
+    // after it (re-evaluating incumbents, freeing the model).
+    absl::Time stop_at = problem.deadline;
+    if (stop_at != absl::InfiniteFuture()) {
+      const double budget = std::max(0.0, absl::ToDoubleSeconds(stop_at - t0));
+      stop_at -= absl::Seconds(std::clamp(0.02 * budget, 0.01, 0.1));
+    }
     if (!best) {
       auto dp = MakeChainDpPartitioner()->Solve(problem);
       if (dp.ok()) {
@@ -791,11 +1220,27 @@ class MilpPartitioner : public Partitioner {
         if (dp->fits_memory) offer(dp->stage_of_node);
       }
     }
-    const double balance_lb = proven_lb;
     const absl::Time t1 = absl::Now();
 
-    // Phase 1: contracted model (lossy when the graph is large).
-    const int target = std::max(40, kTargetPrefixVars / std::max(1, k - 1));
+    // Communication bound on the exact contraction (free sources only).
+    Contraction exact_con = Contract(problem, ContractionOptions{});
+    const bool exact_merged = exact_con.merged_free_sources;
+    CommBound comm;
+    if (best) {
+      comm = CommLowerBound(problem, exact_con, proven_lb, best->objective);
+      double b = comm.bound;
+      if (exact_con.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem));
+      proven_lb = std::max(proven_lb, b);
+    }
+    const double balance_lb = proven_lb;
+    Trace("comm bound", t1);
+    auto seconds_left = [&] { return absl::ToDoubleSeconds(stop_at - absl::Now()); };
+
+    // Phase 1: contracted model (lossy when the graph is large, or when the
+    // time is short).
+    const double size_scale = std::clamp(seconds_left() / 2, 0.1, 1.0);
+    const int target =
+        std::max(40, static_cast<int>(kTargetPrefixVars * size_scale) / std::max(1, k - 1));
     ContractionOptions copt;
     copt.merge_free_sources = true;
     double total_work = 0, largest = 0;
@@ -806,28 +1251,40 @@ class MilpPartitioner : public Partitioner {
     copt.target_super_nodes = target;
     copt.max_super_work = std::max(largest, total_work / (6.0 * k));
     if (best) copt.keep_cuts = best->stage_of_node;
+    const absl::Time ct = absl::Now();
     Contraction con = Contract(problem, copt);
+    Trace("contract", ct);
 
     bool bound_valid = false;  // model_bound below holds for the original
     double model_bound = -kInf;
     bool proven_infeasible = false;
-    std::string how;
+    std::string how, stop = "skipped";
     double cbc_seconds = 0;
-    auto run = [&](const Contraction& c) {
-      const MilpModel model(problem, c, proven_lb);
+    const bool gap_closed =
+        best && best->objective - proven_lb <= problem.relative_gap * best->objective;
+    auto run = [&](const Contraction& c, absl::Time until) {
+      const absl::Time b0 = absl::Now();
+      // The communication rows hold for splits of the free-source
+      // contraction, which every model below merges unless it is the retry
+      // without that merge.
+      const bool use_need = c.merged_free_sources == exact_merged;
+      const MilpModel model(problem, c, proven_lb,
+                            use_need ? std::span<const double>(comm.need_at_ub)
+                                     : std::span<const double>());
+      Trace("build model", b0);
       std::vector<int> warm;
       const std::vector<int>* warm_ptr = nullptr;
       if (best && c.Restrict(best->stage_of_node, &warm)) warm_ptr = &warm;
       const absl::Time c0 = absl::Now();
-      CbcOutcome out = RunCbc(problem, model, warm_ptr);
+      CbcOutcome out = RunCbc(problem, model, warm_ptr, until);
       cbc_seconds += absl::ToDoubleSeconds(absl::Now() - c0);
       nodes += out.nodes;
       for (const auto& cand : out.candidates) offer(c.Expand(cand));
-      how = absl::StrFormat("%d super-nodes, %d cols, %d rows", c.num_super, model.num_cols(),
-                            model.num_rows());
+      how = absl::StrFormat("%d super-nodes%s, %d rows, %d cols", c.num_super,
+                            c.lossy ? " (lossy)" : "", model.num_rows(), model.num_cols());
+      stop = out.stop;
       return out;
     };
-    CbcOutcome out = run(con);
     auto absorb_bound = [&](const Contraction& c, const CbcOutcome& o) {
       if (c.lossy) return;
       if (o.proven_infeasible) {
@@ -839,19 +1296,41 @@ class MilpPartitioner : public Partitioner {
       model_bound = std::max(model_bound, b);
       bound_valid = true;
     };
-    absorb_bound(con, out);
-
-    // Phase 2: a valid bound (and maybe a better split) from an exact model.
-    const bool need_exact =
-        (con.lossy || (out.proven_infeasible && con.merged_free_sources)) && !problem.ShouldStop();
-    if (need_exact) {
-      ContractionOptions exact;
-      exact.merge_free_sources = !(out.proven_infeasible && con.merged_free_sources && !con.lossy);
-      Contraction con2 = Contract(problem, exact);
-      if (static_cast<int64_t>(con2.num_super) * (k - 1) <= kMaxExactPrefixVars) {
-        CbcOutcome out2 = run(con2);
-        absorb_bound(con2, out2);
+    // The exact model that gives a bound after a lossy phase 1, when it is
+    // small enough for the time left.
+    auto exact_fits = [&](const Contraction& c) {
+      const double scale = std::clamp(seconds_left() / 5, 0.0, 1.0);
+      return static_cast<int64_t>(c.num_super) * (k - 1) <= kMaxExactPrefixVars * scale &&
+             seconds_left() > 0.3;
+    };
+    if (!gap_closed && !problem.ShouldStop()) {
+      // After a lossy contraction keep half of the time for the exact model.
+      absl::Time until = stop_at;
+      if (con.lossy && stop_at != absl::InfiniteFuture() && exact_fits(exact_con)) {
+        until = absl::Now() + (stop_at - absl::Now()) / 2;
       }
+      CbcOutcome out = run(con, until);
+      absorb_bound(con, out);
+
+      // Phase 2: a valid bound (and maybe a better split) from an exact model.
+      const bool need_exact = (con.lossy || (out.proven_infeasible && con.merged_free_sources)) &&
+                              !problem.ShouldStop();
+      if (need_exact) {
+        const bool retry = out.proven_infeasible && con.merged_free_sources && !con.lossy;
+        ContractionOptions exact;
+        exact.merge_free_sources = !retry;
+        Contraction con2 = retry ? Contract(problem, exact) : std::move(exact_con);
+        if (exact_fits(con2)) {
+          CbcOutcome out2 = run(con2, stop_at);
+          absorb_bound(con2, out2);
+        } else {
+          stop = absl::StrCat(stop, "; exact model skipped (", con2.num_super, " super-nodes)");
+        }
+      }
+    } else if (gap_closed) {
+      stop = "communication bound closed the gap";
+    } else {
+      stop = "deadline before the MILP";
     }
 
     if (!best) {
@@ -879,9 +1358,12 @@ class MilpPartitioner : public Partitioner {
     result.nodes_explored = nodes;
     const double gap = result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
     result.note = absl::StrFormat(
-        "milp: %s%s; gap %.3g%s; warm start %.3fs, cbc %.3fs, total %.3fs", how,
-        con.lossy ? " (lossy presolve)" : "", gap, bound_valid ? "" : " (bound from balance/DP only)",
-        absl::ToDoubleSeconds(t1 - t0), cbc_seconds, absl::ToDoubleSeconds(absl::Now() - t0));
+        "milp: %s; %s; gap %.3g (bound: %s); %.2fs (cbc %.2fs)", how.empty() ? "no model" : how,
+        stop, gap,
+        bound_valid && model_bound >= balance_lb ? "model"
+        : balance_lb > BalanceLowerBound(problem) ? "communication/DP"
+                                                  : "balance",
+        absl::ToDoubleSeconds(absl::Now() - t0), cbc_seconds);
     return result;
   }
 };
