@@ -94,9 +94,10 @@ struct Scored {
 
 std::vector<ScheduleKind> KindsToTry(const PlanOptions& o) {
   if (o.schedule) return {*o.schedule};
-  return {ScheduleKind::kGPipe,         ScheduleKind::k1F1B,
-          ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZeroBubble,
-          ScheduleKind::kZBVZeroBubble, ScheduleKind::kDualPipeV};
+  // The common default first, so it is planned before any time runs out.
+  return {ScheduleKind::k1F1B,           ScheduleKind::kInterleaved1F1B,
+          ScheduleKind::kInterleavedZeroBubble, ScheduleKind::kZBVZeroBubble,
+          ScheduleKind::kDualPipeV,      ScheduleKind::kGPipe};
 }
 
 std::vector<int> RanksToTry(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
@@ -104,7 +105,9 @@ std::vector<int> RanksToTry(const Graph& graph, const Cluster& cluster, const Pl
   const int most = std::min(cluster.num_devices(), graph.num_nodes());
   std::set<int> ranks = {most};
   for (int p = 1; p < most; p *= 2) ranks.insert(p);
-  return {ranks.begin(), ranks.end()};
+  // Deepest first: the most memory, so the likeliest to fit, is tried before
+  // the time limit can run out.
+  return {ranks.rbegin(), ranks.rend()};
 }
 
 std::vector<int> MicrobatchesToTry(const PlanOptions& o, int ranks) {
@@ -266,8 +269,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   // Enumerate candidates; each gets its own cost model (the microbatch size
   // changes per-microbatch costs) and a fast partition, then a simulation.
   std::vector<Candidate> candidates;
-  for (ScheduleKind kind : KindsToTry(options)) {
-    for (int ranks : RanksToTry(graph, cluster, options)) {
+  for (int ranks : RanksToTry(graph, cluster, options)) {
+    for (ScheduleKind kind : KindsToTry(options)) {
       const int chunks = schedule::StagesPerRank(kind, interleave);
       if (ranks * chunks > graph.num_nodes()) continue;
       if (ranks == 1 && chunks > 1 && !options.schedule) continue;  // same as GPipe
@@ -322,10 +325,24 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   // chain DP and re-solves the winner with the requested method.
   const PartitionMethod search_method = fixed ? options.method : PartitionMethod::kDp;
   for (const Candidate& c : candidates) {
-    if (absl::Now() >= deadline && !scored.empty()) break;
+    if (absl::Now() >= deadline) {
+      if (scored.empty() && first_error.ok()) {
+        first_error = absl::DeadlineExceededError(
+            "the time limit ran out before any candidate was planned");
+      }
+      break;
+    }
+    if (options.cancelled != nullptr && options.cancelled->load()) {
+      if (scored.empty()) first_error = absl::CancelledError("planning was cancelled");
+      break;
+    }
     auto plan = evaluate(c, search_method);
     if (!plan.ok()) {
-      if (first_error.ok() || plan.status().code() == absl::StatusCode::kFailedPrecondition) {
+      // Report the first memory failure: the deepest pipeline, which had the
+      // most memory, so its shortfall is the one worth telling.
+      if (first_error.ok() ||
+          (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
+           first_error.code() != absl::StatusCode::kFailedPrecondition)) {
         first_error = plan.status();
       }
       continue;

@@ -313,7 +313,7 @@ class ChainDp {
 
 // The smallest factor by which every device's memory must grow for some split
 // of the order to fit; used to tell the user how much memory is missing.
-double MemoryShortfall(ChainDp& dp) {
+double MemoryShortfall(ChainDp& dp, const PartitionProblem& problem) {
   double lo = 1, hi = 2;
   for (;;) {
     dp.ComputeMemoryWindows(hi);
@@ -322,7 +322,8 @@ double MemoryShortfall(ChainDp& dp) {
     hi *= 2;
     if (hi > 1e12) return kInf;
   }
-  for (int it = 0; it < 40; ++it) {
+  // Three significant digits are plenty for telling the user what is missing.
+  for (int it = 0; it < 12 && !problem.ShouldStop(); ++it) {
     const double mid = (lo + hi) / 2;
     dp.ComputeMemoryWindows(mid);
     (dp.Feasible(kInf, nullptr) ? hi : lo) = mid;
@@ -348,7 +349,7 @@ class ChainDpPartitioner : public Partitioner {
     double lower = 0;
     const double best = dp.MinBottleneck(&lower, problem);
     if (std::isinf(best)) {
-      const double scale = MemoryShortfall(dp);
+      const double scale = MemoryShortfall(dp, problem);
       double largest = 0;
       for (int j = 0; j < k; ++j) largest = std::max(largest, StageMemoryCap(problem, j));
       return absl::FailedPreconditionError(absl::StrFormat(
