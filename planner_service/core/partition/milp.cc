@@ -302,7 +302,6 @@ std::vector<MilpModel::Tensor> MilpModel::Tensors() const {
 
 void MilpModel::Build(double t_lower) {
   const CostModel& cost = *p_.cost;
-  const Cluster& cluster = cost.cluster();
   // Columns: u first, then T, then auxiliaries as they come.
   u_base_ = 0;
   for (int s = 0; s < m_; ++s) {
@@ -393,7 +392,7 @@ void MilpModel::Build(double t_lower) {
   }
   for (int s = 0; s < m_; ++s) all_act += con_.activation_bytes[s];
   for (int j = 0; j < k_; ++j) {
-    const double cap = cluster.device(p_.stage_device[j]).memory_bytes;
+    const double cap = StageMemoryCap(p_, j);
     const double inflight = p_.stage_inflight[j];
     if (all_act * inflight + psf * all_params <= cap) continue;
     Lin l;
@@ -821,7 +820,7 @@ std::pair<double, double> MemoryNeed(const PartitionProblem& problem) {
     int pos = 0;
     std::vector<int> seen(g.num_param_groups(), -1);
     for (int j = 0; j < k; ++j) {
-      const double cap = cost.cluster().device(problem.stage_device[j]).memory_bytes * factor;
+      const double cap = StageMemoryCap(problem, j) * factor;
       double act = 0, params = 0;
       const int start = pos;
       while (pos < n - (k - 1 - j)) {
