@@ -32,7 +32,29 @@
 // on T (relative precision 1e-7) finds the optimum, parent pointers rebuild
 // the split, and the largest T proven infeasible is a lower bound.
 //
-// DIRECT is not separable. Pass 1 uses the RELAY charge (>= DIRECT per stage
+// DIRECT pair DP. The DIRECT charge of stage j = J \ I is
+//   (W(J) - W(I))·slow_j + Σ recv + Σ send,
+// recv over the tensors crossing cut I with a consumer in J \ I (bytes: the
+// largest such edge), send over the tensors crossing cut J produced in J \ I
+// (bytes: the largest edge leaving J), each transfer twice. Links: recv on the
+// fastest link into d_j from an earlier stage's device, send on the fastest
+// from d_j to a later one (0 when one shares d_j). With one link for every
+// pair of distinct stage devices this is CostModel::Evaluate exactly; else a
+// lower bound. Per ideal the crossing tensors (producer, edges leaving, largest
+// bytes) are kept sorted by producer, built incrementally along the lattice,
+// so a pair's charge is one merge of two short lists. Non-separable, so the
+// DP is explicit: F_j(J) = min over I ⊊ J of max(F_{j-1}(I), charge_j(I, J)),
+// pruned by the best known split's objective UB: only values < UB, only
+// ideals J whose work the stages before and after can hold within UB, I
+// scanned by decreasing work until the compute alone reaches the best found
+// for J, I skipped when F_{j-1}(I) already does. The search grows forward,
+// or backward (the mirror recursion from V) when that frontier is far
+// smaller, and meets at one cut. Its optimum is the exact DIRECT optimum
+// (memory ignored, uniform links, nothing glued) and a lower bound always;
+// the chain is evaluated exactly. Past 50M pair charges or on ShouldStop it
+// falls back to the separable bound below (noted in Partition::note).
+//
+// DIRECT separable fallback. Pass 1 uses the RELAY charge (>= DIRECT per stage
 // on uniform links) to find splits; every split found is evaluated exactly.
 // Pass 2 uses a charge that no DIRECT split can beat and yields the bound:
 //   - receive: J \ I contains a minimal element u of V \ I, and every
@@ -82,6 +104,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -529,6 +552,10 @@ struct StageCoef {
 
 enum class Charge { kRelay, kDirectLower };
 
+// Budgets of the DIRECT pair DP: pair evaluations and crossing-list entries.
+constexpr int64_t kMaxPairs = 50'000'000;
+constexpr int64_t kMaxCrossingEntries = 32'000'000;
+
 class LatticeDp {
  public:
   LatticeDp(const PartitionProblem& p, const Lattice& lat) : p_(p), L_(lat) {
@@ -748,11 +775,448 @@ class LatticeDp {
   int64_t explored_ = 0;
 };
 
+// Exact DIRECT pair DP (see "DIRECT pair DP" at the top).
+//
+// Per ideal X the tensors crossing its cut: producers v ∈ X (not glued) with
+// an out-edge leaving X, sorted by node, each with the number of such edges
+// and the largest of their bytes. Built incrementally along the lattice:
+// X = Y ∪ {u} with Y an immediate sub-ideal, and only u's producers change.
+struct Crossing {
+  std::vector<int64_t> begin;  // CSR over ideals
+  std::vector<int> node, count;
+  std::vector<double> bytes;
+};
+
+class DirectDp {
+ public:
+  DirectDp(const PartitionProblem& p, const Lattice& lat) : p_(p), L_(lat), g_(p.graph()) {}
+
+  // Ideal id -> segment; node membership; crossing lists. False when the
+  // lists would exceed `max_entries`.
+  bool BuildCrossing(int64_t max_entries) {
+    const int N = L_.size();
+    const int n = g_.num_nodes();
+    seg_of_ideal_.assign(N, 0);
+    for (size_t s = 0; s < L_.segs.size(); ++s) {
+      const Segment& seg = L_.segs[s];
+      for (int q = 0; q < seg.count; ++q) seg_of_ideal_[seg.first + q] = static_cast<int>(s);
+    }
+    uniform_.assign(n, 1);
+    for (int v = 0; v < n; ++v) {
+      auto out = g_.out_edges(v);
+      for (int e : out) uniform_[v] &= p_.cost->edge_bytes(e) == p_.cost->edge_bytes(out[0]);
+    }
+    std::vector<int> stamp(n, -1);
+    C_.begin.assign(1, 0);
+    C_.begin.reserve(N + 1);
+    C_.begin.push_back(0);  // ideal 0 = ∅ crosses nothing
+    for (int id = 1; id < N; ++id) {
+      const int s = seg_of_ideal_[id];
+      const Segment& seg = L_.segs[s];
+      const int q = id - seg.first;
+      int child, u;
+      if (q == 0) {
+        child = id - 1;
+        u = g_.topo_order()[seg.sep_pos];
+      } else {
+        child = L_.child[L_.child_begin[id]];
+        const uint64_t* a = Mask(id);
+        const uint64_t* b = Mask(child);
+        u = -1;
+        for (int w = 0; w < seg.words && u < 0; ++w) {
+          if (const uint64_t d = a[w] ^ b[w]) u = seg.nodes[w * 64 + __builtin_ctzll(d)];
+        }
+      }
+      for (int e : g_.in_edges(u)) stamp[g_.edge(e).src] = id;
+      bool u_done = g_.out_edges(u).empty();
+      auto push_u = [&] {
+        double b = 0;
+        for (int e : g_.out_edges(u)) b = std::max(b, p_.cost->edge_bytes(e));
+        C_.node.push_back(u);
+        C_.count.push_back(static_cast<int>(g_.out_edges(u).size()));
+        C_.bytes.push_back(b);
+        u_done = true;
+      };
+      for (int64_t x = C_.begin[child]; x < C_.begin[child + 1]; ++x) {
+        const int v = C_.node[x];
+        if (!u_done && u < v) push_u();
+        if (stamp[v] != id) {
+          C_.node.push_back(v);
+          C_.count.push_back(C_.count[x]);
+          C_.bytes.push_back(C_.bytes[x]);
+          continue;
+        }
+        int cnt = 0;
+        double b = 0;
+        for (int e : g_.out_edges(v)) {
+          if (Member(id, g_.edge(e).dst)) continue;
+          ++cnt;
+          b = std::max(b, p_.cost->edge_bytes(e));
+        }
+        if (cnt > 0) {
+          C_.node.push_back(v);
+          C_.count.push_back(cnt);
+          C_.bytes.push_back(b);
+        }
+      }
+      if (!u_done) push_u();
+      C_.begin.push_back(static_cast<int64_t>(C_.node.size()));
+      if (static_cast<int64_t>(C_.node.size()) > max_entries) return false;
+    }
+    return true;
+  }
+
+  // Whether every pair of distinct stages talks over the same link and no two
+  // stages share a device: then the pair charge is CostModel::Evaluate's.
+  bool UniformLinks() const {
+    const auto& dev = p_.stage_device;
+    const Cluster& cl = p_.cost->cluster();
+    const int k = p_.num_stages();
+    for (int a = 0; a < k; ++a) {
+      for (int b = a + 1; b < k; ++b) {
+        if (dev[a] == dev[b]) return false;
+        if (cl.bandwidth(dev[a], dev[b]) != cl.bandwidth(dev[0], dev[std::min(1, k - 1)]) ||
+            cl.latency(dev[a], dev[b]) != cl.latency(dev[0], dev[std::min(1, k - 1)])) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  struct Result {
+    bool complete = false;  // false: stopped or over the pair budget
+    bool stopped = false;
+    double value = kInf;        // best chain, every stage non-empty
+    double bound = kInf;        // best chain, empty stages allowed when `allow_empty`
+    std::vector<int> chain;     // ideals I_0..I_k of `value`
+  };
+
+  // min over chains of the largest pair charge, searching only values <=
+  // `limit` (a known split's objective). `allow_empty` also tracks chains
+  // with empty stages (for the bound when free sources are glued).
+  Result Run(double limit, bool allow_empty, int64_t max_pairs) {
+    return allow_empty ? Run<true>(limit, max_pairs) : Run<false>(limit, max_pairs);
+  }
+
+  int64_t pairs() const { return pairs_; }
+
+ private:
+  struct Link {
+    double a, b;  // seconds = a·bytes + b, both directions of the transfer
+  };
+  struct StageLinks {
+    double slow = 1;
+    bool recv_free = false, send_free = false;
+    std::vector<Link> recv, send;
+  };
+
+  static double Charge(const std::vector<Link>& links, double bytes) {
+    double best = kInf;
+    for (const Link& l : links) best = std::min(best, l.a * bytes + l.b);
+    return best;
+  }
+
+  std::vector<StageLinks> MakeLinks() const {
+    const auto& dev = p_.stage_device;
+    const Cluster& cl = p_.cost->cluster();
+    const int k = p_.num_stages();
+    std::vector<StageLinks> out(k);
+    for (int j = 0; j < k; ++j) {
+      StageLinks& s = out[j];
+      s.slow = p_.cost->slowdown(dev[j]);
+      auto add = [](std::vector<Link>& v, Link l) {
+        for (const Link& x : v) {
+          if (x.a == l.a && x.b == l.b) return;
+        }
+        v.push_back(l);
+      };
+      for (int a = 0; a < k; ++a) {
+        if (a == j) continue;
+        const bool in = a < j;
+        if (dev[a] == dev[j]) {
+          (in ? s.recv_free : s.send_free) = true;
+          continue;
+        }
+        const int from = in ? dev[a] : dev[j], to = in ? dev[j] : dev[a];
+        add(in ? s.recv : s.send, {2 / cl.bandwidth(from, to), 2 * cl.latency(from, to)});
+      }
+      if (s.recv_free) s.recv.clear();
+      if (s.send_free) s.send.clear();
+    }
+    return out;
+  }
+
+  const uint64_t* Mask(int id) const {
+    const Segment& s = L_.segs[seg_of_ideal_[id]];
+    return &s.masks[static_cast<size_t>(id - s.first) * s.words];
+  }
+
+  bool Member(int id, int w) const {
+    if (L_.glue[w] >= 0) w = L_.glue[w];
+    const int s = seg_of_ideal_[id];
+    if (g_.topo_position(w) <= L_.segs[s].sep_pos) return true;
+    if (L_.seg_of_node[w] != s) return false;
+    const int x = L_.local_of_node[w];
+    return (Mask(id)[x >> 6] >> (x & 63)) & 1;
+  }
+
+  // I ⊆ J.
+  bool Subset(int i, int J) const {
+    const int si = seg_of_ideal_[i], sj = seg_of_ideal_[J];
+    if (si != sj) return si < sj;
+    const uint64_t* a = Mask(i);
+    const uint64_t* b = Mask(J);
+    for (int w = 0; w < L_.segs[si].words; ++w) {
+      if (a[w] & ~b[w]) return false;
+    }
+    return true;
+  }
+
+  // Communication of stage J \ I: tensors crossing cut I with a consumer in
+  // J \ I are received (bytes: the largest such edge), tensors crossing cut J
+  // produced outside I are sent (bytes: the largest edge leaving J).
+  double Comm(const StageLinks& s, int I, int J) const {
+    int64_t x = C_.begin[I];
+    const int64_t xe = C_.begin[I + 1];
+    int64_t y = C_.begin[J];
+    const int64_t ye = C_.begin[J + 1];
+    double recv_bytes_cost = 0;
+    const bool do_recv = !s.recv_free && !s.recv.empty();
+    const bool do_send = !s.send_free && !s.send.empty();
+    while (x < xe || y < ye) {
+      const int vx = x < xe ? C_.node[x] : INT32_MAX;
+      const int vy = y < ye ? C_.node[y] : INT32_MAX;
+      if (vx < vy) {  // every remaining consumer of vx is in J \ I
+        if (do_recv) recv_bytes_cost += Charge(s.recv, C_.bytes[x]);
+        ++x;
+      } else if (vy < vx) {  // produced in J \ I, consumed beyond J
+        if (do_send) recv_bytes_cost += Charge(s.send, C_.bytes[y]);
+        ++y;
+      } else {
+        if (do_recv && C_.count[x] > C_.count[y]) {
+          double b = C_.bytes[x];
+          if (C_.bytes[y] >= b && !uniform_[vx]) {
+            b = 0;
+            for (int e : g_.out_edges(vx)) {
+              const int w = g_.edge(e).dst;
+              if (Member(J, w) && !Member(I, w)) b = std::max(b, p_.cost->edge_bytes(e));
+            }
+          }
+          recv_bytes_cost += Charge(s.recv, b);
+        }
+        ++x;
+        ++y;
+      }
+    }
+    return recv_bytes_cost;
+  }
+
+  // One side of the bidirectional search: per ideal the best value of the
+  // stages it covers (F: every stage non-empty; G: empty stages allowed),
+  // the alive ideals in work order, and the parent links of each stage.
+  struct Side {
+    std::vector<double> F, G, F2, G2;
+    std::vector<int> alive, next;
+    std::vector<std::vector<std::pair<int, int>>> parent;  // per stage, sorted by ideal
+    int64_t Frontier() const { return static_cast<int64_t>(alive.size()); }
+  };
+
+  template <bool kEmpty>
+  Result Run(double limit, int64_t max_pairs) {
+    Result r;
+    const int N = L_.size();
+    const int k = p_.num_stages();
+    const std::vector<StageLinks> links = MakeLinks();
+    const double thr = limit * (1 + 1e-9);
+    const double* W = L_.work.data();
+    const double total = W[N - 1];
+    const double slack = 1e-9 * total;
+    std::vector<int> by_work(N);
+    for (int i = 0; i < N; ++i) by_work[i] = i;
+    std::stable_sort(by_work.begin(), by_work.end(), [&](int a, int b) { return W[a] < W[b]; });
+    std::vector<double> sorted_w(N);
+    for (int i = 0; i < N; ++i) sorted_w[i] = W[by_work[i]];
+    // Work the stages up to j / after j can hold within thr: the ideal
+    // between stage j and j + 1 has its work in [lo_w[j], hi_w[j]].
+    std::vector<double> lo_w(k), hi_w(k);
+    {
+      double acc = 0;
+      for (int j = 0; j < k; ++j) hi_w[j] = (acc += thr / links[j].slow) + slack;
+      acc = 0;
+      for (int j = k - 1; j >= 0; --j) {
+        lo_w[j] = total - acc - slack;
+        acc += thr / links[j].slow;
+      }
+    }
+    auto range = [&](int j) {  // by_work indices of the ideals ending stage j
+      const int a = static_cast<int>(
+          std::lower_bound(sorted_w.begin(), sorted_w.end(), lo_w[j]) - sorted_w.begin());
+      const int b = static_cast<int>(
+          std::upper_bound(sorted_w.begin(), sorted_w.end(), hi_w[j]) - sorted_w.begin());
+      return std::pair<int, int>(a, b);
+    };
+    Side fw, bw;
+    for (Side* s : {&fw, &bw}) {
+      s->F.assign(N, kInf);
+      s->G.assign(N, kInf);
+      s->F2.assign(N, kInf);
+      s->G2.assign(N, kInf);
+      s->parent.resize(k);
+    }
+    fw.alive = {0};
+    fw.F[0] = fw.G[0] = 0;
+    bw.alive = {N - 1};
+    bw.F[N - 1] = bw.G[N - 1] = 0;
+    // fw covers stages 0..a (a = -1: nothing yet), bw covers b..k-1.
+    int a = -1, b = k;
+    int64_t since_check = 0;
+    std::vector<double> alive_w;
+
+    // Extends `side` by stage j. Forward: new ideals J end stage j, the old
+    // ones I start it; backward: new ideals I start stage j, old ones J end
+    // it. Candidates: forward, the ideals that can end stage j; backward, the
+    // ones that can end stage j - 1 (or ∅ for j = 0).
+    auto step = [&](Side& s, int j, bool forward) -> bool {
+      const StageLinks& st = links[j];
+      alive_w.resize(s.alive.size());
+      for (size_t x = 0; x < s.alive.size(); ++x) alive_w[x] = W[s.alive[x]];
+      s.next.clear();
+      auto process = [&](int X) {
+        double bestF = thr, bestG = thr;
+        int arg = -1;
+        if constexpr (kEmpty) bestG = std::min(bestG, s.G[X]);
+        const double wx = W[X];
+        const int na = static_cast<int>(s.alive.size());
+        int q, end, dir;
+        if (forward) {
+          q = static_cast<int>(std::upper_bound(alive_w.begin(), alive_w.end(), wx + slack) -
+                               alive_w.begin()) - 1;
+          end = -1;
+          dir = -1;
+        } else {
+          q = static_cast<int>(std::lower_bound(alive_w.begin(), alive_w.end(), wx - slack) -
+                               alive_w.begin());
+          end = na;
+          dir = 1;
+        }
+        const int start = q;
+        for (; q != end; q += dir) {
+          const double compute = (forward ? wx - alive_w[q] : alive_w[q] - wx) * st.slow;
+          if (compute >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
+          const int Y = s.alive[q];
+          const bool tryF = s.F[Y] < bestF;
+          const bool tryG = kEmpty && s.G[Y] < bestG;
+          if (!tryF && !tryG) continue;
+          const int I = forward ? Y : X, J = forward ? X : Y;
+          if (I == J || !Subset(I, J)) continue;
+          ++pairs_;
+          const double c = std::max(compute, 0.0) + Comm(st, I, J);
+          if (tryF) {
+            const double v = std::max(s.F[Y], c);
+            if (v < bestF) bestF = v, arg = Y;
+          }
+          if constexpr (kEmpty) {
+            const double v = std::max(s.G[Y], c);
+            if (v < bestG) bestG = v;
+          }
+        }
+        since_check += std::abs(q - start) + 1;
+        if (arg >= 0) {
+          s.F2[X] = bestF;
+          s.parent[j].push_back({X, arg});
+        }
+        if constexpr (kEmpty) {
+          if (bestG < thr) s.G2[X] = bestG;
+        }
+        return arg >= 0 || (kEmpty && bestG < thr);
+      };
+      int lo, hi;
+      if (forward) {
+        std::tie(lo, hi) = j == k - 1 ? std::pair<int, int>(-1, -1) : range(j);
+      } else {
+        std::tie(lo, hi) = j == 0 ? std::pair<int, int>(-1, -1) : range(j - 1);
+      }
+      if (lo < 0) {
+        const int X = forward ? N - 1 : 0;
+        if (process(X)) s.next.push_back(X);
+      } else {
+        for (int idx = lo; idx < hi; ++idx) {
+          const int X = by_work[idx];
+          if (process(X)) s.next.push_back(X);
+          if (since_check > (1 << 18)) {
+            since_check = 0;
+            if (p_.ShouldStop()) {
+              r.stopped = true;
+              return false;
+            }
+          }
+          if (pairs_ > max_pairs) return false;
+        }
+      }
+      for (int Y : s.alive) s.F[Y] = s.G[Y] = kInf;
+      for (int X : s.next) {
+        s.F[X] = s.F2[X];
+        s.G[X] = kEmpty ? s.G2[X] : s.F2[X];
+        s.F2[X] = s.G2[X] = kInf;
+      }
+      s.alive.swap(s.next);
+      std::sort(s.parent[j].begin(), s.parent[j].end());
+      return true;
+    };
+
+    while (a + 1 < b) {
+      // Grow forward unless the backward frontier is much smaller (a costly
+      // tail prunes the backward search early).
+      const bool forward = bw.Frontier() * 8 > fw.Frontier();
+      if (!step(forward ? fw : bw, forward ? a + 1 : b - 1, forward)) return r;
+      forward ? ++a : --b;
+      if ((forward ? fw : bw).alive.empty()) break;
+    }
+    r.complete = true;
+    // Meet: the ideal between stage a and stage b = a + 1.
+    int meet = -1;
+    if (a + 1 == b) {
+      double best_bound = kInf;
+      for (int X : fw.alive) {
+        if (bw.F[X] < kInf && fw.F[X] < kInf) {
+          const double v = std::max(fw.F[X], bw.F[X]);
+          if (v < r.value) r.value = v, meet = X;
+        }
+        if constexpr (kEmpty) {
+          best_bound = std::min(best_bound, std::max(fw.G[X], bw.G[X]));
+        }
+      }
+      r.bound = kEmpty ? std::min(best_bound, r.value) : r.value;
+    }
+    if (meet >= 0) {
+      auto find = [](const std::vector<std::pair<int, int>>& v, int x) {
+        return std::lower_bound(v.begin(), v.end(), std::pair<int, int>{x, INT32_MIN})->second;
+      };
+      r.chain.assign(k + 1, 0);
+      r.chain[a + 1] = meet;
+      for (int j = a; j >= 0; --j) r.chain[j] = find(fw.parent[j], r.chain[j + 1]);
+      for (int j = b; j < k; ++j) r.chain[j + 1] = find(bw.parent[j], r.chain[j]);
+    }
+    return r;
+  }
+
+  const PartitionProblem& p_;
+  const Lattice& L_;
+  const Graph& g_;
+  std::vector<int> seg_of_ideal_;
+  std::vector<char> uniform_;
+  Crossing C_;
+  int64_t pairs_ = 0;
+};
+
 // The best split seen: fitting memory first, then the smallest objective.
 struct Incumbent {
   std::optional<Partition> best;
+  double min_objective = kInf;  // over every split offered, fitting or not
   absl::Status Offer(const PartitionProblem& problem, std::vector<int> stage_of_node) {
     PIPEPLAN_ASSIGN_OR_RETURN(Partition p, MakePartition(problem, std::move(stage_of_node)));
+    min_objective = std::min(min_objective, p.objective);
     if (!best || (p.fits_memory && !best->fits_memory) ||
         (p.fits_memory == best->fits_memory && p.objective < best->objective)) {
       best = std::move(p);
@@ -830,7 +1294,37 @@ class LatticeDpPartitioner : public Partitioner {
     bool stopped = a.stopped;
     if (relay && !a.stopped && !glued) dp_lower = a.lower;
 
-    // 2. If that split does not fit, search again under the memory caps.
+    // 2. DIRECT: the exact pair DP (memory ignored), pruned by the best
+    //    objective so far. Its optimum bounds every split (minus the glued
+    //    work) and its chain is evaluated exactly.
+    bool direct_done = false, direct_exact = false;
+    int64_t direct_pairs = 0;
+    std::string direct_note;
+    if (!relay && !stopped && inc.min_objective < kInf) {
+      DirectDp direct(problem, lat);
+      if (!direct.BuildCrossing(kMaxCrossingEntries)) {
+        direct_note = "; crossing lists over budget, separable DIRECT bound";
+      } else {
+        DirectDp::Result d = direct.Run(inc.min_objective, glued, kMaxPairs);
+        direct_pairs = direct.pairs();
+        stopped |= d.stopped;
+        if (d.complete) {
+          direct_done = true;
+          direct_exact = direct.UniformLinks() && !glued;
+          if (!d.chain.empty()) {
+            PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(d.chain)));
+          }
+          // Nothing at or below a known split's value can only be rounding;
+          // that split's value then bounds every split.
+          dp_lower = d.bound < kInf ? d.bound : inc.min_objective;
+        } else if (!d.stopped) {
+          direct_note = absl::StrCat("; pair DP over budget (", direct_pairs,
+                                     " pairs), separable DIRECT bound");
+        }
+      }
+    }
+
+    // 3. If the best split does not fit, search again under the memory caps.
     bool memory_proven_infeasible = false;
     if (inc.best && !inc.best->fits_memory && !stopped) {
       PIPEPLAN_ASSIGN_OR_RETURN(SearchResult b, Search(problem, dp, true, floor, inc));
@@ -845,11 +1339,12 @@ class LatticeDpPartitioner : public Partitioner {
       }
     }
 
-    // 3. DIRECT: the lower-bound charge (memory ignored) bounds every split;
+    // 4. Otherwise (RELAY with glued sources, or the pair DP gave up) the
+    //    separable lower-bound charge (memory ignored) bounds every split;
     //    its chains are valid splits too and are evaluated exactly.
     //    With free sources glued, the bound search also admits empty stages
     //    (charged 0) and its chains are not offered (see "Free sources").
-    if ((!relay || glued) && !stopped) {
+    if (((!relay && !direct_done) || (relay && glued)) && !stopped) {
       dp.SetCharge(relay ? Charge::kRelay : Charge::kDirectLower);
       dp.set_allow_empty(glued);
       PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, dp, false, floor, inc));
@@ -874,10 +1369,13 @@ class LatticeDpPartitioner : public Partitioner {
     Partition result = std::move(*inc.best);
     // Guard against rounding in the DP's prefix sums.
     result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);
-    result.nodes_explored = dp.explored();
-    result.note = absl::StrCat(relay ? "exact (RELAY)" : "bounded (DIRECT)", ", ",
-                               lat.size(), " ideals in ", lat.segs.size(), " segments",
-                               stopped ? "; stopped early" : "",
+    result.nodes_explored = dp.explored() + direct_pairs;
+    const char* kind = relay               ? "exact (RELAY)"
+                       : direct_exact      ? "exact (DIRECT, pair DP)"
+                       : direct_done       ? "bounded (DIRECT, pair DP)"
+                                           : "bounded (DIRECT, separable)";
+    result.note = absl::StrCat(kind, ", ", lat.size(), " ideals in ", lat.segs.size(),
+                               " segments", direct_note, stopped ? "; stopped early" : "",
                                result.fits_memory ? "" : "; no split within memory found");
     return result;
   }

@@ -282,6 +282,175 @@ TEST(LatticeDpTest, DirectBoundsBracketTheOptimum) {
   EXPECT_GT(optimal, checked * 6 / 10) << optimal << " of " << checked;
 }
 
+// DIRECT on one host (uniform links, distinct devices) and loose memory: the
+// pair DP is exact, so the objective is the brute-force optimum and the bound
+// meets it. No free sources here (every node has work), so nothing is glued.
+TEST(LatticeDpTest, DirectIsOptimalWithUniformLinks) {
+  auto solver = MakeLatticeDpPartitioner();
+  int checked = 0;
+  for (int nodes : {5, 6, 7, 8, 9, 10}) {
+    for (int stages : {2, 3, 4}) {
+      for (bool chain : {false, true}) {
+        const int seeds = nodes == 10 && stages == 4 ? 8 : (chain ? 8 : 20);
+        for (int s = 0; s < seeds; ++s) {
+          const uint32_t seed = 20000 + s * 13 + nodes * 101 + stages * 7 + chain;
+          RandomInstanceOptions o;
+          o.nodes = nodes;
+          o.stages = stages;
+          o.chain = chain;
+          o.comm = CommModel::kDirect;
+          RandomInstance inst = MakeRandomInstance(seed, o);
+          auto brute = BruteForce(inst.problem);
+          auto r = solver->Solve(inst.problem);
+          ASSERT_TRUE(r.ok()) << r.status();
+          const std::string where =
+              absl::StrCat("seed ", seed, " nodes ", nodes, " stages ", stages, " chain ", chain);
+          ASSERT_TRUE(r->fits_memory) << where;
+          EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << where;
+          EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
+          EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << where;
+          EXPECT_NE(r->note.find("exact (DIRECT"), std::string::npos) << where << r->note;
+          auto again = MakePartition(inst.problem, r->stage_of_node);
+          ASSERT_TRUE(again.ok()) << again.status();
+          EXPECT_DOUBLE_EQ(again->objective, r->objective);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 400);
+}
+
+// Random DAGs with fan-out, per-edge bytes (a tensor's edges differ, so the
+// received bytes are the largest edge into the stage), uniform links and
+// devices of different speeds: exact against brute force.
+TEST(LatticeDpTest, DirectIsOptimalWithPerEdgeBytesAndMixedSpeeds) {
+  auto solver = MakeLatticeDpPartitioner();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int checked = 0;
+  for (int s = 0; s < 300; ++s) {
+    const int n = 5 + s % 6, stages = 2 + s % 3;
+    GraphSpec spec;
+    spec.name = "edges";
+    for (int v = 0; v < n; ++v) {
+      NodeSpec node;
+      node.id = absl::StrCat("v", v);
+      node.forward_flops = 1e12 * (0.05 + unit(rng));
+      node.output_bytes = 1e8 * (0.05 + unit(rng));
+      node.activation_bytes = 1e6;
+      spec.nodes.push_back(node);
+    }
+    for (int v = 1; v < n; ++v) {
+      const int fan_in = 1 + (unit(rng) < 0.5) + (unit(rng) < 0.2);
+      for (int f = 0; f < fan_in; ++f) {
+        const int a = static_cast<int>(unit(rng) * v);
+        const double bytes = unit(rng) < 0.5 ? 0 : 1e8 * unit(rng);
+        spec.edges.push_back({absl::StrCat("v", a), absl::StrCat("v", v), bytes});
+      }
+    }
+    auto built = Graph::Build(std::move(spec));
+    ASSERT_TRUE(built.ok()) << built.status();
+    Graph g = std::move(*built);
+    ClusterSpec cs;
+    for (int d = 0; d < stages; ++d) {
+      cs.devices.push_back({absl::StrCat("g", d), "h", 1e14 * (0.5 + unit(rng)), 1e12});
+    }
+    cs.intra_host_bandwidth = 1e10 * (0.2 + unit(rng));
+    cs.intra_host_latency = 1e-3 * unit(rng);
+    Cluster cluster = *Cluster::Build(cs);
+    CostModel cost(g, cluster, {});
+    PartitionProblem p;
+    p.cost = &cost;
+    for (int j = 0; j < stages; ++j) {
+      p.stage_device.push_back(j);
+      p.stage_inflight.push_back(stages - j);
+    }
+    auto brute = BruteForce(p);
+    auto r = solver->Solve(p);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->fits_memory);
+    EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << "case " << s;
+    EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << "case " << s;
+    EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << "case " << s;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 300);
+}
+
+// Heterogeneous links (two hosts): the pair DP charges the fastest possible
+// link, so its value is a bound; the split is still evaluated exactly.
+TEST(LatticeDpTest, DirectBoundHoldsWithHeterogeneousLinks) {
+  auto solver = MakeLatticeDpPartitioner();
+  int checked = 0, optimal = 0;
+  for (int s = 0; s < 200; ++s) {
+    RandomInstanceOptions o;
+    o.nodes = 5 + s % 6;
+    o.stages = 2 + s % 3;
+    o.chain = s % 5 == 0;
+    o.heterogeneous = true;
+    o.comm = CommModel::kDirect;
+    const uint32_t seed = 40000 + s;
+    RandomInstance inst = MakeRandomInstance(seed, o);
+    auto brute = BruteForce(inst.problem);
+    auto r = solver->Solve(inst.problem);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << "seed " << seed;
+    EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << "seed " << seed;
+    if (r->objective <= brute.best * (1 + kTol)) ++optimal;
+    ++checked;
+  }
+  EXPECT_GT(optimal, checked * 6 / 10) << optimal << " of " << checked;
+}
+
+// A residual block: x -> conv1 -> conv2 -> add(x, conv2) -> head. A stage
+// starting at conv2 must receive both conv1's output and the residual x; the
+// bound has to count it, and with it the two-stage optimum is found exactly.
+TEST(LatticeDpTest, ResidualTensorIsCharged) {
+  GraphSpec spec;
+  spec.name = "residual";
+  const std::vector<std::pair<std::string, double>> nodes = {
+      {"x", 1e12}, {"conv1", 1e12}, {"conv2", 1e12}, {"add", 1e11}, {"head", 1e12}};
+  for (auto& [id, flops] : nodes) {
+    NodeSpec node;
+    node.id = id;
+    node.forward_flops = flops;
+    node.output_bytes = 4e8;
+    spec.nodes.push_back(node);
+  }
+  for (auto [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {"x", "conv1"}, {"conv1", "conv2"}, {"conv2", "add"}, {"x", "add"}, {"add", "head"}}) {
+    spec.edges.push_back({a, b, 0});
+  }
+  Graph g = *Graph::Build(std::move(spec));
+  ClusterSpec cs;
+  for (int d = 0; d < 2; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
+  cs.intra_host_bandwidth = 1e10;
+  cs.intra_host_latency = 0;
+  Cluster cluster = *Cluster::Build(cs);
+  CostModel cost(g, cluster, {});
+  PartitionProblem p;
+  p.cost = &cost;
+  p.stage_device = {0, 1};
+  p.stage_inflight = {2, 1};
+  auto brute = BruteForce(p);
+  auto r = MakeLatticeDpPartitioner()->Solve(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->objective, brute.best, kTol * brute.best);
+  EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << r->note;
+  EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12));
+  // Cutting after conv1 ({x, conv1} | {conv2, add, head}) moves two tensors
+  // (x and conv1's output): 2 tensors x 2 directions x (0.04 s + the 5 us
+  // default latency) on each side.
+  std::vector<int> after_conv1(5, 1);
+  after_conv1[*g.FindNode("x")] = 0;
+  after_conv1[*g.FindNode("conv1")] = 0;
+  auto split = MakePartition(p, after_conv1);
+  ASSERT_TRUE(split.ok());
+  EXPECT_NEAR(split->stages[1].comm_seconds(), 4 * (0.04 + 5e-6), 1e-9);
+  EXPECT_GE(split->objective, r->lower_bound);
+}
+
 TEST(LatticeDpTest, LowerBoundValidForEveryOptionCombination) {
   auto solver = MakeLatticeDpPartitioner();
   int fits = 0, infeasible = 0, declined_wrongly = 0, total = 0;
