@@ -280,7 +280,6 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
 
   std::vector<Scored> scored;
   absl::Status first_error = absl::OkStatus();
-  std::vector<std::unique_ptr<CostModel>> models;  // kept alive with their plans
   auto evaluate = [&](const Candidate& c, PartitionMethod method) -> absl::StatusOr<PlanResult> {
     PIPEPLAN_ASSIGN_OR_RETURN(auto sched,
                               schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks));
@@ -291,8 +290,9 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
       co.sample_scale = (static_cast<double>(options.global_batch) / c.microbatches) /
                         graph.batch_size();
     }
-    models.push_back(std::make_unique<CostModel>(graph, cluster, co));
-    PartitionProblem problem{.cost = models.back().get(),
+    // Plans hold values only, so the model lives just as long as the solve.
+    const CostModel cost(graph, cluster, co);
+    PartitionProblem problem{.cost = &cost,
                              .stage_inflight = inflight,
                              .deadline = deadline,
                              .relative_gap = gap,
