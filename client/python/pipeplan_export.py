@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
 """Export a PyTorch nn.Module as a pipeplan graph (pipeplan.v1.ModelGraph JSON).
 
-The module is traced with torch.fx.symbolic_trace and run once on the example
-inputs under torch.fx.passes.shape_prop.ShapeProp, so every node knows the shape
-and dtype of what it produces. Each fx node except `output` becomes one graph node
-(placeholders and get_attr nodes are zero-flop nodes); each use of a node's value
-becomes an edge carrying that tensor's bytes. Costs are per call on the example
-inputs, so `batch_size` is the example batch (the first dimension of the first
-tensor input unless given).
+The module is traced with a torch.fx Tracer (PipeplanTracer) and run once on the
+example inputs under torch.fx.passes.shape_prop.ShapeProp, so every node knows the
+shape and dtype of what it produces.
+
+Tracing. Leaf modules become single `call_module` nodes: torch.fx's rule (torch.nn
+modules except containers) plus nn.MultiheadAttention and the RNN family by default,
+user classes (`--leaf-module pkg.mod.Class`) and qualified names (`--leaf-name a.b`).
+nn.Transformer, nn.TransformerEncoder/Decoder and their layers are traced through
+(their training path) unless `--transformer-layers-as-leaves`. Tuple unpacking of a
+traced value (`a, _ = attn(x, x, x)`, `B, T, C = x.shape`) works on Python 3.11 too:
+Proxy.__iter__ is patched during tracing to find the UNPACK_SEQUENCE by byte offset;
+torch.arange & co. and tensor indexing accept traced sizes (`self.pos[:T]`).
+When tracing fails, ExportError names the innermost module being traced and the
+--leaf-module that would make it opaque. A leaf without a cost model here is run under
+a flop counter (matmul, convolution, softmax flops).
+
+Each fx node except `output` becomes one graph node (placeholders and get_attr nodes
+are zero-flop nodes); each use of a node's value becomes an edge carrying that
+tensor's bytes. Costs are per call on the example inputs, so `batch_size` is the
+example batch (the first dimension of the first tensor input unless given).
 
 Per node:
   forward_flops     estimated for common ops: linear, conv, matmul/bmm, embedding,
                     norms, softmax, pooling, elementwise ops, losses,
-                    nn.MultiheadAttention; views, indexing and shape ops cost 0;
-                    unknown ops cost 0 (their `op` names what was seen).
+                    nn.MultiheadAttention, nn.LSTM/GRU/RNN (and cells), transformer
+                    layers kept as leaves, other leaves by counting; views, indexing
+                    and shape ops cost 0; unknown functions cost 0 (their `op` names
+                    what was seen).
   param_bytes       trainable parameters the node owns (all parameters of a called
                     module, or the parameter a get_attr node reads).
   param_key         the qualified name of the parameter as module.named_parameters()
@@ -35,14 +50,25 @@ Usage:
   /usr/bin/python3 client/python/pipeplan_export.py --model mypkg.models:build --out g.json
       (`build` returns an nn.Module, or (module, example_inputs); a module or class
        needs --input-shape, e.g. --input-shape 8,1024 --input-dtype float32)
+  ... --leaf-module mypkg.layers.FancyBlock --leaf-name encoder.layers.3
+  ... --transformer-layers-as-leaves
+
+Edges carry the bytes the consumer reads: one element of a tuple output when the
+consumer is a getitem on it, 1 byte (nothing) into a shape query (`x.shape`,
+`x.size()`), else the producer's whole output.
 
 API:
-  export(module, example_inputs, name="model", batch_size=None) -> dict
+  export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
+         leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False) -> dict
+  trace(module, ...) -> torch.fx.GraphModule   (raises ExportError)
   write_graph(graph, path)
 """
 
 import argparse
+import contextlib
+import dis
 import importlib
+import inspect
 import json
 import math
 import operator
@@ -53,6 +79,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ACT_NONE = 1.0  # activation_bytes meaning "saves nothing" (0 would mean output_bytes)
 WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would mean 0.5)
@@ -200,7 +227,6 @@ def _module_flops(node, mod, kind):
     """Returns (forward_flops, extra_saved_bytes, saves) for a call_module node."""
     out = _tensor_numel(node)
     args = _tensor_args(node)
-    in_shape = _first_shape(args[0]) if args else None
     in_numel = _tensor_numel(args[0]) if args else 0
     if isinstance(mod, nn.Linear):
         return 2.0 * out * mod.in_features, 0.0, "in"
@@ -214,17 +240,9 @@ def _module_flops(node, mod, kind):
         return float(out), 0.0, "in"
     if isinstance(mod, nn.EmbeddingBag):
         return float(out), 0.0, "in"
-    if isinstance(mod, nn.MultiheadAttention) and in_shape and len(in_shape) == 3:
-        e = mod.embed_dim
-        n, l = (in_shape[0], in_shape[1]) if mod.batch_first else (in_shape[1], in_shape[0])
-        kshape = _first_shape(args[1]) if len(args) > 1 else in_shape
-        s = kshape[1] if mod.batch_first else kshape[0]
-        flops = (2.0 * n * l * e * e + 2.0 * 2 * n * s * e * e  # q, k, v projections
-                 + 2.0 * 2 * n * l * s * e  # scores and attention @ v
-                 + 5.0 * n * mod.num_heads * l * s  # softmax
-                 + 2.0 * n * l * e * e)  # output projection
-        extra = n * mod.num_heads * l * s * _element_size(torch.float32) * 2 + 4.0 * n * l * e * 4
-        return flops, extra, "in"
+    cost = leaf_cost(node, mod)
+    if cost is not None:
+        return cost
     if isinstance(mod, (nn.LayerNorm, nn.GroupNorm)) or "norm" in kind:
         rows = in_numel / max(1, _numel(getattr(mod, "normalized_shape", (1,))))
         if isinstance(mod, nn.modules.batchnorm._BatchNorm):
@@ -252,7 +270,28 @@ def _module_flops(node, mod, kind):
         return per * float(in_numel), saved, "in"
     if kind in ELEMENTWISE:
         return ELEMENTWISE[kind] * float(out), 0.0, "in"
-    return 0.0, 0.0, "in"
+    # Any other module: the matmul / conv / softmax flops counted while running it.
+    return float(node.meta.get("pipeplan_counted_flops", 0.0)), 0.0, "in"
+
+
+# Modules whose cost _module_flops states without running them.
+_STATIC_COST = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d,
+                nn.ConvTranspose2d, nn.ConvTranspose3d, nn.Embedding, nn.EmbeddingBag,
+                nn.MultiheadAttention, nn.LayerNorm, nn.GroupNorm,
+                nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm,
+                nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d,
+                nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.AvgPool1d, nn.AvgPool2d,
+                nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
+                nn.AdaptiveAvgPool3d, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d,
+                nn.Flatten, nn.Unflatten, nn.Identity, nn.Softmax, nn.LogSoftmax,
+                nn.Softmin, nn.ReLU, nn.Sigmoid, nn.Tanh, nn.ELU, nn.modules.loss._Loss,
+                nn.LSTM, nn.GRU, nn.RNN, nn.LSTMCell, nn.GRUCell, nn.RNNCell,
+                nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def _needs_counting(mod):
+    return not (isinstance(mod, _STATIC_COST) or _snake(type(mod).__name__) in ELEMENTWISE
+                or "norm" in _snake(type(mod).__name__))
 
 
 def _function_flops(node, kind):
@@ -301,6 +340,508 @@ def _function_flops(node, kind):
     return 0.0, 0.0, "in"  # unknown: assume it saves its inputs
 
 
+# ---------------------------------------------------------------------------
+# Tracing: a torch.fx Tracer with configurable leaf modules, traceable stand-ins for
+# torch.nn's transformer containers, and Proxy unpacking that works on Python 3.11.
+# ---------------------------------------------------------------------------
+
+class ExportError(RuntimeError):
+    """Tracing or shape propagation failed; the message says where and what to try."""
+
+
+def _proxy_iter(self):
+    """Proxy.__iter__ that finds the calling instruction by byte offset.
+
+    torch 1.13 indexes dis.get_instructions() with f_lasti // 2, which assumes one
+    two-byte code unit per instruction; Python 3.11's inline caches break that, so
+    `a, b = proxy` raises IndexError or TraceError. f_lasti is the byte offset of the
+    executing instruction on every supported Python, so match on Instruction.offset.
+    """
+    frame = inspect.currentframe()
+    caller = frame.f_back if frame is not None else None
+    try:
+        if caller is not None:
+            lasti = caller.f_lasti
+            for inst in dis.get_instructions(caller.f_code):
+                if inst.offset == lasti:
+                    if inst.opname == "UNPACK_SEQUENCE":
+                        return (self[i] for i in range(inst.argval))
+                    break
+    finally:
+        del frame, caller
+    return self.tracer.iter(self)
+
+
+def _find_proxy(value):
+    """The first fx Proxy inside value (nested tuples, lists, dicts, slices), or None."""
+    if isinstance(value, torch.fx.Proxy):
+        return value
+    if isinstance(value, slice):
+        value = (value.start, value.stop, value.step)
+    if isinstance(value, dict):
+        value = tuple(value.values())
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            found = _find_proxy(v)
+            if found is not None:
+                return found
+    return None
+
+
+# torch factory functions that models call with traced sizes (`torch.arange(T)`,
+# `torch.ones(T, T)`); torch 1.13 rejects a Proxy there, so during tracing a call
+# with a Proxy argument is recorded as a call_function node of the original function.
+_FACTORIES = ("arange", "zeros", "ones", "full", "empty", "rand", "randn", "randint",
+              "eye", "linspace", "tril_indices", "triu_indices")
+
+
+def _recording(fn):
+    def wrapper(*args, **kwargs):
+        proxy = _find_proxy((args, kwargs))
+        if proxy is None:
+            return fn(*args, **kwargs)
+        return proxy.tracer.create_proxy("call_function", fn, args, kwargs)
+    wrapper.__name__ = fn.__name__
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+
+def _recording_getitem(orig):
+    def getitem(self, index):
+        proxy = _find_proxy(index)
+        if proxy is None or isinstance(self, torch.fx.Proxy):
+            return orig(self, index)
+        # a real tensor (a buffer: `self.pos[:T]`) indexed by a traced value
+        return proxy.tracer.create_proxy("call_function", operator.getitem, (self, index), {})
+    return getitem
+
+
+@contextlib.contextmanager
+def patched_proxy_iter():
+    """Within the block, tuple-unpacking an fx Proxy (`a, _ = attn(x, x, x)`,
+    `B, T, C = x.shape`) yields one getitem per target on any Python version, torch
+    factory functions accept traced sizes (`torch.arange(T, device=x.device)`) and a
+    tensor can be indexed by traced values (`self.pos[:T]`)."""
+    proxy_cls = torch.fx.proxy.Proxy
+    saved_iter = proxy_cls.__dict__.get("__iter__")
+    saved_factories = {name: getattr(torch, name) for name in _FACTORIES
+                       if hasattr(torch, name)}
+    had_getitem = "__getitem__" in torch.Tensor.__dict__
+    saved_getitem = torch.Tensor.__getitem__
+    proxy_cls.__iter__ = _proxy_iter
+    for name, fn in saved_factories.items():
+        setattr(torch, name, _recording(fn))
+    torch.Tensor.__getitem__ = _recording_getitem(saved_getitem)
+    try:
+        yield
+    finally:
+        if had_getitem:
+            torch.Tensor.__getitem__ = saved_getitem
+        else:
+            del torch.Tensor.__getitem__
+        for name, fn in saved_factories.items():
+            setattr(torch, name, fn)
+        if saved_iter is None:
+            del proxy_cls.__iter__
+        else:
+            proxy_cls.__iter__ = saved_iter
+
+
+RNN_LEAVES = (nn.LSTM, nn.GRU, nn.RNN, nn.LSTMCell, nn.GRUCell, nn.RNNCell)
+TRANSFORMER_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+# Always leaves (their forward is not symbolically traceable, and the exporter has a
+# cost model for them), whatever the tracer's defaults.
+DEFAULT_LEAF_MODULES = (nn.MultiheadAttention,) + RNN_LEAVES
+
+
+# Traceable stand-ins for forwards that branch on tensor properties (fast-path checks)
+# in torch.nn; they compute the training (slow) path with the module's own blocks.
+def _encoder_layer_forward(m, src, src_mask=None, src_key_padding_mask=None):
+    x = src
+    if m.norm_first:
+        x = x + m._sa_block(m.norm1(x), src_mask, src_key_padding_mask)
+        x = x + m._ff_block(m.norm2(x))
+    else:
+        x = m.norm1(x + m._sa_block(x, src_mask, src_key_padding_mask))
+        x = m.norm2(x + m._ff_block(x))
+    return x
+
+
+def _encoder_forward(m, src, mask=None, src_key_padding_mask=None):
+    out = src
+    for layer in m.layers:
+        out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
+    return m.norm(out) if m.norm is not None else out
+
+
+def _decoder_forward(m, tgt, memory, tgt_mask=None, memory_mask=None,
+                     tgt_key_padding_mask=None, memory_key_padding_mask=None):
+    out = tgt
+    for layer in m.layers:
+        out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                    tgt_key_padding_mask=tgt_key_padding_mask,
+                    memory_key_padding_mask=memory_key_padding_mask)
+    return m.norm(out) if m.norm is not None else out
+
+
+def _transformer_forward(m, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                         src_key_padding_mask=None, tgt_key_padding_mask=None,
+                         memory_key_padding_mask=None):
+    memory = m.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask)
+    return m.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                     tgt_key_padding_mask=tgt_key_padding_mask,
+                     memory_key_padding_mask=memory_key_padding_mask)
+
+
+_TRACE_THROUGH = {nn.TransformerEncoderLayer: _encoder_layer_forward,
+                  nn.TransformerEncoder: _encoder_forward,
+                  nn.TransformerDecoder: _decoder_forward,
+                  nn.Transformer: _transformer_forward}
+if not all(hasattr(nn.TransformerEncoderLayer, a) for a in ("_sa_block", "_ff_block")):
+    del _TRACE_THROUGH[nn.TransformerEncoderLayer]  # other torch: keep it a leaf
+
+
+def resolve_class(spec):
+    """`pkg.mod.Class` or `pkg.mod:Class` -> the class."""
+    if isinstance(spec, type):
+        return spec
+    if ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+    else:
+        mod_name, _, attr = spec.rpartition(".")
+    if not mod_name or not attr:
+        raise ExportError("leaf module %r: write it as package.module.Class" % spec)
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ExportError("leaf module %r: %s" % (spec, e)) from e
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        raise ExportError("leaf module %r is not an nn.Module class" % spec)
+    return obj
+
+
+class PipeplanTracer(torch.fx.Tracer):
+    """torch.fx Tracer whose leaf modules are:
+
+    - DEFAULT_LEAF_MODULES (nn.MultiheadAttention, the RNN family) unless
+      `default_leaves=False`;
+    - the classes in `leaf_modules` (classes or "pkg.mod.Class" strings) and any
+      module whose qualified name is in `leaf_names`;
+    - nn.TransformerEncoderLayer / nn.TransformerDecoderLayer when
+      `transformer_layers_as_leaves`;
+    - as in torch.fx, every other torch.nn module except containers: nn.Sequential,
+      nn.Transformer, nn.TransformerEncoder/Decoder and (unless leaves)
+      nn.TransformerEncoderLayer/DecoderLayer are traced through, the ones whose
+      forward is not traceable through a stand-in computing their training path.
+
+    It records the module being traced when an error happens (`failed_module`).
+    """
+
+    def __init__(self, leaf_modules=(), leaf_names=(), default_leaves=True,
+                 transformer_layers_as_leaves=False):
+        super().__init__()
+        classes = [resolve_class(c) for c in leaf_modules]
+        if default_leaves:
+            classes.extend(DEFAULT_LEAF_MODULES)
+        if transformer_layers_as_leaves:
+            classes.extend(TRANSFORMER_LAYERS)
+        self.leaf_classes = tuple(classes)
+        self.leaf_names = set(leaf_names)
+        self.transformer_layers_as_leaves = transformer_layers_as_leaves
+        self.module_stack = []
+        self.failed_module = None  # (qualified name, class) of the innermost failure
+
+    def is_leaf_module(self, m, module_qualified_name):
+        if isinstance(m, self.leaf_classes) or module_qualified_name in self.leaf_names:
+            return True
+        if type(m) in _TRACE_THROUGH or isinstance(m, nn.TransformerDecoderLayer):
+            return False
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(self, m, forward, args, kwargs):
+        name = self.path_of_module(m)
+        if self.is_leaf_module(m, name):
+            return self.create_proxy("call_module", name, args, kwargs)
+        self.module_stack.append(name)
+        try:
+            stand_in = _TRACE_THROUGH.get(type(m))
+            if stand_in is not None:
+                return stand_in(m, *args, **kwargs)
+            return forward(*args, **kwargs)
+        except Exception:
+            if self.failed_module is None:
+                self.failed_module = (name, type(m))
+            raise
+        finally:
+            self.module_stack.pop()
+
+
+def _class_path(cls):
+    return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+def trace(module, leaf_modules=(), leaf_names=(), default_leaves=True,
+          transformer_layers_as_leaves=False):
+    """Symbolically traces `module` with PipeplanTracer; returns a GraphModule.
+
+    Raises ExportError naming the module whose forward could not be traced and the
+    --leaf-module argument that would make it opaque.
+    """
+    tracer = PipeplanTracer(leaf_modules, leaf_names, default_leaves,
+                            transformer_layers_as_leaves)
+    stand_in = _TRACE_THROUGH.get(type(module))
+    saved_class = module.__class__
+    try:
+        with patched_proxy_iter():
+            if stand_in is not None:  # Tracer.trace calls type(root).forward
+                module.__class__ = type(saved_class.__name__, (saved_class,),
+                                        {"forward": stand_in})
+            graph = tracer.trace(module)
+    except Exception as e:
+        if tracer.failed_module is not None:
+            name, cls = tracer.failed_module
+            where = "module %r (%s)" % (name, _class_path(cls))
+            hint = ("mark it as a leaf: --leaf-module %s (export(..., leaf_modules=[%s]) "
+                    "or leaf_names=[%r]); a leaf is one graph node whose flops are "
+                    "counted by running it" % (_class_path(cls), cls.__qualname__, name))
+        else:
+            where = "the top-level forward of %s" % _class_path(saved_class)
+            hint = ("make that forward traceable by torch.fx (no Python control flow on "
+                    "tensor values, no iteration over tensors or unknown-length shapes)")
+        raise ExportError("torch.fx could not trace %s: %s: %s\n  hint: %s"
+                          % (where, type(e).__name__, e, hint)) from e
+    finally:
+        module.__class__ = saved_class
+    name = module.__class__.__name__
+    return torch.fx.GraphModule(tracer.root, graph, name)
+
+
+# ---------------------------------------------------------------------------
+# Costs of leaf modules: attention, recurrent layers, transformer layers, and a
+# counting fallback for any other opaque module.
+# ---------------------------------------------------------------------------
+
+def _bind(node, mod):
+    """The call's arguments by parameter name (fx nodes or constants)."""
+    try:
+        bound = inspect.signature(mod.forward).bind(*node.args, **node.kwargs)
+    except TypeError:
+        return {}
+    return dict(bound.arguments)
+
+
+def _shape_of(value):
+    return _first_shape(value) if isinstance(value, torch.fx.Node) else None
+
+
+def _out_element_size(node, default=4):
+    leaves = _leaves(_meta(node))
+    return _element_size(leaves[0].dtype) if leaves else default
+
+
+def _seq_batch(shape, batch_first):
+    """(sequence length, batch) of a (L, N, E) / (N, L, E) / unbatched (L, E) input."""
+    if len(shape) == 2:
+        return shape[0], 1
+    return (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+
+
+def mha_cost(mod, n, l, s, training=None):
+    """(forward_flops, saved elements, saved mask bytes) of nn.MultiheadAttention on a
+    batch of n, query length l and key length s.
+
+    Flops: q, k and v projections (2·n·len·in_dim·E each), the two batched matmuls
+    (scores Q·Kᵀ and probabilities·V, 2·n·l·s·E each, summed over heads), the softmax
+    (5 per score, n·heads·l·s scores) and the output projection (2·n·l·E·E).
+    Saved: the projected q, k, v, the attention probabilities and the heads' output
+    (input of out_proj); plus the dropout mask on the probabilities when training.
+    """
+    e, h = mod.embed_dim, mod.num_heads
+    s_eff = s + (1 if getattr(mod, "bias_k", None) is not None else 0) \
+        + (1 if getattr(mod, "add_zero_attn", False) else 0)
+    flops = (2.0 * n * l * e * e  # q projection
+             + 2.0 * n * s * mod.kdim * e + 2.0 * n * s * mod.vdim * e  # k, v projections
+             + 2.0 * n * l * s_eff * e  # scores
+             + 2.0 * n * l * s_eff * e  # probabilities @ v
+             + 5.0 * n * h * l * s_eff  # softmax
+             + 2.0 * n * l * e * e)  # output projection
+    training = mod.training if training is None else training
+    dropout = training and mod.dropout > 0
+    saved = n * l * e + 2.0 * n * s_eff * e + n * h * l * s_eff * (2 if dropout else 1) \
+        + n * l * e
+    mask = float(n * h * l * s_eff) if dropout else 0.0
+    return flops, saved, mask
+
+
+_RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+# Elementwise flops per hidden unit and step: gate nonlinearities, products, sums.
+_RNN_ELEMENTWISE = {"LSTM": 24, "GRU": 17, "RNN_TANH": 5, "RNN_RELU": 2}
+
+
+def _rnn_mode(mod):
+    if isinstance(mod, (nn.LSTM, nn.LSTMCell)):
+        return "LSTM"
+    if isinstance(mod, (nn.GRU, nn.GRUCell)):
+        return "GRU"
+    return "RNN_RELU" if getattr(mod, "nonlinearity", "tanh") == "relu" else "RNN_TANH"
+
+
+def rnn_cost(mod, t, n):
+    """(forward_flops, saved elements) of an nn.LSTM / GRU / RNN over t steps of a
+    batch of n (t = 1 for the *Cell modules).
+
+    Per layer, direction and step: the gate matmuls 2·n·G·H·(in + P) (G = 4 LSTM,
+    3 GRU, 1 RNN; P = proj_size or H; in = input_size on layer 0, P·directions
+    above), the LSTM projection 2·n·H·P, and the gate elementwise work (LSTM 24,
+    GRU 17, tanh-RNN 5, relu-RNN 2 flops per hidden unit).
+    Saved: the gates, the cell state and its tanh (LSTM) and each step's output.
+    """
+    mode = _rnn_mode(mod)
+    g, hsz = _RNN_GATES[mode], mod.hidden_size
+    proj = getattr(mod, "proj_size", 0) or 0
+    p = proj if proj > 0 else hsz
+    layers = getattr(mod, "num_layers", 1)
+    dirs = 2 if getattr(mod, "bidirectional", False) else 1
+    flops = 0.0
+    saved = 0.0
+    for layer in range(layers):
+        inp = mod.input_size if layer == 0 else p * dirs
+        step = 2.0 * n * g * hsz * (inp + p) + _RNN_ELEMENTWISE[mode] * n * hsz
+        if proj > 0:
+            step += 2.0 * n * hsz * p
+        flops += dirs * t * step
+        state = {"LSTM": g + 2, "GRU": g + 1}.get(mode, 1) * hsz
+        saved += dirs * t * n * (state + p)
+    if layers > 1 and mod.training and getattr(mod, "dropout", 0) > 0:
+        saved += (layers - 1) * t * n * p * dirs
+    return flops, saved
+
+
+def _activation_flops(layer):
+    act = getattr(layer, "activation", None)
+    name = getattr(act, "__name__", type(act).__name__).lower()
+    return ELEMENTWISE.get(_snake(type(act).__name__) if isinstance(act, nn.Module) else name, 1)
+
+
+def transformer_layer_cost(mod, n, l, s=None):
+    """(forward_flops, saved elements, saved mask bytes) of an
+    nn.TransformerEncoderLayer (s None) or nn.TransformerDecoderLayer (memory length s)
+    on a batch of n sequences of length l: its attention blocks (mha_cost), the
+    feed-forward linear1 / activation / linear2, the norms (5 flops per element) and
+    the residual adds and the dropouts (1 per element, as the traced modules count
+    them), so the leaf costs what the traced layer's nodes add up to."""
+    d, ff = mod.linear1.in_features, mod.linear1.out_features
+    flops, saved, mask = mha_cost(mod.self_attn, n, l, l, mod.training)
+    norms = 2
+    if s is not None:
+        f2, s2, m2 = mha_cost(mod.multihead_attn, n, l, s, mod.training)
+        flops, saved, mask = flops + f2, saved + s2, mask + m2
+        norms = 3
+    flops += 2.0 * n * l * d * ff * 2 + _activation_flops(mod) * n * l * ff
+    flops += norms * (5.0 + 1.0 + 1.0) * n * l * d  # norms, residual adds, dropouts
+    flops += 1.0 * n * l * ff  # dropout after the activation
+    # inputs of the attention blocks and linear1 (norm outputs), linear1's output,
+    # linear2's input, norm statistics
+    saved += norms * n * l * d + 2.0 * n * l * ff + norms * 2.0 * n * l
+    if mod.training:
+        drops = [mod.dropout.p, mod.dropout1.p, mod.dropout2.p] + (
+            [mod.dropout3.p] if s is not None else [])
+        mask += sum(n * l * (ff if i == 0 else d) for i, p in enumerate(drops) if p > 0)
+    return flops, saved, mask
+
+
+def leaf_cost(node, mod):
+    """(forward_flops, extra_saved_bytes, saves) for a module with a cost model here,
+    or None."""
+    args = _bind(node, mod)
+    if isinstance(mod, nn.MultiheadAttention):
+        qshape = _shape_of(args.get("query"))
+        kshape = _shape_of(args.get("key")) or qshape
+        if not qshape:
+            return None
+        l, n = _seq_batch(qshape, mod.batch_first)
+        s, _ = _seq_batch(kshape, mod.batch_first)
+        flops, saved, mask = mha_cost(mod, n, l, s)
+        return flops, saved * _out_element_size(node) + mask, "in"
+    if isinstance(mod, (nn.LSTM, nn.GRU, nn.RNN)):
+        shape = _shape_of(args.get("input"))
+        if not shape:  # PackedSequence: lengths unknown here
+            return None
+        t, n = _seq_batch(shape, mod.batch_first)
+        flops, saved = rnn_cost(mod, t, n)
+        return flops, saved * _out_element_size(node), "in"
+    if isinstance(mod, (nn.LSTMCell, nn.GRUCell, nn.RNNCell)):
+        shape = _shape_of(args.get("input"))
+        if not shape:
+            return None
+        flops, saved = rnn_cost(mod, 1, shape[0] if len(shape) == 2 else 1)
+        return flops, saved * _out_element_size(node), "in"
+    if isinstance(mod, TRANSFORMER_LAYERS):
+        first = "src" if isinstance(mod, nn.TransformerEncoderLayer) else "tgt"
+        shape = _shape_of(args.get(first))
+        if not shape:
+            return None
+        batch_first = mod.self_attn.batch_first
+        l, n = _seq_batch(shape, batch_first)
+        s = None
+        if isinstance(mod, nn.TransformerDecoderLayer):
+            s, _ = _seq_batch(_shape_of(args.get("memory")) or shape, batch_first)
+        flops, saved, mask = transformer_layer_cost(mod, n, l, s)
+        return flops, saved * _out_element_size(node) + mask, "in"
+    return None
+
+
+class _FlopCounter(TorchDispatchMode):
+    """Counts matmul and convolution flops (2·M·K·N) of the aten ops run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        try:
+            if name in ("mm", "bmm", "matmul"):
+                self.flops += 2.0 * out.numel() * args[0].shape[-1]
+            elif name in ("addmm", "baddbmm", "addbmm"):
+                self.flops += 2.0 * out.numel() * args[1].shape[-1]
+            elif name in ("convolution", "_convolution", "cudnn_convolution"):
+                w = args[1]
+                transposed = bool(args[6]) if len(args) > 6 else False
+                if transposed:
+                    self.flops += 2.0 * args[0].numel() * w.shape[1] * _numel(w.shape[2:])
+                else:
+                    self.flops += 2.0 * out.numel() * _numel(w.shape[1:])
+            elif name in ("_softmax", "_log_softmax"):
+                self.flops += 5.0 * out.numel()
+        except (AttributeError, IndexError, TypeError):
+            pass
+        return out
+
+
+class _CostProp(ShapeProp):
+    """ShapeProp that also counts the flops of the call_module nodes in `count`."""
+
+    def __init__(self, gm, count):
+        super().__init__(gm)
+        self.count = count
+
+    def run_node(self, n):
+        try:
+            if n.op == "call_module" and n.target in self.count:
+                with _FlopCounter() as counter:
+                    result = super().run_node(n)
+                n.meta["pipeplan_counted_flops"] = counter.flops
+                return result
+            return super().run_node(n)
+        except RuntimeError as e:
+            raise ExportError("running the traced graph on the example inputs failed at "
+                              "%s: %s" % (n.format_node(), e.__context__ or e)) from e
+
+
 def _param_names(module):
     """id(parameter) -> canonical qualified name (first one named_parameters lists)."""
     return {id(p): name for name, p in module.named_parameters()}
@@ -313,18 +854,25 @@ def _get_attr(module, target):
     return obj
 
 
-def export(module, example_inputs, name="model", batch_size=None):
+def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
+           leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
     the protobuf JSON form of pipeplan.v1.ModelGraph (snake_case field names).
+    `leaf_modules` (classes or "pkg.mod.Class" strings), `leaf_names` (qualified module
+    names), `default_leaves` and `transformer_layers_as_leaves` choose the modules kept
+    as single nodes (see PipeplanTracer). Raises ExportError when tracing fails.
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    gm = torch.fx.symbolic_trace(module)
+    gm = trace(module, leaf_modules, leaf_names, default_leaves,
+               transformer_layers_as_leaves)
+    count = {n.target for n in gm.graph.nodes
+             if n.op == "call_module" and _needs_counting(gm.get_submodule(n.target))}
     with torch.no_grad():
-        ShapeProp(gm).propagate(*example_inputs)
+        _CostProp(gm, count).propagate(*example_inputs)
     modules = dict(gm.named_modules())
     canonical = _param_names(module)
 
@@ -399,8 +947,29 @@ def export(module, example_inputs, name="model", batch_size=None):
         for src in node.all_input_nodes:
             if src.op == "output":
                 continue
-            edges.append({"src": src.name, "dst": node.name, "bytes": _tensor_bytes(src)})
+            edges.append({"src": src.name, "dst": node.name,
+                          "bytes": _edge_bytes(src, node)})
     return {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
+
+
+_SHAPE_QUERIES = {"shape", "size", "dim", "dtype", "device", "ndim", "numel"}
+
+
+def _edge_bytes(src, dst):
+    """Bytes of src's output that dst reads: one element when dst picks an element of a
+    tuple output (`out, _ = attn(...)`, `lstm(x)[1][0]`), nothing (1 byte; 0 would
+    mean src's output_bytes) when dst only asks for its shape (`x.shape`, `x.size(1)`),
+    else the whole output."""
+    if dst.args and dst.args[0] is src and (
+            (dst.op == "call_method" and dst.target in _SHAPE_QUERIES)
+            or (dst.op == "call_function" and dst.target is getattr and len(dst.args) > 1
+                and dst.args[1] in _SHAPE_QUERIES)):
+        return ACT_NONE
+    if (dst.op == "call_function" and dst.target is operator.getitem
+            and dst.args and dst.args[0] is src
+            and isinstance(_meta(src), (tuple, list, dict))):
+        return _tensor_bytes(dst)
+    return _tensor_bytes(src)
 
 
 def write_graph(graph, path):
@@ -503,8 +1072,8 @@ class ExampleTransformer(nn.Module):
         self.register_buffer("pos", torch.arange(seq), persistent=False)
 
     def forward(self, idx):
-        # Inputs are full-length sequences: symbolic tracing cannot slice a buffer by a
-        # traced length (nor call torch.arange on one) in this torch version.
+        # Inputs are full-length sequences (plain torch.fx cannot slice a buffer by a
+        # traced length in torch 1.13; the exporter's tracer can, see NanoGPT in tests).
         pos = self.pos
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:
@@ -573,6 +1142,18 @@ def main(argv=None):
     parser.add_argument("--input-dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--batch-size", type=float,
                         help="samples the costs describe (default: first input's dim 0)")
+    parser.add_argument("--leaf-module", action="append", default=[], metavar="PKG.MOD.CLASS",
+                        help="keep modules of this class as single nodes (not traced "
+                             "into); repeatable")
+    parser.add_argument("--leaf-name", action="append", default=[], metavar="QUALNAME",
+                        help="keep the module with this qualified name (e.g. "
+                             "encoder.layers.3) as a single node; repeatable")
+    parser.add_argument("--transformer-layers-as-leaves", action="store_true",
+                        help="one node per nn.TransformerEncoderLayer/DecoderLayer "
+                             "instead of its attention, linear and norm nodes")
+    parser.add_argument("--no-default-leaves", action="store_true",
+                        help="do not add nn.MultiheadAttention and the RNN modules to "
+                             "the leaves (torch.fx's own rule still applies)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
@@ -580,7 +1161,14 @@ def main(argv=None):
         module, inputs = builtin(args.model)
     else:
         module, inputs = _load(args.model, args.input_shape, args.input_dtype)
-    graph = export(module, inputs, name=args.name or args.model, batch_size=args.batch_size)
+    try:
+        graph = export(module, inputs, name=args.name or args.model,
+                       batch_size=args.batch_size, leaf_modules=args.leaf_module,
+                       leaf_names=args.leaf_name, default_leaves=not args.no_default_leaves,
+                       transformer_layers_as_leaves=args.transformer_layers_as_leaves)
+    except ExportError as e:
+        print("pipeplan_export: %s" % e, file=sys.stderr)
+        return 2
     write_graph(graph, args.out)
     flops = sum(n.get("forward_flops", 0) for n in graph["nodes"])
     print("%s: %d nodes, %d edges, %.4g forward flops" % (args.out, len(graph["nodes"]),
