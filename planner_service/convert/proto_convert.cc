@@ -8,7 +8,6 @@
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
-namespace {
 
 using schedule::ScheduleKind;
 
@@ -27,8 +26,6 @@ absl::StatusOr<std::optional<ScheduleKind>> ScheduleFromProto(v1::Schedule s) {
   return absl::InvalidArgumentError(absl::StrCat("options.schedule ", static_cast<int>(s),
                                                  " is not a known schedule"));
 }
-
-}  // namespace
 
 GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph) {
   GraphSpec spec;

@@ -34,6 +34,8 @@ GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph);
 ClusterSpec ClusterSpecFromProto(const v1::ClusterTopology& cluster);
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& options);
 
+// SCHEDULE_AUTO maps to nullopt; unknown values are INVALID_ARGUMENT.
+absl::StatusOr<std::optional<schedule::ScheduleKind>> ScheduleFromProto(v1::Schedule s);
 v1::Schedule ScheduleToProto(schedule::ScheduleKind kind);
 v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResult& plan);
 
