@@ -190,6 +190,44 @@ absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(const std::string
   return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat, req);
 }
 
+absl::Status PlannerClient::RendezvousSet(const std::string& job_id, const std::string& key,
+                                          const std::string& value) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::RendezvousSetRequest req;
+  req.set_job_id(job_id);
+  req.set_key(key);
+  req.set_value(value);
+  return Call<v1::RendezvousSetResponse>(stub_.get(), &ctx,
+                                         &v1::PlannerService::Stub::RendezvousSet, req)
+      .status();
+}
+
+absl::StatusOr<std::optional<std::string>> PlannerClient::RendezvousGet(const std::string& job_id,
+                                                                        const std::string& key) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::RendezvousGetRequest req;
+  req.set_job_id(job_id);
+  req.set_key(key);
+  absl::StatusOr<v1::RendezvousGetResponse> r = Call<v1::RendezvousGetResponse>(
+      stub_.get(), &ctx, &v1::PlannerService::Stub::RendezvousGet, req);
+  if (!r.ok()) return r.status();
+  if (!r->found()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(*r->mutable_value()));
+}
+
+absl::StatusOr<v1::ListStepReportsResponse> PlannerClient::ListStepReports(
+    const std::string& job_id, int limit) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::ListStepReportsRequest req;
+  req.set_job_id(job_id);
+  req.set_limit(limit);
+  return Call<v1::ListStepReportsResponse>(stub_.get(), &ctx,
+                                           &v1::PlannerService::Stub::ListStepReports, req);
+}
+
 absl::StatusOr<v1::ReportStepResponse> PlannerClient::ReportStep(
     const v1::ReportStepRequest& report) {
   grpc::ClientContext ctx;

@@ -395,6 +395,40 @@ absl::StatusOr<std::vector<v1::ReportStepRequest>> JobRegistry::RecentStepReport
   return store_->RecentStepReports(job_id, limit);
 }
 
+absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::string& key,
+                                        const std::string& value) {
+  if (key.empty() || key.size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key must be 1 to 256 bytes, got ", key.size()));
+  }
+  if (value.size() > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value must be at most 1048576 bytes, got ", value.size()));
+  }
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  if (job->rendezvous.size() >= 65'536 && !job->rendezvous.contains(key)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, " already has 65536 rendezvous keys"));
+  }
+  job->rendezvous[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(
+    const std::string& job_id, const std::string& key) const {
+  absl::ReaderMutexLock l(&mu_);
+  const Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  v1::RendezvousGetResponse r;
+  if (auto it = job->rendezvous.find(key); it != job->rendezvous.end()) {
+    r.set_found(true);
+    r.set_value(it->second);
+  }
+  return r;
+}
+
 int JobRegistry::CheckLeases() {
   absl::MutexLock l(&mu_);
   const absl::Time now = clock_->Now();

@@ -196,4 +196,29 @@ absl::Status PlannerServiceImpl::WatchPlan(const v1::WatchPlanRequest& request,
                          std::move(watcher));
 }
 
+absl::StatusOr<v1::RendezvousSetResponse> PlannerServiceImpl::RendezvousSet(
+    const v1::RendezvousSetRequest& request) {
+  PIPEPLAN_RETURN_IF_ERROR(
+      registry_.RendezvousSet(request.job_id(), request.key(), request.value()));
+  return v1::RendezvousSetResponse();
+}
+
+absl::StatusOr<v1::RendezvousGetResponse> PlannerServiceImpl::RendezvousGet(
+    const v1::RendezvousGetRequest& request) {
+  return registry_.RendezvousGet(request.job_id(), request.key());
+}
+
+absl::StatusOr<v1::ListStepReportsResponse> PlannerServiceImpl::ListStepReports(
+    const v1::ListStepReportsRequest& request) {
+  if (request.limit() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("limit must be >= 0, got ", request.limit()));
+  }
+  const int limit = request.limit() == 0 ? 1000 : std::min(request.limit(), 10'000);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
+                            registry_.RecentStepReports(request.job_id(), limit));
+  v1::ListStepReportsResponse out;
+  for (v1::ReportStepRequest& r : reports) *out.add_reports() = std::move(r);
+  return out;
+}
+
 }  // namespace pipeplan::server

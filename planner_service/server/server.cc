@@ -214,6 +214,21 @@ class GrpcPlannerService final : public v1::PlannerService::CallbackService {
                                       v1::HeartbeatResponse* resp) override {
     return Unary(ctx, "Heartbeat", resp, [&] { return impl_->Heartbeat(*req); });
   }
+  grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
+                                          const v1::RendezvousSetRequest* req,
+                                          v1::RendezvousSetResponse* resp) override {
+    return Unary(ctx, "RendezvousSet", resp, [&] { return impl_->RendezvousSet(*req); });
+  }
+  grpc::ServerUnaryReactor* RendezvousGet(grpc::CallbackServerContext* ctx,
+                                          const v1::RendezvousGetRequest* req,
+                                          v1::RendezvousGetResponse* resp) override {
+    return Unary(ctx, "RendezvousGet", resp, [&] { return impl_->RendezvousGet(*req); });
+  }
+  grpc::ServerUnaryReactor* ListStepReports(grpc::CallbackServerContext* ctx,
+                                            const v1::ListStepReportsRequest* req,
+                                            v1::ListStepReportsResponse* resp) override {
+    return Unary(ctx, "ListStepReports", resp, [&] { return impl_->ListStepReports(*req); });
+  }
 
   grpc::ServerWriteReactor<v1::PlanUpdate>* WatchPlan(grpc::CallbackServerContext* ctx,
                                                       const v1::WatchPlanRequest* req) override {

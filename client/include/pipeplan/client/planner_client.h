@@ -12,6 +12,7 @@
 #define PIPEPLAN_CLIENT_PLANNER_CLIENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -79,6 +80,15 @@ class PlannerClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
+  // Rendezvous key-value space of a job (see planner_service.proto).
+  absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
+                             const std::string& value);
+  // std::nullopt when the key is not set yet.
+  absl::StatusOr<std::optional<std::string>> RendezvousGet(const std::string& job_id,
+                                                           const std::string& key);
+  // The job's most recent step reports, oldest first; limit 0: 1000.
+  absl::StatusOr<v1::ListStepReportsResponse> ListStepReports(const std::string& job_id,
+                                                              int limit = 0);
   // No timeout: the stream lives until cancelled, the job is deleted or the
   // server shuts down (then Finish is OK).
   std::unique_ptr<PlanWatch> WatchPlan(const v1::WatchPlanRequest& request);

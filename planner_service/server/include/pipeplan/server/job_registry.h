@@ -83,6 +83,15 @@ class JobRegistry {
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
                                                                        int limit) const;
 
+  // Rendezvous key-value space of a job (memory only, dropped with the job).
+  // INVALID_ARGUMENT for an empty or over-long key (256 bytes) or a value
+  // over 1 MiB; RESOURCE_EXHAUSTED past 65,536 keys per job; NOT_FOUND for an
+  // unknown job. Get returns found=false for a key not set yet.
+  absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
+                             const std::string& value);
+  absl::StatusOr<v1::RendezvousGetResponse> RendezvousGet(const std::string& job_id,
+                                                          const std::string& key) const;
+
   // Marks workers whose lease expired as lost; returns how many.
   int CheckLeases();
 
@@ -116,6 +125,7 @@ class JobRegistry {
     std::shared_ptr<const v1::VersionedPlan> current;
     absl::flat_hash_map<std::string, Worker> workers;
     std::vector<WatchEntry> watches;
+    absl::flat_hash_map<std::string, std::string> rendezvous;
   };
 
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -76,6 +76,12 @@ class PlannerServiceImpl {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& request);
   absl::Status WatchPlan(const v1::WatchPlanRequest& request, std::weak_ptr<PlanWatcher> watcher);
+  absl::StatusOr<v1::RendezvousSetResponse> RendezvousSet(const v1::RendezvousSetRequest& request);
+  absl::StatusOr<v1::RendezvousGetResponse> RendezvousGet(const v1::RendezvousGetRequest& request);
+  // The job's most recent step reports, oldest first (limit 0: 1000, at
+  // most 10000).
+  absl::StatusOr<v1::ListStepReportsResponse> ListStepReports(
+      const v1::ListStepReportsRequest& request);
 
   // Stops admitting solves, waits for the admitted ones, ends every watch
   // with OK. Idempotent.

@@ -1,0 +1,305 @@
+// End to end: a real pipeplan-planner and 2 or 4 pipeplan-worker processes on
+// 127.0.0.1 (Gloo over TCP, synthetic or mlp executor). Workers rendezvous
+// through the planner, run steps, report per-action timings, switch to a new
+// plan version at a step boundary after ReplanJob, and stop together.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "planner_process.h"
+
+namespace pipeplan::testing {
+namespace {
+
+// A pipeplan-worker child; stdout goes to a file. The destructor SIGKILLs and
+// reaps it if it still runs (only this child, by pid).
+class WorkerProcess {
+ public:
+  WorkerProcess(const std::string& dir, const std::string& id, std::vector<std::string> args)
+      : out_path_(dir + "/" + id + ".out") {
+    std::vector<std::string> argv = {PIPEPLAN_WORKER_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int err = open((out_path_ + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(err, 2);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+  }
+  ~WorkerProcess() {
+    if (pid_ > 0 && status_ < 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void Signal(int sig) {
+    if (status_ < 0) kill(pid_, sig);
+  }
+  // Exit code, or -1 if it still runs after `timeout`.
+  int Wait(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (status_ < 0) {
+      int st = 0;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (absl::Now() > deadline) return -1;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return status_;
+  }
+  std::string Output() const {
+    std::ifstream in(out_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::ifstream err(out_path_ + ".err");
+    std::stringstream es;
+    es << err.rdbuf();
+    return ss.str() + es.str();
+  }
+  // Values of `key=` on lines containing `event`.
+  std::vector<std::string> Values(const std::string& event, const std::string& key) const {
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(Output(), '\n')) {
+      if (line.find("event=" + event + " ") == absl::string_view::npos) continue;
+      for (absl::string_view kv : absl::StrSplit(line, ' ')) {
+        if (kv.substr(0, key.size() + 1) == key + "=") out.emplace_back(kv.substr(key.size() + 1));
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::string out_path_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+v1::PlanRequest JobRequest(int stages, int microbatches) {
+  v1::PlanRequest r = SmallRequest();
+  r.mutable_options()->set_num_stages(stages);
+  r.mutable_options()->set_microbatches(microbatches);
+  return r;
+}
+
+std::vector<std::string> RankDevices(const v1::Plan& plan) {
+  std::vector<std::string> d;
+  for (const v1::Stage& s : plan.stages()) {
+    if (std::find(d.begin(), d.end(), s.device_id()) == d.end()) d.push_back(s.device_id());
+  }
+  return d;
+}
+
+struct Cluster {
+  std::unique_ptr<PlannerProcess> planner;
+  std::unique_ptr<client::PlannerClient> client;
+  v1::Job job;
+  TempDir dir;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+};
+
+void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string> extra,
+              int metrics_worker = -1) {
+  auto planner = PlannerProcess::Start({"--lease-seconds", "5"});
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  c->planner = std::move(*planner);
+  auto client = c->planner->Client();
+  ASSERT_TRUE(client.ok());
+  c->client = std::move(*client);
+  auto job = c->client->CreateJob("workers", JobRequest(stages, microbatches));
+  ASSERT_TRUE(job.ok()) << job.status();
+  c->job = *job;
+  const std::vector<std::string> devices = RankDevices(job->plan());
+  ASSERT_EQ(static_cast<int>(devices.size()), stages);
+  for (int r = 0; r < stages; ++r) {
+    std::vector<std::string> args = {"--planner", c->planner->address(), "--job", job->id(),
+                                     "--worker-id", absl::StrCat("w", r), "--device", devices[r],
+                                     "--transport", "gloo", "--listen-host", "127.0.0.1",
+                                     "--max-message-bytes", "65536", "--comm-timeout-seconds",
+                                     "20", "--connect-timeout-seconds", "20"};
+    if (r == metrics_worker) {
+      args.push_back("--metrics-listen");
+      args.push_back("127.0.0.1:0");
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    c->workers.push_back(std::make_unique<WorkerProcess>(c->dir.path(), absl::StrCat("w", r), args));
+  }
+}
+
+std::map<std::string, std::vector<v1::ReportStepRequest>> ReportsByWorker(Cluster& c) {
+  std::map<std::string, std::vector<v1::ReportStepRequest>> out;
+  auto reports = c.client->ListStepReports(c.job.id(), 10'000);
+  EXPECT_TRUE(reports.ok()) << reports.status();
+  if (!reports.ok()) return out;
+  for (const auto& r : reports->reports()) out[r.worker_id()].push_back(r);
+  for (auto& [w, v] : out) {
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.step() < b.step(); });
+  }
+  return out;
+}
+
+// The action names in a report, without stage/microbatch: "F", "SEND_F", ...
+std::set<std::string> ActionKinds(const v1::ReportStepRequest& r) {
+  std::set<std::string> kinds;
+  for (const auto& t : r.timings()) {
+    std::string a = t.action();
+    a.erase(0, a.find_first_not_of("0123456789"));
+    a.erase(a.find_last_not_of("0123456789") + 1);
+    kinds.insert(a);
+    EXPECT_GE(t.seconds(), 0) << t.action();
+  }
+  return kinds;
+}
+
+TEST(WorkerIntegration, TwoWorkersRunStepsAndReportTimings) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 2, 4, {"--steps", "3", "--time-scale", "0.2"}));
+  for (auto& w : c.workers) {
+    ASSERT_EQ(w->Wait(absl::Seconds(30)), 0) << w->Output();
+  }
+  auto by_worker = ReportsByWorker(c);
+  ASSERT_EQ(by_worker.size(), 2u);
+  for (auto& [id, reports] : by_worker) {
+    ASSERT_EQ(reports.size(), 3u) << id;
+    for (int s = 0; s < 3; ++s) {
+      const auto& r = reports[s];
+      EXPECT_EQ(r.step(), s);
+      EXPECT_EQ(r.plan_version(), 1);
+      EXPECT_GT(r.step_seconds(), 0);
+      EXPECT_GT(r.peak_memory_bytes(), 0);
+      // 1F1B, 4 microbatches: 4 F + 4 B + 4 sends + 4 receives per rank.
+      EXPECT_EQ(r.timings_size(), 16);
+      const std::set<std::string> kinds = ActionKinds(r);
+      EXPECT_TRUE(kinds.contains("F") && kinds.contains("B")) << id;
+      if (id == "w0") {
+        EXPECT_EQ(kinds, (std::set<std::string>{"F", "B", "SEND_F", "RECV_B"}));
+      } else {
+        EXPECT_EQ(kinds, (std::set<std::string>{"F", "B", "RECV_F", "SEND_B"}));
+      }
+    }
+  }
+}
+
+TEST(WorkerIntegration, FourWorkersSwitchToVersionTwoAtAStepBoundary) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 4, 4, {"--time-scale", "0.2"}, /*metrics_worker=*/0));
+  // Wait for 3 steps of version 1 from every worker.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  auto all_have = [&](int64_t version, int count) {
+    auto by_worker = ReportsByWorker(c);
+    if (by_worker.size() != 4) return false;
+    for (auto& [id, reports] : by_worker) {
+      if (std::count_if(reports.begin(), reports.end(), [&](const auto& r) {
+            return r.plan_version() == version;
+          }) < count) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (!all_have(1, 3) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(all_have(1, 3)) << c.workers[0]->Output();
+
+  v1::ReplanJobRequest replan;
+  replan.set_job_id(c.job.id());
+  *replan.mutable_options() = JobRequest(4, 8).options();  // same stages, 8 microbatches
+  replan.set_reason("worker integration test");
+  auto v2 = c.client->ReplanJob(replan);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_EQ(v2->version(), 2);
+  while (!all_have(2, 2) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(all_have(2, 2)) << c.workers[0]->Output();
+
+  // Metrics of worker 0 show version 2 and its steps.
+  const std::vector<std::string> metrics_lines = [&] {
+    std::vector<std::string> v;
+    for (absl::string_view l : absl::StrSplit(c.workers[0]->Output(), '\n')) {
+      if (absl::StartsWith(l, "metrics on ")) v.emplace_back(l.substr(11));
+    }
+    return v;
+  }();
+  ASSERT_EQ(metrics_lines.size(), 1u);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(metrics_lines[0].substr(metrics_lines[0].rfind(':') + 1), &port));
+  auto scraped = ScrapeMetrics(port);
+  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  EXPECT_NE(scraped->find("pipeplan_worker_plan_version{"), std::string::npos);
+  EXPECT_NE(scraped->find("pipeplan_worker_steps_total{"), std::string::npos);
+  EXPECT_NE(scraped->find("pipeplan_worker_step_seconds_bucket{"), std::string::npos);
+  EXPECT_NE(scraped->find("} 2\n"), std::string::npos) << *scraped;
+
+  // SIGTERM to one worker stops all of them at the same boundary, cleanly.
+  c.workers[2]->Signal(SIGTERM);
+  for (auto& w : c.workers) ASSERT_EQ(w->Wait(absl::Seconds(20)), 0) << w->Output();
+
+  auto by_worker = ReportsByWorker(c);
+  std::set<int64_t> first_v2_steps, last_steps;
+  for (auto& [id, reports] : by_worker) {
+    int64_t first_v2 = -1;
+    int64_t prev_version = 0;
+    for (const auto& r : reports) {
+      EXPECT_GE(r.plan_version(), prev_version) << id << " step " << r.step();
+      prev_version = r.plan_version();
+      if (r.plan_version() == 2 && first_v2 < 0) first_v2 = r.step();
+      const std::set<std::string> kinds = ActionKinds(r);
+      EXPECT_TRUE(kinds.contains("F") && kinds.contains("B")) << id;
+      if (id == "w0") {
+        EXPECT_TRUE(kinds.contains("SEND_F") && kinds.contains("RECV_B"));
+      }
+      if (id == "w3") {
+        EXPECT_TRUE(kinds.contains("RECV_F") && kinds.contains("SEND_B"));
+      }
+      if (id == "w1" || id == "w2") {
+        EXPECT_EQ(kinds.size(), 6u) << id;
+      }
+      // 8 microbatches in version 2: twice the actions of version 1.
+      if (id == "w1") {
+        EXPECT_EQ(r.timings_size(), r.plan_version() == 1 ? 24 : 48);
+      }
+    }
+    first_v2_steps.insert(first_v2);
+    last_steps.insert(reports.back().step());
+    // The worker printed the switch.
+    const auto from = c.workers[id[1] - '0']->Values("plan_switch", "from_version");
+    EXPECT_NE(std::find(from.begin(), from.end(), "1"), from.end()) << id;
+  }
+  // Every worker switched at the same step boundary and stopped at the same step.
+  EXPECT_EQ(first_v2_steps.size(), 1u);
+  EXPECT_GT(*first_v2_steps.begin(), 2);
+  EXPECT_EQ(last_steps.size(), 1u);
+}
+
+TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 2, 4, {"--steps", "6", "--executor", "mlp"}));
+  for (auto& w : c.workers) ASSERT_EQ(w->Wait(absl::Seconds(30)), 0) << w->Output();
+  EXPECT_TRUE(c.workers[0]->Values("step", "loss").empty());  // only the last stage has a loss
+  const std::vector<std::string> losses = c.workers[1]->Values("step", "loss");
+  ASSERT_EQ(losses.size(), 6u) << c.workers[1]->Output();
+  std::vector<double> l(losses.size());
+  for (size_t i = 0; i < l.size(); ++i) ASSERT_TRUE(absl::SimpleAtod(losses[i], &l[i]));
+  for (size_t i = 1; i < l.size(); ++i) EXPECT_LT(l[i], l[i - 1]) << "step " << i;
+}
+
+}  // namespace
+}  // namespace pipeplan::testing

@@ -1,0 +1,52 @@
+// The compute side of a pipeline stage.
+//
+// The stage runtime calls an Executor for every compute action of its rank
+// (F, I, W, B; an OVERLAP_F_B arrives as its forward half then its backward
+// half) and asks it for the buffers that SEND actions ship and RECV actions
+// fill. Buffers are keyed by the action's (type, stage, microbatch) and stay
+// valid and at a fixed address from the call until EndStep.
+//
+//   SendBuffer(SEND_F s, m): stage s's output for microbatch m.
+//   SendBuffer(SEND_B s, m): the gradient w.r.t. stage s's input.
+//   RecvBuffer(RECV_F s, m): stage s's input (from stage s - 1).
+//   RecvBuffer(RECV_B s, m): the gradient w.r.t. stage s's output (from s + 1).
+//
+// The runtime guarantees a RECV has completed before the compute that needs
+// it runs, and that a SEND's buffer is requested only after the compute that
+// produces it ran.
+#ifndef PIPEPLAN_WORKER_EXECUTOR_H_
+#define PIPEPLAN_WORKER_EXECUTOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pipeplan/core/schedule/action.h"
+
+namespace pipeplan::worker {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual absl::Status BeginStep(int64_t step) = 0;
+  // action.type is F, I, W or B, on a stage of this rank.
+  virtual absl::Status Compute(const schedule::Action& action) = 0;
+  virtual absl::StatusOr<std::span<const std::byte>> SendBuffer(const schedule::Action& send) = 0;
+  virtual absl::StatusOr<std::span<std::byte>> RecvBuffer(const schedule::Action& recv) = 0;
+  // Applies the step's accumulated gradients (if any) and frees the step's
+  // buffers.
+  virtual absl::Status EndStep() = 0;
+
+  // Largest number of bytes held at once so far.
+  virtual double PeakMemoryBytes() const = 0;
+  // The last completed step's loss, when this rank computes it.
+  virtual std::optional<double> LastLoss() const { return std::nullopt; }
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_EXECUTOR_H_

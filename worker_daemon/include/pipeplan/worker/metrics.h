@@ -1,0 +1,35 @@
+// The worker's Prometheus endpoint: pipeplan_worker_step_seconds
+// (histogram), pipeplan_worker_steps_total, pipeplan_worker_plan_version,
+// pipeplan_worker_loss (mlp executor, last stage). Labels: job, worker (one
+// series per daemon; no per-step or per-microbatch labels).
+#ifndef PIPEPLAN_WORKER_METRICS_H_
+#define PIPEPLAN_WORKER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace pipeplan::worker {
+
+class WorkerMetrics {
+ public:
+  // `listen` is HOST:PORT; INVALID_ARGUMENT/UNAVAILABLE when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Start(const std::string& listen,
+                                                              const std::string& job,
+                                                              const std::string& worker);
+  ~WorkerMetrics();
+  std::string address() const;
+  void ObserveStep(double seconds);
+  void SetPlanVersion(int64_t version);
+  void SetLoss(double loss);
+
+ private:
+  struct Impl;
+  explicit WorkerMetrics(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_METRICS_H_

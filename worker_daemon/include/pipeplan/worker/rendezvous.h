@@ -1,0 +1,67 @@
+// Rendezvous through the planner: a key-value space per job (the planner's
+// RendezvousSet/RendezvousGet RPCs) and a Gloo store over it, so workers of
+// one job and plan version find each other with nothing but the planner's
+// address. Keys are prefixed with the plan version ("v3/gloo/..."), so each
+// plan version gets a fresh round.
+#ifndef PIPEPLAN_WORKER_RENDEZVOUS_H_
+#define PIPEPLAN_WORKER_RENDEZVOUS_H_
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gloo/rendezvous/store.h"
+#include "pipeplan/client/planner_client.h"
+
+namespace pipeplan::worker {
+
+class KeyValue {
+ public:
+  virtual ~KeyValue() = default;
+  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  // std::nullopt while the key is not set.
+  virtual absl::StatusOr<std::optional<std::string>> Get(const std::string& key) = 0;
+
+  // Polls Get until the key is set: DEADLINE_EXCEEDED after `timeout`;
+  // transport errors (UNAVAILABLE while the planner restarts) are retried.
+  absl::StatusOr<std::string> WaitGet(const std::string& key, absl::Duration timeout);
+};
+
+// The planner's rendezvous RPCs for one job. `client` must outlive it.
+class PlannerKeyValue final : public KeyValue {
+ public:
+  PlannerKeyValue(client::PlannerClient* client, std::string job_id)
+      : client_(client), job_id_(std::move(job_id)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key) override;
+
+ private:
+  client::PlannerClient* client_;
+  std::string job_id_;
+};
+
+// gloo::rendezvous::Store over a KeyValue with a key prefix. Gloo's store API
+// throws: errors and timeouts become gloo::IoException.
+class GlooKeyValueStore final : public gloo::rendezvous::Store {
+ public:
+  GlooKeyValueStore(KeyValue* kv, std::string prefix, absl::Duration timeout)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  KeyValue* kv_;
+  std::string prefix_;
+  absl::Duration timeout_;
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_RENDEZVOUS_H_

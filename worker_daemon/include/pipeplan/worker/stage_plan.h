@@ -1,0 +1,55 @@
+// What a worker needs from a plan version: the schedule lowered for every
+// rank, per-stage compute times and the bytes that cross each stage
+// boundary. This is the one place that reads pipeplan.v1.Plan; the runtime
+// only sees the result.
+#ifndef PIPEPLAN_WORKER_STAGE_PLAN_H_
+#define PIPEPLAN_WORKER_STAGE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/v1/plan.pb.h"
+
+namespace pipeplan::worker {
+
+struct StagePlan {
+  int64_t version = 0;
+  schedule::ScheduleKind kind = schedule::ScheduleKind::k1F1B;
+  int ranks = 0;
+  int num_stages = 0;
+  int microbatches = 0;
+  int chunks = 1;
+  // Device id of every rank: the plan's distinct devices in stage order (the
+  // planner's RankOfDevice).
+  std::vector<std::string> rank_devices;
+  // BuildSchedule + InsertSendRecv.
+  schedule::PipelineSchedule lowered;
+  // Per stage, seconds per microbatch as the plan predicts them.
+  std::vector<double> forward_seconds;
+  std::vector<double> backward_seconds;
+  // Per boundary b (stage b -> b + 1): bytes of every tensor produced at or
+  // before stage b and consumed after it (what a relayed hop carries). Empty
+  // without a graph.
+  std::vector<double> boundary_bytes;
+  // Per stage, the graph's node indices it holds, in graph order. Empty
+  // without a graph.
+  std::vector<std::vector<int>> stage_nodes;
+
+  // -1 when the plan gives the device no stage.
+  int RankOf(std::string_view device_id) const;
+};
+
+// `graph` (the plan's request graph) may be null. INVALID_ARGUMENT when the
+// plan is not runnable: no stages, an unknown schedule, a stage count that is
+// not ranks x stages-per-rank, microbatches BuildSchedule rejects.
+absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t version,
+                                             const v1::ModelGraph* graph);
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_STAGE_PLAN_H_

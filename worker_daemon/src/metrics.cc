@@ -1,0 +1,78 @@
+#include "pipeplan/worker/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace pipeplan::worker {
+
+struct WorkerMetrics::Impl {
+  std::string host;
+  int port = 0;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  prometheus::Histogram* step_seconds = nullptr;
+  prometheus::Counter* steps = nullptr;
+  prometheus::Gauge* version = nullptr;
+  prometheus::Gauge* loss = nullptr;
+};
+
+WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WorkerMetrics::~WorkerMetrics() = default;
+
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::string& listen,
+                                                                    const std::string& job,
+                                                                    const std::string& worker) {
+  auto impl = std::make_unique<Impl>();
+  const prometheus::Labels labels = {{"job", job}, {"worker", worker}};
+  impl->step_seconds = &prometheus::BuildHistogram()
+                            .Name("pipeplan_worker_step_seconds")
+                            .Help("Wall time of one training step on this worker.")
+                            .Register(*impl->registry)
+                            .Add(labels, prometheus::Histogram::BucketBoundaries{
+                                             0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                             1, 2.5, 5, 10, 30, 60});
+  impl->steps = &prometheus::BuildCounter()
+                     .Name("pipeplan_worker_steps_total")
+                     .Help("Training steps completed by this worker.")
+                     .Register(*impl->registry)
+                     .Add(labels);
+  impl->version = &prometheus::BuildGauge()
+                       .Name("pipeplan_worker_plan_version")
+                       .Help("Plan version this worker runs.")
+                       .Register(*impl->registry)
+                       .Add(labels);
+  impl->loss = &prometheus::BuildGauge()
+                    .Name("pipeplan_worker_loss")
+                    .Help("Loss of the last step (mlp executor, last stage only).")
+                    .Register(*impl->registry)
+                    .Add(labels);
+  try {
+    impl->exposer = std::make_unique<prometheus::Exposer>(listen, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(), " (address in use?)"));
+  }
+  impl->exposer->RegisterCollectable(impl->registry);
+  auto ports = impl->exposer->GetListeningPorts();
+  impl->port = ports.empty() ? 0 : ports.front();
+  impl->host = listen.substr(0, listen.rfind(':'));
+  return std::unique_ptr<WorkerMetrics>(new WorkerMetrics(std::move(impl)));
+}
+
+std::string WorkerMetrics::address() const { return absl::StrCat(impl_->host, ":", impl_->port); }
+void WorkerMetrics::ObserveStep(double seconds) {
+  impl_->step_seconds->Observe(seconds);
+  impl_->steps->Increment();
+}
+void WorkerMetrics::SetPlanVersion(int64_t version) {
+  impl_->version->Set(static_cast<double>(version));
+}
+void WorkerMetrics::SetLoss(double loss) { impl_->loss->Set(loss); }
+
+}  // namespace pipeplan::worker

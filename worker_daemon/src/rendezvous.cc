@@ -1,0 +1,74 @@
+#include "pipeplan/worker/rendezvous.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/common/error.h"
+
+namespace pipeplan::worker {
+
+absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(5);
+  absl::Status last = absl::OkStatus();
+  while (true) {
+    absl::StatusOr<std::optional<std::string>> got = Get(key);
+    if (got.ok() && got->has_value()) return std::move(**got);
+    if (!got.ok()) {
+      if (got.status().code() != absl::StatusCode::kUnavailable &&
+          got.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        return got.status();
+      }
+      last = got.status();
+    }
+    if (absl::Now() + backoff > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous key \"", key, "\" was not set within ",
+                       absl::FormatDuration(timeout),
+                       last.ok() ? "" : absl::StrCat(" (last error: ", last.message(), ")")));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+  }
+}
+
+absl::Status PlannerKeyValue::Set(const std::string& key, const std::string& value) {
+  absl::Status s;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    s = client_->RendezvousSet(job_id_, key, value);
+    if (s.code() != absl::StatusCode::kUnavailable) return s;
+    absl::SleepFor(absl::Milliseconds(50 * (attempt + 1)));
+  }
+  return s;
+}
+
+absl::StatusOr<std::optional<std::string>> PlannerKeyValue::Get(const std::string& key) {
+  return client_->RendezvousGet(job_id_, key);
+}
+
+void GlooKeyValueStore::set(const std::string& key, const std::vector<char>& data) {
+  absl::Status s = kv_->Set(prefix_ + key, std::string(data.begin(), data.end()));
+  if (!s.ok()) throw ::gloo::IoException(std::string(s.ToString()));
+}
+
+std::vector<char> GlooKeyValueStore::get(const std::string& key) {
+  absl::StatusOr<std::string> v = kv_->WaitGet(prefix_ + key, timeout_);
+  if (!v.ok()) throw ::gloo::IoException(std::string(v.status().ToString()));
+  return std::vector<char>(v->begin(), v->end());
+}
+
+void GlooKeyValueStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+}
+
+void GlooKeyValueStore::wait(const std::vector<std::string>& keys,
+                             const std::chrono::milliseconds& timeout) {
+  const absl::Duration t = timeout.count() > 0 ? absl::Milliseconds(timeout.count()) : timeout_;
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> v = kv_->WaitGet(prefix_ + key, t);
+    if (!v.ok()) throw ::gloo::IoException(std::string(v.status().ToString()));
+  }
+}
+
+}  // namespace pipeplan::worker
