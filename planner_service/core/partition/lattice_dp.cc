@@ -46,15 +46,27 @@
 // DP is explicit: F_j(J) = min over I ⊊ J of max(F_{j-1}(I), charge_j(I, J)),
 // pruned by the best known split's objective UB: only values < UB, only
 // ideals J whose work the stages before and after can hold within UB, I
-// scanned by decreasing work until the compute alone reaches the best found
-// for J, I skipped when F_{j-1}(I) already does. The search grows forward,
+// scanned by decreasing work until the compute plus J's separable comm bound
+// (below) reaches the best found for J, I skipped when F_{j-1}(I) or the
+// pair's separable bound (compute + I's receive bound + J's send bound)
+// already does. Clamps: with c <= the optimum, stopping J's scan once it
+// reaches c leaves the optimum unchanged (the recursion then computes
+// max(F_j, c)); c starts at the separable bound and rises to the least F at
+// each finished cut (every chain crosses it). Rounds: a first round clamps
+// at UB·(1 - 1e-3), where most scans stop at their first candidate; a
+// result above the clamp is exact, else it lowers UB and the next round
+// clamps 10x lower, down to the separable bound. The search grows forward,
 // or backward (the mirror recursion from V) when that frontier is far
 // smaller, and meets at one cut. Its optimum is the exact DIRECT optimum
 // (memory ignored, uniform links, nothing glued) and a lower bound always;
-// the chain is evaluated exactly. Past 50M pair charges or on ShouldStop it
+// the chain is evaluated exactly. When stage links differ a second pass
+// charges each stage the slowest of its possible links (an upper bound on
+// CostModel::Evaluate, so its split is at least as good as its optimum);
+// the note gives both optima. Past 50M pair charges or on ShouldStop it
 // falls back to the separable bound below (noted in Partition::note).
 //
-// DIRECT separable fallback. Pass 1 uses the RELAY charge (>= DIRECT per stage
+// DIRECT separable bound. Computed before the pair DP (its clamp) and kept
+// as the bound when the pair DP gives up. Pass 1 uses the RELAY charge (>= DIRECT per stage
 // on uniform links) to find splits; every split found is evaluated exactly.
 // Pass 2 uses a charge that no DIRECT split can beat and yields the bound:
 //   - receive: J \ I contains a minimal element u of V \ I, and every
@@ -301,10 +313,12 @@ struct Mask {
 
 class LatticeBuilder {
  public:
-  LatticeBuilder(const Graph& g, const CostModel* cost, const LatticeLimits& limits)
+  LatticeBuilder(const Graph& g, const CostModel* cost, const LatticeLimits& limits,
+                 const PartitionProblem* stop)
       : g_(g),
         cost_(cost),
         limits_(limits),
+        stop_(stop),
         glue_(FreeSourceConsumers(g, cost, &glued_work_)),
         nd_(MakeNodeData(g, cost, glue_)) {}
 
@@ -375,6 +389,14 @@ class LatticeBuilder {
   }
 
  private:
+  absl::Status Stopped() const {
+    const bool cancelled =
+        stop_->cancelled != nullptr && stop_->cancelled->load(std::memory_order_relaxed);
+    const std::string why = absl::StrCat("ideal_dp stopped while enumerating ideals (",
+                                         L_.size(), " so far)");
+    return cancelled ? absl::CancelledError(why) : absl::DeadlineExceededError(why);
+  }
+
   absl::Status TooMany(const std::string& why) const {
     return absl::ResourceExhaustedError(
         absl::StrCat("graph has too many ideals for the ideal-lattice DP: ", why,
@@ -505,6 +527,9 @@ class LatticeBuilder {
             L_.size() >= limits_.max_ideals) {
           return TooMany(absl::StrCat("more than ", L_.size(), " enumerated"));
         }
+        if (stop_ != nullptr && (L_.size() & 4095) == 0 && stop_->ShouldStop()) {
+          return Stopped();
+        }
         index.emplace(y, L_.size());
         ideals.push_back(y);
         PushExtension(
@@ -531,6 +556,7 @@ class LatticeBuilder {
   const Graph& g_;
   const CostModel* cost_;
   LatticeLimits limits_;
+  const PartitionProblem* stop_;  // its ShouldStop ends the enumeration
   double glued_work_ = 0;
   std::vector<int> glue_;
   NodeData nd_;
@@ -538,8 +564,9 @@ class LatticeBuilder {
 };
 
 absl::StatusOr<Lattice> BuildLattice(const Graph& g, const CostModel* cost,
-                                     const LatticeLimits& limits) {
-  return LatticeBuilder(g, cost, limits).Build();
+                                     const LatticeLimits& limits,
+                                     const PartitionProblem* stop = nullptr) {
+  return LatticeBuilder(g, cost, limits, stop).Build();
 }
 
 // Separable charges of one stage j: h(I) = W(I)·slow - (lb·LB(I) + lc·LC(I)),
@@ -551,6 +578,9 @@ struct StageCoef {
 };
 
 enum class Charge { kRelay, kDirectLower };
+
+// Links the DIRECT pair DP charges (see DirectDp::MakeLinks).
+enum class LinkMode { kFastest, kWorst };
 
 // Budgets of the DIRECT pair DP: pair evaluations and crossing-list entries.
 constexpr int64_t kMaxPairs = 50'000'000;
@@ -892,14 +922,56 @@ class DirectDp {
     std::vector<int> chain;     // ideals I_0..I_k of `value`
   };
 
-  // min over chains of the largest pair charge, searching only values <=
-  // `limit` (a known split's objective). `allow_empty` also tracks chains
-  // with empty stages (for the bound when free sources are glued).
-  Result Run(double limit, bool allow_empty, int64_t max_pairs) {
-    return allow_empty ? Run<true>(limit, max_pairs) : Run<false>(limit, max_pairs);
+  // min over chains of the largest pair charge under `mode`'s links,
+  // searching only values <= `limit` (a known split's objective); `lo` is a
+  // lower bound on that minimum. `allow_empty` also tracks chains with empty
+  // stages (for the bound when free sources are glued); `max_pairs` caps the
+  // pair charges of this object in all.
+  //
+  // Clamped rounds. A round with clamp c stops a stage's scan for J as soon
+  // as it reaches c; by induction it computes F'_j = max(F_j, c) exactly,
+  // and every value it stores is a real chain's. So a round whose best chain
+  // is above c has found the exact minimum, and one whose best chain is at
+  // or below c has found a chain that lowers the limit of the next round.
+  // Clamps start just below the limit (most stages then stop at the first
+  // candidate that is good enough) and fall to `lo`, where a round is exact.
+  Result Run(double limit, double lo, bool allow_empty, int64_t max_pairs,
+             LinkMode mode = LinkMode::kFastest) {
+    const std::vector<StageLinks> links = MakeLinks(mode);
+    Result best;
+    double L = limit;
+    for (double frac = 1e-3;; frac *= 10) {
+      const double clamp = prune_ ? std::max(lo, L * (1 - frac)) : 0;
+      const bool last = frac >= 1 || clamp <= lo || !prune_;
+      Result d = allow_empty ? Run<true>(links, L, clamp, max_pairs)
+                             : Run<false>(links, L, clamp, max_pairs);
+      ++rounds_;
+      if (!d.complete) {
+        best.stopped = d.stopped;
+        return best;  // incomplete; best.chain may still be a good split
+      }
+      if (!d.chain.empty() && d.value < best.value) {
+        best.value = d.value;
+        best.chain = std::move(d.chain);
+      }
+      const bool exact = d.value > clamp && (!allow_empty || d.bound > clamp);
+      if (exact || last) {
+        best.complete = true;
+        // Nothing below L: L bounds the minimum (L < limit only after a chain
+        // of value L was found; otherwise the caller's split bounds it).
+        const double none = L < limit ? L : kInf;
+        best.bound = allow_empty ? (d.bound < kInf ? d.bound : none)
+                                 : (best.value < kInf ? best.value : none);
+        return best;
+      }
+      if (d.value < kInf) L = std::min(L, d.value);
+    }
   }
 
   int64_t pairs() const { return pairs_; }
+  int rounds() const { return rounds_; }
+  // Tests only: off, one unclamped round without the separable skips.
+  void set_prune(bool prune) { prune_ = prune; }
 
  private:
   struct Link {
@@ -908,7 +980,10 @@ class DirectDp {
   struct StageLinks {
     double slow = 1;
     bool recv_free = false, send_free = false;
-    std::vector<Link> recv, send;
+    std::vector<Link> recv, send;  // charged: the cheapest of them per tensor
+    // Per tensor at least a·bytes + b: for the separable lower bounds that
+    // skip a pair before merging its lists.
+    Link recv_lb{0, 0}, send_lb{0, 0};
   };
 
   static double Charge(const std::vector<Link>& links, double bytes) {
@@ -917,7 +992,12 @@ class DirectDp {
     return best;
   }
 
-  std::vector<StageLinks> MakeLinks() const {
+  // Links of every stage. kFastest: per tensor the fastest link from (to)
+  // any earlier (later) stage's device, free when one shares the device: a
+  // lower bound on CostModel::Evaluate, exact with uniform links. kWorst:
+  // the slowest bandwidth and latency over those devices (0 only when every
+  // one of them shares the device): an upper bound.
+  std::vector<StageLinks> MakeLinks(LinkMode mode) const {
     const auto& dev = p_.stage_device;
     const Cluster& cl = p_.cost->cluster();
     const int k = p_.num_stages();
@@ -941,10 +1021,35 @@ class DirectDp {
         const int from = in ? dev[a] : dev[j], to = in ? dev[j] : dev[a];
         add(in ? s.recv : s.send, {2 / cl.bandwidth(from, to), 2 * cl.latency(from, to)});
       }
-      if (s.recv_free) s.recv.clear();
-      if (s.send_free) s.send.clear();
+      for (auto [free, v, lb] : {std::tuple(&s.recv_free, &s.recv, &s.recv_lb),
+                                 std::tuple(&s.send_free, &s.send, &s.send_lb)}) {
+        if (mode == LinkMode::kWorst) {
+          *free = v->empty();
+          if (!v->empty()) {
+            Link w{0, 0};
+            for (const Link& l : *v) w.a = std::max(w.a, l.a), w.b = std::max(w.b, l.b);
+            v->assign(1, w);
+          }
+        } else if (*free) {
+          v->clear();
+        }
+        *lb = Link{0, 0};
+        if (!*free && !v->empty()) {
+          *lb = Link{kInf, kInf};
+          for (const Link& l : *v) lb->a = std::min(lb->a, l.a), lb->b = std::min(lb->b, l.b);
+        }
+      }
     }
     return out;
+  }
+
+  // Separable lower bounds on a stage's receive side (depends on I only)
+  // and send side (J only); see "DIRECT separable fallback" at the top.
+  double RecvLowerBound(const StageLinks& s, int I) const {
+    return s.recv_lb.a * L_.in_bytes[I] + s.recv_lb.b * L_.in_count[I];
+  }
+  double SendLowerBound(const StageLinks& s, int J) const {
+    return s.send_lb.a * L_.out_bytes[J] + s.send_lb.b * L_.out_count[J];
   }
 
   const uint64_t* Mask(int id) const {
@@ -1023,11 +1128,11 @@ class DirectDp {
   };
 
   template <bool kEmpty>
-  Result Run(double limit, int64_t max_pairs) {
+  Result Run(const std::vector<StageLinks>& links, double limit, double clamp,
+             int64_t max_pairs) {
     Result r;
     const int N = L_.size();
     const int k = p_.num_stages();
-    const std::vector<StageLinks> links = MakeLinks();
     const double thr = limit * (1 + 1e-9);
     const double* W = L_.work.data();
     const double total = W[N - 1];
@@ -1070,6 +1175,8 @@ class DirectDp {
     bw.F[N - 1] = bw.G[N - 1] = 0;
     // fw covers stages 0..a (a = -1: nothing yet), bw covers b..k-1.
     int a = -1, b = k;
+    // Clamps of F and G: `clamp`, raised to the least value at any cut.
+    double clamp_f = clamp, clamp_g = clamp;
     int64_t since_check = 0;
     std::vector<double> alive_w;
 
@@ -1101,17 +1208,25 @@ class DirectDp {
           dir = 1;
         }
         const int start = q;
+        // The fixed end's separable comm bound holds for every pair.
+        const double lb_x =
+            !prune_ ? 0 : forward ? SendLowerBound(st, X) : RecvLowerBound(st, X);
         for (; q != end; q += dir) {
-          const double compute = (forward ? wx - alive_w[q] : alive_w[q] - wx) * st.slow;
-          if (compute >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
+          const double compute =
+              std::max((forward ? wx - alive_w[q] : alive_w[q] - wx) * st.slow, 0.0);
+          if (compute + lb_x >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
           const int Y = s.alive[q];
-          const bool tryF = s.F[Y] < bestF;
-          const bool tryG = kEmpty && s.G[Y] < bestG;
+          if (!(s.F[Y] < bestF) && !(kEmpty && s.G[Y] < bestG)) continue;
+          const double est =
+              compute + lb_x +
+              (!prune_ ? 0 : forward ? RecvLowerBound(st, Y) : SendLowerBound(st, Y));
+          const bool tryF = std::max(s.F[Y], est) < bestF;
+          const bool tryG = kEmpty && std::max(s.G[Y], est) < bestG;
           if (!tryF && !tryG) continue;
           const int I = forward ? Y : X, J = forward ? X : Y;
           if (I == J || !Subset(I, J)) continue;
           ++pairs_;
-          const double c = std::max(compute, 0.0) + Comm(st, I, J);
+          const double c = compute + Comm(st, I, J);
           if (tryF) {
             const double v = std::max(s.F[Y], c);
             if (v < bestF) bestF = v, arg = Y;
@@ -1120,6 +1235,8 @@ class DirectDp {
             const double v = std::max(s.G[Y], c);
             if (v < bestG) bestG = v;
           }
+          // Nothing below the clamp exists: the first chain reaching it will do.
+          if (bestF <= clamp_f && (!kEmpty || bestG <= clamp_g)) break;
         }
         since_check += std::abs(q - start) + 1;
         if (arg >= 0) {
@@ -1155,10 +1272,19 @@ class DirectDp {
         }
       }
       for (int Y : s.alive) s.F[Y] = s.G[Y] = kInf;
+      // Every chain below the limit passes through one of s.next, so their
+      // smallest values bound its value: later scans may stop there.
+      double min_f = kInf, min_g = kInf;
       for (int X : s.next) {
         s.F[X] = s.F2[X];
         s.G[X] = kEmpty ? s.G2[X] : s.F2[X];
         s.F2[X] = s.G2[X] = kInf;
+        min_f = std::min(min_f, s.F[X]);
+        min_g = std::min(min_g, s.G[X]);
+      }
+      if (prune_) {
+        clamp_f = std::max(clamp_f, min_f);
+        clamp_g = std::max(clamp_g, min_g);
       }
       s.alive.swap(s.next);
       std::sort(s.parent[j].begin(), s.parent[j].end());
@@ -1208,6 +1334,8 @@ class DirectDp {
   std::vector<char> uniform_;
   Crossing C_;
   int64_t pairs_ = 0;
+  int rounds_ = 0;
+  bool prune_ = true;
 };
 
 // The best split seen: fitting memory first, then the smallest objective.
@@ -1278,7 +1406,7 @@ class LatticeDpPartitioner : public Partitioner {
                                                      problem.stage_inflight.size(),
                                                      " entries for ", k, " stages"));
     }
-    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, problem.cost, LatticeLimits{}));
+    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, problem.cost, LatticeLimits{}, &problem));
     LatticeDp dp(problem, lat);
     Incumbent inc;
     const bool relay = problem.cost->options().comm_model == CommModel::kRelay;
@@ -1294,33 +1422,75 @@ class LatticeDpPartitioner : public Partitioner {
     bool stopped = a.stopped;
     if (relay && !a.stopped && !glued) dp_lower = a.lower;
 
-    // 2. DIRECT: the exact pair DP (memory ignored), pruned by the best
-    //    objective so far. Its optimum bounds every split (minus the glued
-    //    work) and its chain is evaluated exactly.
+    // 2. DIRECT: first the separable lower-bound charge (memory ignored): its
+    //    largest infeasible T bounds every split and clamps the pair DP; its
+    //    chains are valid splits (not offered when empty stages are admitted,
+    //    see "Free sources"). Then the pair DP with the fastest links (memory
+    //    ignored), pruned by the best objective so far: its optimum bounds
+    //    every split (minus the glued work) and its chain is evaluated
+    //    exactly. With links that differ between stage pairs a second pair DP
+    //    charges every stage its slowest links (an upper bound) for a split
+    //    that is good under the real links.
     bool direct_done = false, direct_exact = false;
     int64_t direct_pairs = 0;
     std::string direct_note;
-    if (!relay && !stopped && inc.min_objective < kInf) {
-      DirectDp direct(problem, lat);
-      if (!direct.BuildCrossing(kMaxCrossingEntries)) {
-        direct_note = "; crossing lists over budget, separable DIRECT bound";
-      } else {
-        DirectDp::Result d = direct.Run(inc.min_objective, glued, kMaxPairs);
-        direct_pairs = direct.pairs();
-        stopped |= d.stopped;
-        if (d.complete) {
-          direct_done = true;
-          direct_exact = direct.UniformLinks() && !glued;
+    if (!relay && !stopped) {
+      if (!problem.warm_start.empty() &&
+          static_cast<int>(problem.warm_start.size()) == g.num_nodes()) {
+        // A caller's split that is not valid is ignored.
+        (void)inc.Offer(problem, std::vector<int>(problem.warm_start.begin(),
+                                                  problem.warm_start.end()));
+      }
+      dp.SetCharge(Charge::kDirectLower);
+      dp.set_allow_empty(glued);
+      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, dp, false, floor, inc));
+      dp.set_allow_empty(false);
+      stopped |= c.stopped;
+      double clamp = 0;
+      if (!c.stopped) dp_lower = clamp = c.lower;
+      if (!stopped && inc.min_objective < kInf) {
+        DirectDp direct(problem, lat);
+        if (!direct.BuildCrossing(kMaxCrossingEntries)) {
+          direct_note = "; crossing lists over budget, separable DIRECT bound";
+        } else {
+          DirectDp::Result d = direct.Run(inc.min_objective, clamp, glued, kMaxPairs);
+          stopped |= d.stopped;
           if (!d.chain.empty()) {
             PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(d.chain)));
           }
-          // Nothing at or below a known split's value can only be rounding;
-          // that split's value then bounds every split.
-          dp_lower = d.bound < kInf ? d.bound : inc.min_objective;
-        } else if (!d.stopped) {
-          direct_note = absl::StrCat("; pair DP over budget (", direct_pairs,
-                                     " pairs), separable DIRECT bound");
+          if (d.complete) {
+            direct_done = true;
+            const bool uniform = direct.UniformLinks();
+            direct_exact = uniform && !glued;
+            // Nothing at or below a known split's value can only be rounding;
+            // that split's value then bounds every split.
+            dp_lower = std::max(dp_lower, d.bound < kInf ? d.bound : inc.min_objective);
+            if (!uniform && !stopped &&
+                inc.min_objective > dp_lower * (1 + problem.relative_gap)) {
+              const int64_t before = direct.pairs();
+              // Its optimum is at least the fastest-link one (d.value).
+              const double worst_clamp = d.value < kInf ? d.value * (1 - 1e-9) : clamp;
+              DirectDp::Result w = direct.Run(inc.min_objective, worst_clamp, false,
+                                              kMaxPairs + before, LinkMode::kWorst);
+              stopped |= w.stopped;
+              if (!w.chain.empty()) {
+                PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, dp.StageOfNode(w.chain)));
+              }
+              auto ms = [](double v) {
+                return v < kInf ? absl::StrCat(v * 1e3, " ms") : std::string("none below");
+              };
+              direct_note = absl::StrCat(
+                  "; stage links differ: fastest-link pass ", ms(d.value),
+                  " (the bound), slowest-link pass ",
+                  w.complete ? ms(w.value) : std::string("incomplete"), ", best split ",
+                  ms(inc.min_objective));
+            }
+          } else if (!d.stopped) {
+            direct_note = absl::StrCat("; pair DP over budget (", direct.pairs(),
+                                       " pairs), separable DIRECT bound");
+          }
         }
+        direct_pairs = direct.pairs();
       }
     }
 
@@ -1339,14 +1509,11 @@ class LatticeDpPartitioner : public Partitioner {
       }
     }
 
-    // 4. Otherwise (RELAY with glued sources, or the pair DP gave up) the
-    //    separable lower-bound charge (memory ignored) bounds every split;
-    //    its chains are valid splits too and are evaluated exactly.
-    //    With free sources glued, the bound search also admits empty stages
-    //    (charged 0) and its chains are not offered (see "Free sources").
-    if (((!relay && !direct_done) || (relay && glued)) && !stopped) {
-      dp.SetCharge(relay ? Charge::kRelay : Charge::kDirectLower);
-      dp.set_allow_empty(glued);
+    // 4. RELAY with glued sources: the RELAY charge with empty stages admitted
+    //    bounds every split (see "Free sources"); its chains are not offered.
+    if (relay && glued && !stopped) {
+      dp.SetCharge(Charge::kRelay);
+      dp.set_allow_empty(true);
       PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, dp, false, floor, inc));
       dp.set_allow_empty(false);
       if (!c.stopped) dp_lower = c.lower;
@@ -1382,6 +1549,30 @@ class LatticeDpPartitioner : public Partitioner {
 };
 
 }  // namespace
+
+absl::StatusOr<PairDpResult> DirectPairOptimum(const PartitionProblem& problem, bool prune,
+                                               bool slowest_links) {
+  PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(problem.graph(), problem.cost,
+                                                      LatticeLimits{}, &problem));
+  DirectDp direct(problem, lat);
+  if (!direct.BuildCrossing(kMaxCrossingEntries)) {
+    return absl::ResourceExhaustedError("crossing lists over budget");
+  }
+  direct.set_prune(prune);
+  const bool glued = std::any_of(lat.glue.begin(), lat.glue.end(), [](int c) { return c >= 0; });
+  DirectDp::Result d = direct.Run(kInf, 0, glued, kMaxPairs,
+                                  slowest_links ? LinkMode::kWorst : LinkMode::kFastest);
+  if (!d.complete) return absl::ResourceExhaustedError("pair DP incomplete");
+  PairDpResult out;
+  out.value = d.value;
+  out.bound = d.bound;
+  out.pairs = direct.pairs();
+  if (!d.chain.empty()) {
+    LatticeDp dp(problem, lat);
+    out.stage_of_node = dp.StageOfNode(d.chain);
+  }
+  return out;
+}
 
 absl::StatusOr<int64_t> CountIdeals(const Graph& g, const LatticeLimits& limits) {
   PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, nullptr, limits));

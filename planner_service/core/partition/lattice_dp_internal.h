@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipeplan/core/graph.h"
+#include "pipeplan/core/partition.h"
 
 namespace pipeplan::lattice_dp_internal {
 
@@ -26,6 +27,20 @@ std::vector<char> FindSeparators(const Graph& g, const std::vector<char>& skip);
 // Number of ideals (downward-closed node sets, the empty set and V included)
 // as the solver enumerates them; RESOURCE_EXHAUSTED past the limits.
 absl::StatusOr<int64_t> CountIdeals(const Graph& g, const LatticeLimits& limits = {});
+
+// The DIRECT pair DP alone, memory ignored, no limit: its optimum over
+// chains with every stage non-empty (`value`, infinity when none), over
+// chains that may leave stages empty when free sources are glued (`bound`),
+// the split of `value` and the pair charges it merged. Links: the fastest
+// (a lower bound) or the slowest (an upper bound) per stage. `prune` off
+// turns off the clamped rounds and the separable skips (for tests).
+struct PairDpResult {
+  double value = 0, bound = 0;
+  std::vector<int> stage_of_node;
+  int64_t pairs = 0;
+};
+absl::StatusOr<PairDpResult> DirectPairOptimum(const PartitionProblem& problem, bool prune,
+                                               bool slowest_links);
 
 }  // namespace pipeplan::lattice_dp_internal
 
