@@ -301,5 +301,32 @@ TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
   for (size_t i = 1; i < l.size(); ++i) EXPECT_LT(l[i], l[i - 1]) << "step " << i;
 }
 
+TEST(WorkerIntegration, RendezvousKeyValueRpcs) {
+  auto planner = PlannerProcess::Start({});
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  auto client = (*planner)->Client();
+  ASSERT_TRUE(client.ok());
+  auto job = (*client)->CreateJob("kv", JobRequest(2, 4));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto missing = (*client)->RendezvousGet(job->id(), "v1/gloo/0");
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_FALSE(missing->has_value());
+  ASSERT_TRUE((*client)->RendezvousSet(job->id(), "v1/gloo/0", std::string("a\0b", 3)).ok());
+  auto got = (*client)->RendezvousGet(job->id(), "v1/gloo/0");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ(**got, std::string("a\0b", 3));
+  EXPECT_EQ((*client)->RendezvousSet(job->id(), std::string(257, 'k'), "x").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->RendezvousSet(job->id(), "", "x").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->RendezvousGet("job-nope", "k").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*client)->ListStepReports(job->id(), -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*client)->DeleteJob(job->id()).ok());
+  EXPECT_EQ((*client)->RendezvousGet(job->id(), "v1/gloo/0").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace pipeplan::testing
