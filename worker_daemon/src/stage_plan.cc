@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/core/status_macros.h"
@@ -15,18 +16,12 @@ namespace {
 using schedule::ScheduleKind;
 
 absl::StatusOr<ScheduleKind> KindFromProto(v1::Schedule s) {
-  switch (s) {
-    case v1::SCHEDULE_GPIPE: return ScheduleKind::kGPipe;
-    case v1::SCHEDULE_1F1B: return ScheduleKind::k1F1B;
-    case v1::SCHEDULE_INTERLEAVED_1F1B: return ScheduleKind::kInterleaved1F1B;
-    case v1::SCHEDULE_LOOPED_BFS: return ScheduleKind::kLoopedBFS;
-    case v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE: return ScheduleKind::kInterleavedZeroBubble;
-    case v1::SCHEDULE_ZBV_ZERO_BUBBLE: return ScheduleKind::kZBVZeroBubble;
-    case v1::SCHEDULE_DUALPIPE_V: return ScheduleKind::kDualPipeV;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan.schedule ", v1::Schedule_Name(s), " is not a runnable schedule"));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::optional<ScheduleKind> kind, ScheduleFromProto(s));
+  if (!kind) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan.schedule ", v1::Schedule_Name(s), " is not a runnable schedule"));
   }
+  return *kind;
 }
 
 }  // namespace
