@@ -14,15 +14,6 @@
 namespace pipeplan {
 namespace {
 
-absl::Status CheckStageCount(const PartitionProblem& problem) {
-  if (problem.num_stages() < 1 || problem.num_stages() > problem.graph().num_nodes()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot split ", problem.graph().num_nodes(),
-                                                   " nodes into ", problem.num_stages(),
-                                                   " stages"));
-  }
-  return absl::OkStatus();
-}
-
 // Turns block boundaries over the topological order into a stage per node.
 std::vector<int> StagesFromCuts(const Graph& g, const std::vector<int>& cuts) {
   std::vector<int> stage(g.num_nodes());
@@ -54,7 +45,7 @@ class UniformPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "uniform"; }
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    if (auto s = CheckStageCount(problem); !s.ok()) return s;
+    if (auto s = ValidateProblem(problem); !s.ok()) return s;
     const Graph& g = problem.graph();
     return MakePartition(problem,
                          StagesFromCuts(g, ProportionalCuts(std::vector<double>(g.num_nodes(), 1),
@@ -66,7 +57,7 @@ class ParamsPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "params"; }
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    if (auto s = CheckStageCount(problem); !s.ok()) return s;
+    if (auto s = ValidateProblem(problem); !s.ok()) return s;
     const Graph& g = problem.graph();
     std::vector<double> weight(g.num_nodes());
     for (int i = 0; i < g.num_nodes(); ++i) weight[i] = g.node(g.topo_order()[i]).param_bytes;
@@ -78,7 +69,7 @@ class TimeBlockPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "time"; }
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    if (auto s = CheckStageCount(problem); !s.ok()) return s;
+    if (auto s = ValidateProblem(problem); !s.ok()) return s;
     const Graph& g = problem.graph();
     const int n = g.num_nodes();
     const int k = problem.num_stages();

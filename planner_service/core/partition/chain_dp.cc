@@ -338,10 +338,7 @@ class ChainDpPartitioner : public Partitioner {
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
     const Graph& g = problem.graph();
     const int k = problem.num_stages();
-    if (k < 1 || k > g.num_nodes()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot split ", g.num_nodes(), " nodes into ", k, " stages"));
-    }
+    PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
     const CutTraffic relay = RelayTraffic(*problem.cost);
     ChainDp dp(problem);
     dp.SetTraffic(relay, relay, /*fastest_link=*/false);

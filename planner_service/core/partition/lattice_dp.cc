@@ -1397,15 +1397,7 @@ class LatticeDpPartitioner : public Partitioner {
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
     const Graph& g = problem.graph();
     const int k = problem.num_stages();
-    if (k < 1 || k > g.num_nodes()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot split ", g.num_nodes(), " nodes into ", k, " stages"));
-    }
-    if (static_cast<int>(problem.stage_inflight.size()) != k) {
-      return absl::InvalidArgumentError(absl::StrCat("stage_inflight has ",
-                                                     problem.stage_inflight.size(),
-                                                     " entries for ", k, " stages"));
-    }
+    PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
     PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, problem.cost, LatticeLimits{}, &problem));
     LatticeDp dp(problem, lat);
     Incumbent inc;

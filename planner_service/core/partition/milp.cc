@@ -1184,12 +1184,7 @@ class MilpPartitioner : public Partitioner {
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
     const Graph& g = problem.graph();
     const int n = g.num_nodes(), k = problem.num_stages();
-    if (k < 1 || k > n) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot split ", n, " nodes into ", k, " stages"));
-    }
-    if (static_cast<int>(problem.stage_inflight.size()) != k) {
-      return absl::InvalidArgumentError("stage_inflight must have one entry per stage");
-    }
+    PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
     double proven_lb = BalanceLowerBound(problem);
 
     // Incumbent: the caller's warm start, else the chain DP.

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "pipeplan/core/partition.h"
 #include "pipeplan/core/status_macros.h"
 
@@ -7,6 +9,31 @@ namespace pipeplan {
 
 double StageMemoryBytes(const PartitionProblem& problem, int stage, const StageCost& cost) {
   return cost.memory_bytes(problem.stage_inflight[stage]);
+}
+
+absl::Status ValidateProblem(const PartitionProblem& problem) {
+  const int k = problem.num_stages();
+  const int n = problem.graph().num_nodes();
+  if (k < 1 || k > n) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot split ", n, " nodes into ", k,
+                                                   " stages"));
+  }
+  if (static_cast<int>(problem.stage_inflight.size()) != k) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_inflight has ",
+                                                   problem.stage_inflight.size(),
+                                                   " entries for ", k, " stages"));
+  }
+  if (!problem.stage_memory_cap.empty() && static_cast<int>(problem.stage_memory_cap.size()) != k) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_memory_cap has ",
+                                                   problem.stage_memory_cap.size(),
+                                                   " entries for ", k, " stages"));
+  }
+  for (int d : problem.stage_device) {
+    if (d < 0 || d >= problem.cost->cluster().num_devices()) {
+      return absl::InvalidArgumentError(absl::StrCat("stage device ", d, " is not in the cluster"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 double StageMemoryCap(const PartitionProblem& problem, int stage) {

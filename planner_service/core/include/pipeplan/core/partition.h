@@ -70,6 +70,11 @@ class Partitioner {
   virtual absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const = 0;
 };
 
+// INVALID_ARGUMENT unless the problem is well formed: 1 <= stages <= nodes,
+// and one device, in-flight count (and memory cap, if any) per stage. Every
+// solver checks this first.
+absl::Status ValidateProblem(const PartitionProblem& problem);
+
 // Evaluates `stage_of_node` exactly and fills a Partition (objective, stage
 // costs, whether every stage fits its device's memory).
 absl::StatusOr<Partition> MakePartition(const PartitionProblem& problem,
