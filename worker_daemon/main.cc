@@ -20,7 +20,7 @@ void OnSignal(int) {
 constexpr char kUsage[] =
     "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device DEVICE_ID\n"
     "  [--transport gloo|nccl] [--executor synthetic|mlp] [--steps N]\n"
-    "  [--listen-host 127.0.0.1] [--time-scale X] [--max-message-bytes N]\n"
+    "  [--listen-host 127.0.0.1] [--time-scale X] [--slowdown X] [--max-message-bytes N]\n"
     "  [--memory-bytes N] [--comm-timeout-seconds S] [--connect-timeout-seconds S]\n"
     "  [--mlp-width N] [--mlp-rows N] [--mlp-learning-rate X]\n"
     "  [--metrics-listen HOST:PORT|off] [--token-file F] [--tls-ca F]\n"
@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     else if (flag == "--tls-key") o.planner.tls_key_file = value;
     else if (flag == "--steps") ok = absl::SimpleAtoi(value, &o.steps) && o.steps >= 0;
     else if (flag == "--time-scale") ok = num(&o.time_scale) && o.time_scale >= 0;
+    else if (flag == "--slowdown") ok = num(&o.slowdown) && o.slowdown > 0;
     else if (flag == "--max-message-bytes") ok = num(&d) && d >= 1, o.max_message_bytes = static_cast<size_t>(d);
     else if (flag == "--memory-bytes") ok = num(&o.memory_bytes);
     else if (flag == "--comm-timeout-seconds") ok = num(&d) && d > 0, o.comm_timeout = absl::Seconds(d);

@@ -233,10 +233,16 @@ std::shared_ptr<const v1::PlanUpdate> JobRegistry::UpdateFor(const Job& job,
 
 absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
                                                  const v1::PlanRequest& request,
-                                                 const v1::Plan& plan, const std::string& reason) {
+                                                 const v1::Plan& plan, const std::string& reason,
+                                                 int64_t expected_version) {
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (expected_version > 0 && job->record.current_version != expected_version) {
+    return absl::AbortedError(absl::StrCat("job ", job_id, " is at plan version ",
+                                           job->record.current_version, ", not ",
+                                           expected_version));
+  }
   v1::VersionedPlan next;
   next.set_job_id(job->record.id);
   next.set_version(job->record.current_version + 1);

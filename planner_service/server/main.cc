@@ -39,6 +39,13 @@ constexpr char kUsage[] = R"(usage: pipeplan-planner [flags]
   --lease-seconds S          worker lease (10)
   --cache-ttl-seconds S      how long identical Plan requests are answered from cache (60)
   --drain-seconds S          NOT_SERVING period before stopping on SIGTERM (1)
+  --replan on|off            recalibrate from step reports and replan (on)
+  --replan-min-gain X        publish a calibrated plan only if its predicted step
+                             time is more than X (relative) better (0.05)
+  --replan-min-interval-seconds S
+                             least time between calibration replans of a job (30)
+  --replan-min-steps N       reports per device of a version before calibrating (5)
+  --replan-warmup-steps N    first steps of each worker ignored (1)
 )";
 
 bool ParseFlags(int argc, char** argv, pipeplan::server::ServerConfig* c, double* drain) {
@@ -111,6 +118,21 @@ bool ParseFlags(int argc, char** argv, pipeplan::server::ServerConfig* c, double
       c->service.cache.ttl = absl::Seconds(d);
     } else if (name == "drain-seconds") {
       if (!secs(drain)) return false;
+    } else if (name == "replan") {
+      if (value != "on" && value != "off") {
+        std::cerr << "pipeplan-planner: --replan wants on or off, got \"" << value << "\"\n";
+        return false;
+      }
+      c->service.replan.enabled = value == "on";
+    } else if (name == "replan-min-gain") {
+      if (!secs(&c->service.replan.min_gain)) return false;
+    } else if (name == "replan-min-interval-seconds") {
+      if (!secs(&d)) return false;
+      c->service.replan.min_interval = absl::Seconds(d);
+    } else if (name == "replan-min-steps") {
+      if (!num(&c->service.replan.min_steps)) return false;
+    } else if (name == "replan-warmup-steps") {
+      if (!num(&c->service.replan.warmup_steps)) return false;
     } else {
       std::cerr << "pipeplan-planner: unknown flag --" << name << "\n" << kUsage;
       return false;

@@ -29,6 +29,8 @@ struct Metrics::Families {
   prometheus::Gauge* solves_queued;
   prometheus::Counter* cache_hits;
   prometheus::Counter* cache_misses;
+  prometheus::Family<prometheus::Counter>* replans;
+  prometheus::Family<prometheus::Gauge>* calibration_factor;
 };
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new Families) {
@@ -67,6 +69,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new
                     .Register(r);
   f_->cache_hits = &cache.Add({{"result", "hit"}});
   f_->cache_misses = &cache.Add({{"result", "miss"}});
+  f_->replans = &BuildCounter()
+                     .Name("pipeplan_replans_total")
+                     .Help("Plan versions published by replanning, by reason "
+                           "(calibration, worker_lost, requested)")
+                     .Register(r);
+  f_->calibration_factor =
+      &BuildGauge()
+           .Name("pipeplan_calibration_factor")
+           .Help("Measured compute time / time modelled from the job's cluster, per device")
+           .Register(r);
   BuildGauge()
       .Name("pipeplan_build_info")
       .Help("Build information; always 1")
@@ -131,6 +143,11 @@ void Metrics::SetPlanVersion(const std::string& job_id, int64_t version) {
 
 void Metrics::RemoveJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
+  for (auto f = factors_.lower_bound({job_id, ""});
+       f != factors_.end() && f->first.first == job_id;) {
+    f_->calibration_factor->Remove(f->second);
+    f = factors_.erase(f);
+  }
   auto it = versions_.find(job_id);
   if (it == versions_.end()) return;
   f_->plan_version->Remove(it->second);
@@ -140,6 +157,34 @@ void Metrics::RemoveJob(const std::string& job_id) {
 void Metrics::SetSolves(int running, int queued) {
   f_->solves_running->Set(running);
   f_->solves_queued->Set(queued);
+}
+
+void Metrics::CountReplan(std::string_view reason) {
+  prometheus::Counter* c;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = replans_.find(std::string(reason));
+    if (it == replans_.end()) {
+      it = replans_
+               .emplace(std::string(reason), &f_->replans->Add({{"reason", std::string(reason)}}))
+               .first;
+    }
+    c = it->second;
+  }
+  c->Increment();
+}
+
+void Metrics::SetCalibrationFactor(const std::string& job_id, const std::string& device_id,
+                                   double factor) {
+  absl::MutexLock l(&mu_);
+  auto key = std::make_pair(job_id, device_id);
+  auto it = factors_.find(key);
+  if (it == factors_.end()) {
+    it = factors_
+             .emplace(key, &f_->calibration_factor->Add({{"job", job_id}, {"device", device_id}}))
+             .first;
+  }
+  it->second->Set(factor);
 }
 
 void Metrics::CountCache(bool hit) { (hit ? f_->cache_hits : f_->cache_misses)->Increment(); }

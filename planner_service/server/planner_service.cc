@@ -19,6 +19,12 @@ int SolverThreads(int requested) {
   return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+ReplanPolicyOptions ReplanOptions(const ServiceOptions& o) {
+  ReplanPolicyOptions r = o.replan;
+  r.limits = o.limits;
+  return r;
+}
+
 }  // namespace
 
 PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, const Clock* clock,
@@ -29,7 +35,8 @@ PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, con
       cache_(options_.cache, clock),
       registry_(store, clock, options_.registry, metrics),
       pool_(SolverThreads(options_.solver_threads),
-            std::max(options_.max_concurrent_solves, 1)) {
+            std::max(options_.max_concurrent_solves, 1)),
+      policy_(&registry_, &pool_, clock, ReplanOptions(options_), metrics) {
   if (metrics_) {
     pool_.SetObserver([m = metrics_](int running, int queued) { m->SetSolves(running, queued); });
   }
@@ -149,6 +156,7 @@ void PlannerServiceImpl::HandleReplanJob(const v1::ReplanJobRequest& request,
     if (!plan.ok()) return done(plan.status());
     absl::StatusOr<int64_t> version = registry_.PublishPlan(*job_id, *req, *plan, *reason);
     if (!version.ok()) return done(version.status());
+    if (metrics_) metrics_->CountReplan("requested");
     done(registry_.GetPlan(*job_id, *version));
   });
   if (!admitted.ok()) return done(admitted);

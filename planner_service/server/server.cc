@@ -329,6 +329,7 @@ struct PlannerServer::Impl {
   std::unique_ptr<grpc::Server> server;
   absl::Notification stop_leases;
   std::thread lease_thread;
+  std::thread replan_thread;
   std::atomic<bool> shut_down{false};
 
   void SetHealth(bool serving) {
@@ -433,6 +434,14 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
       impl.service->registry().CheckLeases();
     }
   });
+  if (config.service.replan.enabled) {
+    const absl::Duration replan_period = config.replan_check_period;
+    impl.replan_thread = std::thread([&impl, replan_period] {
+      while (!impl.stop_leases.WaitForNotificationWithTimeout(replan_period)) {
+        impl.service->replan_policy().Tick();
+      }
+    });
+  }
   impl.config = std::move(config);
   const JobRegistry::Counts c = impl.service->registry().counts();
   LogInfo("planner_started", {{"listen", absl::StrCat(s->host_, ":", port)},
@@ -459,6 +468,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   impl_->stop_leases.Notify();
   if (impl_->lease_thread.joinable()) impl_->lease_thread.join();
+  if (impl_->replan_thread.joinable()) impl_->replan_thread.join();
   impl_->service->Shutdown();
   LogInfo("planner_stopped", {});
 }

@@ -1,6 +1,7 @@
 #include "pipeplan/worker/stage_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,13 @@ absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t versi
     }
     out.forward_seconds.push_back(s.forward_seconds());
     out.backward_seconds.push_back(s.backward_seconds());
+    double factor = 1;
+    for (const v1::DeviceFactor& f : plan.calibration().devices()) {
+      if (f.device_id() == s.device_id() && f.time_factor() > 0 && std::isfinite(f.time_factor())) {
+        factor = f.time_factor();
+      }
+    }
+    out.time_factor.push_back(factor);
   }
   out.ranks = static_cast<int>(out.rank_devices.size());
   const int per_rank = schedule::StagesPerRank(out.kind, out.chunks);

@@ -36,7 +36,9 @@ double SyntheticExecutor::ComputeSeconds(const Action& a) const {
     case ActionType::kFullBackward: seconds = b; break;
     default: break;
   }
-  return seconds * options_.time_scale;
+  const double factor = at(options_.time_factor, a.stage);
+  if (factor > 0) seconds /= factor;
+  return seconds * options_.slowdown * options_.time_scale;
 }
 
 absl::Status SyntheticExecutor::Compute(const Action& action) {

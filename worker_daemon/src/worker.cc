@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <utility>
@@ -91,6 +92,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
   }
   if (options.time_scale < 0 || options.max_message_bytes < 1) {
     return absl::InvalidArgumentError("--time-scale must be >= 0 and --max-message-bytes >= 1");
+  }
+  if (!(options.slowdown > 0) || !std::isfinite(options.slowdown)) {
+    return absl::InvalidArgumentError("--slowdown must be > 0");
   }
   std::unique_ptr<Worker> w(new Worker(std::move(options)));
   PIPEPLAN_ASSIGN_OR_RETURN(w->client_, client::PlannerClient::Connect(w->options_.planner));
@@ -269,6 +273,8 @@ absl::Status Worker::Run() {
       so.backward_seconds = a->plan.backward_seconds;
       so.boundary_bytes = a->plan.boundary_bytes;
       so.time_scale = o.time_scale;
+      so.time_factor = a->plan.time_factor;
+      so.slowdown = o.slowdown;
       so.max_message_bytes = o.max_message_bytes;
       a->executor = std::make_unique<SyntheticExecutor>(std::move(so));
     }

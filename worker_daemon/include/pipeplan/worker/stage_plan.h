@@ -32,6 +32,11 @@ struct StagePlan {
   // Per stage, seconds per microbatch as the plan predicts them.
   std::vector<double> forward_seconds;
   std::vector<double> backward_seconds;
+  // Per stage, the plan's calibration factor of the stage's device
+  // (Plan.calibration: measured / modelled time; 1 when the plan models the
+  // request's cluster as given). forward_seconds / factor is the time the
+  // request's cluster alone predicts.
+  std::vector<double> time_factor;
   // Per boundary b (stage b -> b + 1): bytes of every tensor produced at or
   // before stage b and consumed after it (what a relayed hop carries). Empty
   // without a graph.

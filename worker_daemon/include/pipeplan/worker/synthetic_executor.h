@@ -1,5 +1,7 @@
 // An Executor that does no math: each compute action busy-waits for the
-// stage's predicted time (from the plan) times `time_scale`, and SEND/RECV
+// stage's time modelled from the request's cluster (the plan's prediction
+// divided by the plan's calibration factor) times `slowdown` times
+// `time_scale`, and SEND/RECV
 // buffers have the byte size of the tensors that cross the boundary (capped).
 // It reproduces a plan's timing shape on CPU-only machines.
 #ifndef PIPEPLAN_WORKER_SYNTHETIC_EXECUTOR_H_
@@ -23,6 +25,13 @@ struct SyntheticOptions {
   std::vector<double> boundary_bytes;
   double default_message_bytes = 4096;
   double time_scale = 1.0;
+  // Per stage, the plan's calibration factor (StagePlan::time_factor); the
+  // executor divides the predicted times by it, so it always emulates the
+  // request's cluster, never a calibration of it. Missing entries mean 1.
+  std::vector<double> time_factor;
+  // This device's true speed relative to the request's cluster: 2 makes
+  // every compute action take twice the modelled time (a straggler).
+  double slowdown = 1.0;
   // Messages are capped at this size (and are at least 1 byte).
   size_t max_message_bytes = size_t{64} << 20;
   // Share of a full backward that W takes (I takes the rest).

@@ -41,6 +41,9 @@ struct WorkerOptions {
   int64_t steps = 0;
   std::string listen_host = "127.0.0.1";
   double time_scale = 1.0;
+  // Synthetic executor: this device runs `slowdown` times the modelled time
+  // (emulates a straggler; the planner's calibration should notice).
+  double slowdown = 1.0;
   size_t max_message_bytes = size_t{64} << 20;
   double memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);

@@ -67,8 +67,12 @@ class JobRegistry {
   // The version bump path: stores `plan` (produced by `request`) as the next
   // version and pushes it to every watcher. Replanning policies (step-report
   // recalibration, lost workers) call this. Returns the new version.
+  // `expected_version` > 0 makes it conditional: ABORTED when the job's
+  // current version is another one (a replan computed from a version that
+  // has since been replaced).
   absl::StatusOr<int64_t> PublishPlan(const std::string& job_id, const v1::PlanRequest& request,
-                                      const v1::Plan& plan, const std::string& reason);
+                                      const v1::Plan& plan, const std::string& reason,
+                                      int64_t expected_version = 0);
 
   // Registering again with the same worker id updates the registration (a
   // reconnect). INVALID_ARGUMENT for a missing id or a device not in the

@@ -44,6 +44,13 @@ class Metrics {
   void RemoveJob(const std::string& job_id);
   void SetSolves(int running, int queued);
   void CountCache(bool hit);
+  // Plans published by the replanning policy (`reason`: calibration,
+  // worker_lost) or by ReplanJob (requested).
+  void CountReplan(std::string_view reason);
+  // pipeplan_calibration_factor{job, device}: measured / modelled compute
+  // time. Only devices of live jobs: RemoveJob drops a job's devices.
+  void SetCalibrationFactor(const std::string& job_id, const std::string& device_id,
+                            double factor);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -59,6 +66,8 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> versions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> replans_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> factors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::server

@@ -22,6 +22,7 @@
 #include "pipeplan/core/graph.h"
 #include "pipeplan/server/clock.h"
 #include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/replan_policy.h"
 #include "pipeplan/server/request_cache.h"
 #include "pipeplan/server/solve_pool.h"
 #include "pipeplan/server/store.h"
@@ -40,6 +41,7 @@ struct ServiceOptions {
   absl::Duration deadline_margin = absl::Milliseconds(50);
   RequestCache::Options cache;
   JobRegistry::Options registry;
+  ReplanPolicyOptions replan;  // its `limits` are taken from `limits` above
 };
 
 // Per-call context: the RPC's deadline and a flag the transport sets when the
@@ -90,6 +92,7 @@ class PlannerServiceImpl {
   JobRegistry& registry() { return registry_; }
   SolvePool& pool() { return pool_; }
   RequestCache& cache() { return cache_; }
+  ReplanPolicy& replan_policy() { return policy_; }
 
  private:
   // Validates, solves (honouring deadline and cancellation) and converts.
@@ -103,6 +106,7 @@ class PlannerServiceImpl {
   RequestCache cache_;
   JobRegistry registry_;
   SolvePool pool_;
+  ReplanPolicy policy_;  // after pool_: its tasks run on it
 };
 
 }  // namespace pipeplan::server

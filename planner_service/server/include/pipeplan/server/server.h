@@ -38,6 +38,8 @@ struct ServerConfig {
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
   absl::Duration lease_check_period = absl::Milliseconds(250);
+  // How often the replanning policy looks at the jobs (service.replan).
+  absl::Duration replan_check_period = absl::Milliseconds(500);
   ServiceOptions service;
 };
 

@@ -1,0 +1,185 @@
+#include "pipeplan/core/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/schedule/action.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/schedule/stage_costs.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 1;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + mid);
+  return (lo + hi) / 2;
+}
+
+}  // namespace
+
+const DeviceFactor* CalibrationResult::Find(const std::string& device_id) const {
+  for (const DeviceFactor& d : devices) {
+    if (d.device_id == device_id) return &d;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSample> samples,
+                                                        std::span<const PlannedStage> stages,
+                                                        const CalibrationOptions& options) {
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (!(stages[s].time_factor > 0) || !std::isfinite(stages[s].time_factor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", s, " has time factor ", stages[s].time_factor));
+    }
+  }
+  // Warm-up: each worker's first `warmup_steps` distinct steps in the window.
+  absl::flat_hash_map<std::string, std::set<int64_t>> steps_of;
+  for (const StepSample& r : samples) steps_of[r.worker_id].insert(r.step);
+  absl::flat_hash_map<std::string, int64_t> first_counted;
+  for (const auto& [worker, steps] : steps_of) {
+    auto it = steps.begin();
+    for (int i = 0; i < options.warmup_steps && it != steps.end(); ++i) ++it;
+    first_counted[worker] = it == steps.end() ? INT64_MAX : *it;
+  }
+
+  std::map<std::string, std::vector<double>> ratios;  // device -> one ratio per report
+  CalibrationResult out;
+  const double input_share = std::clamp(options.input_grad_fraction, 0.0, 1.0);
+  for (const StepSample& r : samples) {
+    if (r.step < first_counted[r.worker_id]) continue;
+    // measured and nominal (uncalibrated) modelled seconds per device
+    std::map<std::string, std::pair<double, double>> per_device;
+    for (const TimingSample& t : r.timings) {
+      PIPEPLAN_ASSIGN_OR_RETURN(std::optional<schedule::Action> action,
+                                schedule::ParseAction(t.action));
+      if (!action || !schedule::IsCompute(action->type)) continue;
+      const schedule::ActionType type = action->type;
+      if (type == schedule::ActionType::kOverlapFB) continue;  // no clean split
+      const int s = action->stage;
+      if (s < 0 || s >= static_cast<int>(stages.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("report of worker ", r.worker_id, " step ",
+                                                       r.step, ": action ", t.action,
+                                                       " names stage ", s, " but the plan has ",
+                                                       stages.size()));
+      }
+      const PlannedStage& st = stages[s];
+      double predicted = 0;
+      switch (type) {
+        case schedule::ActionType::kForward: predicted = st.forward_seconds; break;
+        case schedule::ActionType::kFullBackward: predicted = st.backward_seconds; break;
+        case schedule::ActionType::kBackwardInput:
+          predicted = st.backward_seconds * input_share;
+          break;
+        case schedule::ActionType::kBackwardWeight:
+          predicted = st.backward_seconds * (1 - input_share);
+          break;
+        default: break;
+      }
+      if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) continue;
+      auto& [measured, modelled] = per_device[st.device_id];
+      measured += t.seconds;
+      modelled += predicted / st.time_factor;
+    }
+    bool used = false;
+    for (const auto& [device, mm] : per_device) {
+      if (mm.second <= 0) continue;
+      ratios[device].push_back(mm.first / mm.second);
+      used = true;
+    }
+    if (used) ++out.reports_used;
+  }
+  std::vector<double> factors;
+  for (auto& [device, v] : ratios) {
+    if (static_cast<int>(v.size()) < std::max(1, options.min_samples)) continue;
+    const int n = static_cast<int>(v.size());
+    const double f = Median(std::move(v));
+    if (!(f > 0) || !std::isfinite(f)) continue;
+    out.devices.push_back({device, f, n});
+    factors.push_back(f);
+  }
+  out.median_factor = Median(std::move(factors));
+  return out;
+}
+
+absl::StatusOr<ClusterSpec> CalibratedClusterSpec(const ClusterSpec& nominal,
+                                                  const std::map<std::string, double>& factors,
+                                                  double default_factor,
+                                                  const std::vector<std::string>& excluded) {
+  auto bad = [](double f) { return !(f > 0) || !std::isfinite(f); };
+  if (bad(default_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat("default factor ", default_factor));
+  }
+  const std::set<std::string> out_set(excluded.begin(), excluded.end());
+  ClusterSpec out = nominal;
+  out.devices.clear();
+  out.links.clear();
+  for (const DeviceSpec& d : nominal.devices) {
+    if (out_set.contains(d.id)) continue;
+    DeviceSpec c = d;
+    auto it = factors.find(d.id);
+    const double f = it == factors.end() ? default_factor : it->second;
+    if (bad(f)) {
+      return absl::InvalidArgumentError(absl::StrCat("device ", d.id, " has factor ", f));
+    }
+    c.flops = d.flops / f;
+    out.devices.push_back(std::move(c));
+  }
+  if (out.devices.empty()) {
+    return absl::InvalidArgumentError("every device of the cluster is excluded");
+  }
+  for (const LinkSpec& l : nominal.links) {
+    if (!out_set.contains(l.src) && !out_set.contains(l.dst)) out.links.push_back(l);
+  }
+  return out;
+}
+
+absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,
+                                                 const FixedPlan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      schedule::PipelineSchedule sched,
+      schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
+                              std::max(1, plan.chunks_per_rank)));
+  if (sched.num_stages != static_cast<int>(plan.stage_device.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the schedule has ", sched.num_stages,
+                                                   " stages, the plan ",
+                                                   plan.stage_device.size()));
+  }
+  CostOptions co{.comm_model = plan.comm_model,
+                 .optimizer_state_multiplier = plan.optimizer_state_multiplier};
+  if (plan.global_batch > 0 && graph.batch_size() > 0) {
+    co.sample_scale =
+        (static_cast<double>(plan.global_batch) / plan.microbatches) / graph.batch_size();
+  }
+  const CostModel cost(graph, cluster, co);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
+                            cost.Evaluate(plan.node_stage, plan.stage_device));
+  // As the planner scores candidates: communication inside each stage's time.
+  schedule::StageCosts c;
+  FixedPlanScore score;
+  for (const StageCost& s : stages) {
+    c.forward.push_back(s.forward_seconds + s.forward_comm_seconds);
+    c.backward_input.push_back(s.backward_seconds - s.weight_grad_seconds +
+                               s.backward_comm_seconds);
+    c.backward_weight.push_back(s.weight_grad_seconds);
+    c.param_bytes.push_back(s.param_state_bytes);
+    c.activation_bytes.push_back(s.activation_bytes);
+    score.stage_compute_seconds.push_back(s.compute_seconds());
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim, schedule::Simulate(sched, c));
+  score.step_seconds = sim.step_seconds;
+  return score;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,131 @@
+// Calibration of the cost model from measured step timings.
+//
+// Workers report, per step, one timing per action in PyTorch notation
+// ("{stage}F{mb}", "{stage}B{mb}", "{stage}I{mb}", "{stage}W{mb}",
+// "{stage}SEND_F{mb}", ...). EstimateDeviceFactors compares each report's
+// measured compute (F, B, I, W) with what the plan predicted for the same
+// actions and returns, per device, the median ratio over the window:
+// measured seconds / seconds modelled from the request's cluster. A device
+// whose factor is 2 runs twice as long as modelled; dividing its flops by 2
+// (CalibratedFlops) makes the cost model predict what was measured.
+//
+// SEND/RECV timings are not used: a SEND's time includes waiting for the peer
+// to post the matching RECV, and a RECV's time includes the producer's
+// compute, so neither isolates the link. Links keep their modelled bandwidth.
+//
+// SimulateFixedPlan scores an existing split (node -> stage, stage -> device,
+// schedule) under a possibly calibrated cluster, the same way MakePlan scores
+// its candidates, so an old plan and a new one can be compared under one model.
+//
+// Plain structs only (no protobuf): the server converts its reports.
+// Thread safety: the functions are reentrant.
+#ifndef PIPEPLAN_CORE_CALIBRATION_H_
+#define PIPEPLAN_CORE_CALIBRATION_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/core/cluster.h"
+#include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+
+namespace pipeplan {
+
+struct TimingSample {
+  std::string action;  // "1F3", "0SEND_F2", ...
+  double seconds = 0;
+};
+
+// One worker's report of one step.
+struct StepSample {
+  std::string worker_id;
+  int64_t step = 0;
+  std::vector<TimingSample> timings;
+};
+
+// What the plan that produced the reports predicted for one pipeline stage.
+struct PlannedStage {
+  std::string device_id;
+  double forward_seconds = 0;   // per microbatch
+  double backward_seconds = 0;  // per microbatch, I + W
+  // The plan's own calibration of the device (1: modelled from the request's
+  // cluster as given). Factors are always relative to the uncalibrated model,
+  // so they do not compound from one version to the next.
+  double time_factor = 1;
+};
+
+struct CalibrationOptions {
+  // The first `warmup_steps` steps of each worker in the window are ignored
+  // (connection set-up, page faults, allocator growth).
+  int warmup_steps = 1;
+  // A device needs this many reports after warm-up to get a factor.
+  int min_samples = 3;
+  // I's share of a full backward when a report splits B into I and W
+  // (the synthetic executor's 50/50); I + W of one microbatch is exact.
+  double input_grad_fraction = 0.5;
+};
+
+struct DeviceFactor {
+  std::string device_id;
+  double time_factor = 1;  // median of measured / modelled
+  int samples = 0;
+};
+
+struct CalibrationResult {
+  // Devices with at least min_samples reports, sorted by id.
+  std::vector<DeviceFactor> devices;
+  int reports_used = 0;  // after warm-up, with compute actions
+  // Median of the device factors (1 when there are none).
+  double median_factor = 1;
+
+  // The factor of `device_id`, or nullptr.
+  const DeviceFactor* Find(const std::string& device_id) const;
+};
+
+// `samples` are reports of one plan version; `stages` are that version's
+// stages in order. Action names that do not parse, or name a stage outside
+// `stages`, are INVALID_ARGUMENT. Too few reports is not an error: the
+// result simply has no (or fewer) devices.
+absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSample> samples,
+                                                        std::span<const PlannedStage> stages,
+                                                        const CalibrationOptions& options = {});
+
+// The cluster with every device's flops divided by its factor (devices
+// without one get `default_factor`, normally the median) and `excluded`
+// devices (and their links) removed. INVALID_ARGUMENT when nothing is left or
+// a factor is not positive and finite.
+absl::StatusOr<ClusterSpec> CalibratedClusterSpec(const ClusterSpec& nominal,
+                                                  const std::map<std::string, double>& factors,
+                                                  double default_factor,
+                                                  const std::vector<std::string>& excluded);
+
+// A split to score: as MakePlan would have produced it.
+struct FixedPlan {
+  std::vector<int> node_stage;    // per graph node
+  std::vector<int> stage_device;  // per stage, index into the cluster
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
+  int ranks = 0;
+  int microbatches = 0;
+  int chunks_per_rank = 1;  // for interleaved and V schedules
+  CommModel comm_model = CommModel::kDirect;
+  int global_batch = 0;     // 0: graph costs are per microbatch
+  double optimizer_state_multiplier = 0;
+};
+
+struct FixedPlanScore {
+  double step_seconds = 0;
+  std::vector<double> stage_compute_seconds;  // per stage: F + B per microbatch
+};
+
+// Simulated step time of `plan` under `cluster`'s cost model.
+absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,
+                                                 const FixedPlan& plan);
+
+}  // namespace pipeplan
+
+#endif  // PIPEPLAN_CORE_CALIBRATION_H_

@@ -1,0 +1,116 @@
+// The replanning policy: folds workers' step reports into a calibrated cost
+// model and publishes plan version N+1 when it pays, or when a worker is lost.
+//
+// * Calibration: once every worker with a stage has reported `min_steps`
+//   steps of the current version (after `warmup_steps`), and at most once per
+//   `min_interval` per job, the policy estimates per-device time factors
+//   (EstimateDeviceFactors: median of measured / modelled compute), divides
+//   the devices' flops by them, re-runs MakePlan on the job's request with
+//   that cluster, and scores the current plan under the same model
+//   (SimulateFixedPlan). When the new plan's step time beats the current one
+//   by more than `min_gain` (relative), it is published with a reason such as
+//   "calibration: device gpu1 is 1.9x slower than modelled".
+// * Lost workers: when a worker whose device has a stage misses its lease,
+//   the policy replans without that device (reason "worker w3 lost"). If no
+//   plan fits, it logs `replan_failed` and keeps the current one (and does not
+//   retry the same set of lost devices for that version).
+//
+// The stored request of a new version is the job's request unchanged; the
+// calibration used is recorded in Plan.calibration, and the plan's stage
+// times are predictions under it. Factors are always relative to the
+// request's cluster, so they do not compound across versions.
+//
+// Solves run on the SolvePool, never on the thread that calls Tick (nor on a
+// gRPC thread). Thread safety: all methods may be called from any thread.
+#ifndef PIPEPLAN_SERVER_REPLAN_POLICY_H_
+#define PIPEPLAN_SERVER_REPLAN_POLICY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/server/clock.h"
+#include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/solve_pool.h"
+
+namespace pipeplan::server {
+
+class Metrics;
+
+struct ReplanPolicyOptions {
+  bool enabled = true;
+  // Publish only when the new plan's predicted step time is this much
+  // (relative) below the current plan's, both under the calibrated model.
+  double min_gain = 0.05;
+  // Least time between two calibration evaluations of one job (and so
+  // between two calibration replans).
+  absl::Duration min_interval = absl::Seconds(30);
+  // Reports per device of the current version, after warm-up, before the
+  // factors are trusted.
+  int min_steps = 5;
+  int warmup_steps = 1;
+  // Most recent reports read per evaluation.
+  int report_window = 2'000;
+  // Cap on the replan solve's time limit.
+  double max_solve_seconds = 10;
+  GraphLimits limits;
+};
+
+enum class ReplanTrigger { kCalibration, kWorkerLost };
+
+struct ReplanOutcome {
+  bool published = false;
+  int64_t version = 0;         // the new version when published
+  std::string reason;          // the published reason, or why nothing was published
+  double current_step_seconds = 0;  // current plan under the calibrated model (inf: infeasible)
+  double new_step_seconds = 0;
+};
+
+class ReplanPolicy {
+ public:
+  // `registry`, `pool`, `clock` must outlive the policy; `metrics` may be null.
+  ReplanPolicy(JobRegistry* registry, SolvePool* pool, const Clock* clock,
+               ReplanPolicyOptions options, Metrics* metrics = nullptr);
+
+  // Looks at every job and submits an evaluation to the pool for each job
+  // that is due (lost worker with a stage, or enough new reports and the
+  // interval passed); at most one evaluation per job is in flight. Returns
+  // how many were submitted. Cheap: reads no reports and copies no plans.
+  int Tick();
+
+  // One evaluation on the calling thread (what the pool runs; tests call it
+  // directly). Errors: the registry's (NOT_FOUND for a deleted job); a
+  // failed solve is an outcome with published=false, not an error.
+  absl::StatusOr<ReplanOutcome> Evaluate(const std::string& job_id, ReplanTrigger trigger);
+
+  const ReplanPolicyOptions& options() const { return options_; }
+
+ private:
+  struct JobState {
+    int64_t version = 0;  // version the fields below refer to
+    // Each worker's last step when the version was first seen.
+    absl::flat_hash_map<std::string, int64_t> baseline_step;
+    absl::Time last_evaluation = absl::InfinitePast();
+    bool in_flight = false;
+    // Lost devices already tried for this version.
+    std::vector<std::string> lost_tried;
+  };
+
+  JobRegistry* const registry_;
+  SolvePool* const pool_;
+  const Clock* const clock_;
+  const ReplanPolicyOptions options_;
+  Metrics* const metrics_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pipeplan::server
+
+#endif  // PIPEPLAN_SERVER_REPLAN_POLICY_H_

@@ -1,0 +1,314 @@
+// ReplanPolicy with a fake clock, an in-memory store and fake step reports.
+#include "pipeplan/server/replan_policy.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <map>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
+#include "pipeplan/server/log.h"
+#include "pipeplan/server/metrics.h"
+
+namespace pipeplan::server {
+namespace {
+
+// A chain of 16 equal nodes on 4 equal devices: 4 stages, 1F1B, 4
+// microbatches; every stage gets 4 nodes.
+v1::PlanRequest ChainRequest(double memory_bytes = 80e9, double param_bytes = 1e6) {
+  v1::PlanRequest r;
+  r.mutable_graph()->set_name("chain16");
+  for (int i = 0; i < 16; ++i) {
+    v1::Node* n = r.mutable_graph()->add_nodes();
+    n->set_id(absl::StrCat("n", i));
+    n->set_forward_flops(1e12);
+    n->set_param_bytes(param_bytes);
+    n->set_output_bytes(1e3);
+    if (i > 0) {
+      v1::Edge* e = r.mutable_graph()->add_edges();
+      e->set_src(absl::StrCat("n", i - 1));
+      e->set_dst(n->id());
+    }
+  }
+  for (int d = 0; d < 4; ++d) {
+    v1::Device* dev = r.mutable_cluster()->add_devices();
+    dev->set_id(absl::StrCat("gpu", d));
+    dev->set_host("h0");
+    dev->set_flops(100e12);
+    dev->set_memory_bytes(memory_bytes);
+  }
+  r.mutable_options()->set_num_stages(4);
+  r.mutable_options()->set_microbatches(4);
+  r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
+  r.mutable_options()->set_method(v1::METHOD_DP);
+  return r;
+}
+
+int NodesOn(const v1::Plan& plan, const std::string& device) {
+  int n = 0;
+  for (const v1::Stage& s : plan.stages()) n += s.device_id() == device ? s.num_nodes() : 0;
+  return n;
+}
+
+class ReplanPolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SetLogEnabled(false); }
+  void TearDown() override {
+    pool_.reset();
+    SetLogEnabled(true);
+  }
+
+  void Start(ReplanPolicyOptions o, v1::PlanRequest request = ChainRequest()) {
+    store_ = NewMemoryStore();
+    auto m = Metrics::Create("");
+    ASSERT_TRUE(m.ok());
+    metrics_ = std::move(*m);
+    registry_ = std::make_unique<JobRegistry>(store_.get(), &clock_,
+                                              JobRegistry::Options{.lease = absl::Seconds(10)},
+                                              metrics_.get());
+    pool_ = std::make_unique<SolvePool>(2, 16);
+    policy_ = std::make_unique<ReplanPolicy>(registry_.get(), pool_.get(), &clock_, o,
+                                             metrics_.get());
+    auto in = PlanInputs::FromRequest(request);
+    ASSERT_TRUE(in.ok()) << in.status();
+    auto plan = MakePlan(*in->graph, *in->cluster, in->options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto job = registry_->CreateJob("j", request, PlanToProto(*in->graph, *in->cluster, *plan));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = job->id();
+    for (int d = 0; d < 4; ++d) {
+      v1::WorkerInfo w;
+      w.set_worker_id(absl::StrCat("w", d));
+      w.set_device_id(absl::StrCat("gpu", d));
+      ASSERT_TRUE(registry_->RegisterWorker(job_, w).ok());
+    }
+    policy_->Tick();  // sees version 1 before any report
+    ASSERT_TRUE(pool_->WaitIdle(absl::Seconds(30)));
+  }
+
+  v1::VersionedPlan Current() {
+    auto vp = registry_->GetPlan(job_, 0);
+    EXPECT_TRUE(vp.ok());
+    return *vp;
+  }
+
+  // `steps` steps of every live worker on the current version; `truth`: each
+  // device's real time relative to the request's cluster (what a synthetic
+  // worker with --slowdown does).
+  void Report(int steps, std::map<std::string, double> truth, double noise = 0.02,
+              std::vector<std::string> skip = {}) {
+    const v1::VersionedPlan vp = Current();
+    std::map<std::string, double> plan_factor;
+    for (const auto& f : vp.plan().calibration().devices()) {
+      plan_factor[f.device_id()] = f.time_factor();
+    }
+    std::uniform_real_distribution<double> jitter(1 - noise, 1 + noise);
+    for (int i = 0; i < steps; ++i, ++step_) {
+      for (int d = 0; d < 4; ++d) {
+        const std::string worker = absl::StrCat("w", d), device = absl::StrCat("gpu", d);
+        if (std::find(skip.begin(), skip.end(), worker) != skip.end()) continue;
+        v1::ReportStepRequest r;
+        r.set_job_id(job_);
+        r.set_worker_id(worker);
+        r.set_step(step_);
+        r.set_plan_version(vp.version());
+        for (int s = 0; s < vp.plan().stages_size(); ++s) {
+          const v1::Stage& st = vp.plan().stages(s);
+          if (st.device_id() != device) continue;
+          const double pf = plan_factor.contains(device) ? plan_factor[device] : 1.0;
+          const double t = truth.contains(device) ? truth[device] : 1.0;
+          for (int mb = 0; mb < vp.plan().microbatches(); ++mb) {
+            auto* f = r.add_timings();
+            f->set_action(absl::StrCat(s, "F", mb));
+            f->set_seconds(st.forward_seconds() / pf * t * jitter(rng_));
+            auto* b = r.add_timings();
+            b->set_action(absl::StrCat(s, "B", mb));
+            b->set_seconds(st.backward_seconds() / pf * t * jitter(rng_));
+            auto* send = r.add_timings();
+            send->set_action(absl::StrCat(s, "SEND_F", mb));
+            send->set_seconds(0.5);
+          }
+        }
+        ASSERT_TRUE(registry_->ReportStep(r).ok());
+      }
+    }
+  }
+
+  // Tick, then wait for the evaluations it submitted.
+  int TickAndWait() {
+    const int n = policy_->Tick();
+    EXPECT_TRUE(pool_->WaitIdle(absl::Seconds(60)));
+    return n;
+  }
+
+  std::string MetricsText() {
+    return prometheus::TextSerializer().Serialize(metrics_->registry().Collect());
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<JobRegistry> registry_;
+  std::unique_ptr<SolvePool> pool_;
+  std::unique_ptr<ReplanPolicy> policy_;
+  std::string job_;
+  int64_t step_ = 0;
+  std::mt19937 rng_{42};
+};
+
+ReplanPolicyOptions Fast() {
+  ReplanPolicyOptions o;
+  o.min_gain = 0.05;
+  o.min_interval = absl::Seconds(10);
+  o.min_steps = 3;
+  o.warmup_steps = 1;
+  return o;
+}
+
+TEST_F(ReplanPolicyTest, StragglerIsPublishedOnceWithLessWork) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  const v1::VersionedPlan v1 = Current();
+  ASSERT_EQ(NodesOn(v1.plan(), "gpu2"), 4);
+  Report(6, {{"gpu2", 2.0}});
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  EXPECT_NE(v2.reason().find("calibration: device gpu2 is 2.0x slower than modelled"),
+            std::string::npos)
+      << v2.reason();
+  EXPECT_LT(NodesOn(v2.plan(), "gpu2"), 4);
+  // The stored request is the job's, unchanged; the calibration is on the plan.
+  EXPECT_EQ(v2.request().SerializeAsString(), v1.request().SerializeAsString());
+  ASSERT_EQ(v2.plan().calibration().devices_size(), 4);
+  for (const auto& f : v2.plan().calibration().devices()) {
+    EXPECT_NEAR(f.time_factor(), f.device_id() == "gpu2" ? 2.0 : 1.0, 0.05) << f.device_id();
+    EXPECT_GE(f.samples(), 3);
+  }
+  EXPECT_GT(v2.plan().calibration().previous_step_seconds(),
+            1.05 * v2.plan().calibration().step_seconds());
+  // gpu2's stage at its calibrated speed is shorter than its old stage was.
+  double old_seconds = 0, new_seconds = 0;
+  for (const auto& s : v1.plan().stages()) {
+    if (s.device_id() == "gpu2") old_seconds = 2.0 * (s.forward_seconds() + s.backward_seconds());
+  }
+  for (const auto& s : v2.plan().stages()) {
+    if (s.device_id() == "gpu2") new_seconds = s.forward_seconds() + s.backward_seconds();
+  }
+  EXPECT_LT(new_seconds, old_seconds);
+
+  // The same truth under version 2: nothing better to publish.
+  EXPECT_EQ(TickAndWait(), 0);  // sees version 2; the interval has not passed
+  Report(6, {{"gpu2", 2.0}});
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(TickAndWait(), 1);
+  EXPECT_EQ(Current().version(), 2);
+  const std::string text = MetricsText();
+  EXPECT_NE(text.find("pipeplan_replans_total{reason=\"calibration\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("pipeplan_calibration_factor{device=\"gpu2\",job=\"" + job_ + "\"} "),
+            std::string::npos)
+      << text;
+  // Deleting the job drops its factor gauges.
+  ASSERT_TRUE(registry_->DeleteJob(job_).ok());
+  policy_->Tick();
+  EXPECT_EQ(MetricsText().find("pipeplan_calibration_factor{"), std::string::npos);
+}
+
+TEST_F(ReplanPolicyTest, NoiseDoesNotReplan) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(8, {}, /*noise=*/0.10);
+  EXPECT_EQ(TickAndWait(), 1);  // evaluated
+  EXPECT_EQ(Current().version(), 1);
+}
+
+TEST_F(ReplanPolicyTest, RespectsMinGain) {
+  ReplanPolicyOptions o = Fast();
+  o.min_gain = 0.9;  // the straggler plan gains ~40%: not enough
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(6, {{"gpu2", 2.0}});
+  EXPECT_EQ(TickAndWait(), 1);
+  EXPECT_EQ(Current().version(), 1);
+}
+
+TEST_F(ReplanPolicyTest, WaitsForMinStepsAndMinInterval) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(3, {{"gpu2", 2.0}});  // warm-up + 2 < 1 + 3
+  EXPECT_EQ(TickAndWait(), 0);
+  Report(1, {{"gpu2", 2.0}});
+  // Evaluate directly (bypassing Tick's interval): enough data now.
+  auto direct = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_TRUE(direct->published) << direct->reason;
+  EXPECT_EQ(Current().version(), 2);
+  EXPECT_EQ(TickAndWait(), 0);  // sees version 2, no reports of it yet
+
+  // Version 2: within the interval after a Tick evaluation nothing is submitted.
+  Report(6, {{"gpu2", 2.0}, {"gpu0", 1.0}});
+  EXPECT_EQ(TickAndWait(), 1);  // first evaluation of the job by Tick
+  Report(8, {{"gpu2", 2.0}, {"gpu0", 3.0}});  // gpu0 degrades
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(TickAndWait(), 0);  // 5 s < 10 s
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v3 = Current();
+  EXPECT_EQ(v3.version(), 3);
+  EXPECT_NE(v3.reason().find("device gpu0"), std::string::npos) << v3.reason();
+}
+
+TEST_F(ReplanPolicyTest, LostWorkerTriggersReplanWithoutItsDevice) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(2, {});
+  // w3 stops reporting; the others keep their leases.
+  clock_.Advance(absl::Seconds(6));
+  Report(1, {}, 0.02, {"w3"});
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  EXPECT_EQ(v2.reason().substr(0, 25), "worker w3 lost (device gp") << v2.reason();
+  EXPECT_EQ(NodesOn(v2.plan(), "gpu3"), 0);
+  EXPECT_EQ(v2.plan().stages_size(), 3);
+  ASSERT_EQ(v2.plan().calibration().excluded_devices_size(), 1);
+  EXPECT_EQ(v2.plan().calibration().excluded_devices(0), "gpu3");
+  // The job's request still has the device (the worker may come back).
+  EXPECT_EQ(v2.request().cluster().devices_size(), 4);
+  EXPECT_NE(MetricsText().find("pipeplan_replans_total{reason=\"worker_lost\"} 1"),
+            std::string::npos);
+  // Done: the lost worker has no stage any more.
+  EXPECT_EQ(TickAndWait(), 0);
+  EXPECT_EQ(Current().version(), 2);
+}
+
+TEST_F(ReplanPolicyTest, LostWorkerWithoutAFittingPlanKeepsTheCurrentOne) {
+  // Each device holds at most 5 nodes' parameters (+ grads): 16 nodes need 4.
+  ASSERT_NO_FATAL_FAILURE(Start(Fast(), ChainRequest(/*memory_bytes=*/11e9, /*param_bytes=*/1e9)));
+  clock_.Advance(absl::Seconds(6));
+  Report(1, {}, 0.02, {"w1"});
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(TickAndWait(), 1);
+  EXPECT_EQ(Current().version(), 1);
+  // Not retried for the same version and the same lost device.
+  EXPECT_EQ(TickAndWait(), 0);
+  auto direct = policy_->Evaluate(job_, ReplanTrigger::kWorkerLost);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_FALSE(direct->published);
+  EXPECT_NE(direct->reason.find("no plan"), std::string::npos) << direct->reason;
+}
+
+TEST_F(ReplanPolicyTest, DisabledDoesNothing) {
+  ReplanPolicyOptions o = Fast();
+  o.enabled = false;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(6, {{"gpu2", 2.0}});
+  EXPECT_EQ(TickAndWait(), 0);
+  EXPECT_EQ(Current().version(), 1);
+}
+
+}  // namespace
+}  // namespace pipeplan::server
