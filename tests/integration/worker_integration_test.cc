@@ -49,7 +49,9 @@ struct Cluster {
 
 void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string> extra,
               int metrics_worker = -1) {
-  auto planner = PlannerProcess::Start({"--lease-seconds", "5"});
+  // The replanning policy is off: these tests publish versions themselves
+  // (replan_integration_test.cc covers the policy).
+  auto planner = PlannerProcess::Start({"--lease-seconds", "5", "--replan", "off"});
   ASSERT_TRUE(planner.ok()) << planner.status();
   c->planner = std::move(*planner);
   auto client = c->planner->Client();
