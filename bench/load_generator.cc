@@ -164,8 +164,7 @@ Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& re
       }
       for (int k = 0; k < rounds; ++k) {
         for (int w = t; w < o.workers; w += threads) {
-          const absl::Time due =
-              start + absl::Seconds(k) + absl::Seconds(1) * w / o.workers;
+          const absl::Time due = start + absl::Seconds(k) + absl::Seconds(1) * w / o.workers;
           const absl::Time now = absl::Now();
           if (due > now) absl::SleepFor(due - now);
           rep.set_worker_id(absl::StrFormat("w%04d", w));
@@ -283,26 +282,25 @@ int main(int argc, char** argv) {
   results.push_back(ClosedLoop(absl::StrFormat("Plan cached (chain_small), c=%d", o.concurrency),
                                o.concurrency, o.seconds,
                                [&](int64_t) { return c.Plan(small).status(); }));
-  results.push_back(ClosedLoop(
-      absl::StrFormat("Plan cold (gpt_1k, %d nodes), c=%d", gpt.graph().nodes_size(),
-                      o.cold_concurrency),
-      o.cold_concurrency, o.seconds, [&](int64_t i) {
-        v1::PlanRequest r = gpt;
-        r.mutable_options()->set_time_limit_seconds(30 + 1e-6 * static_cast<double>(i));
-        return c.Plan(r).status();
-      }));
+  results.push_back(ClosedLoop(absl::StrFormat("Plan cold (gpt_1k, %d nodes), c=%d",
+                                               gpt.graph().nodes_size(), o.cold_concurrency),
+                               o.cold_concurrency, o.seconds, [&](int64_t i) {
+                                 v1::PlanRequest r = gpt;
+                                 r.mutable_options()->set_time_limit_seconds(
+                                     30 + 1e-6 * static_cast<double>(i));
+                                 return c.Plan(r).status();
+                               }));
   results.push_back(ReportSteps(c, o, small));
 
   std::cout << absl::StrFormat("\npipeplan-loadgen against %s (%s), %.0f s per scenario\n\n",
-                               o.planner, own ? "in-process planner" : "remote planner",
-                               o.seconds);
-  std::cout << absl::StrFormat("%-42s %9s %7s %11s %10s %10s %10s\n", "scenario", "calls",
-                               "errors", "calls/s", "p50 ms", "p99 ms", "max ms");
+                               o.planner, own ? "in-process planner" : "remote planner", o.seconds);
+  std::cout << absl::StrFormat("%-42s %9s %7s %11s %10s %10s %10s\n", "scenario", "calls", "errors",
+                               "calls/s", "p50 ms", "p99 ms", "max ms");
   for (const Result& r : results) {
-    std::cout << absl::StrFormat(
-        "%-42s %9d %7d %11.1f %10.3f %10.3f %10.3f\n", r.name, r.calls, r.errors,
-        r.seconds > 0 ? r.calls / r.seconds : 0, Percentile(r.latencies_ms, 0.5),
-        Percentile(r.latencies_ms, 0.99), Percentile(r.latencies_ms, 1.0));
+    std::cout << absl::StrFormat("%-42s %9d %7d %11.1f %10.3f %10.3f %10.3f\n", r.name, r.calls,
+                                 r.errors, r.seconds > 0 ? r.calls / r.seconds : 0,
+                                 Percentile(r.latencies_ms, 0.5), Percentile(r.latencies_ms, 0.99),
+                                 Percentile(r.latencies_ms, 1.0));
     if (!r.first_error.empty()) std::cout << "    first error: " << r.first_error << "\n";
   }
   if (own) {

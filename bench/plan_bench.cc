@@ -112,9 +112,10 @@ int Main(int argc, char** argv) {
     }
   }
   const std::string data = std::string(PIPEPLAN_SOURCE_DIR) + "/tests/data/";
-  std::printf("cluster: 2 hosts x 8 H100 (tests/data/cluster_2x8_h100.json); 1F1B memory, "
-              "m = 4k; relative gap target %.2g; times are medians of %d runs\n",
-              gap, repeats);
+  std::printf(
+      "cluster: 2 hosts x 8 H100 (tests/data/cluster_2x8_h100.json); 1F1B memory, "
+      "m = 4k; relative gap target %.2g; times are medians of %d runs\n",
+      gap, repeats);
   std::printf("%-16s %7s %3s %-9s %-9s %12s %12s %9s %10s\n", "graph", "nodes", "k", "method",
               "chosen", "obj (ms)", "bound (ms)", "gap", "solve (s)");
   for (const std::string& name : graphs) {
@@ -129,7 +130,8 @@ int Main(int argc, char** argv) {
     const std::string path = "/tmp/pipeplan_bench_synthetic.json";
     const std::string cmd = "python3 " + std::string(PIPEPLAN_SOURCE_DIR) +
                             "/scripts/gen_example_graphs.py --synthetic-transformer " +
-                            std::to_string(big_nodes) + " --hidden 512 --out " + path + " >/dev/null";
+                            std::to_string(big_nodes) + " --hidden 512 --out " + path +
+                            " >/dev/null";
     if (std::system(cmd.c_str()) != 0) {
       std::cerr << "could not generate the synthetic graph\n";
       return 1;

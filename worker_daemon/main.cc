@@ -47,30 +47,54 @@ int main(int argc, char** argv) {
     auto num = [&](double* out) { return absl::SimpleAtod(value, out); };
     double d = 0;
     bool ok = true;
-    if (flag == "--planner") o.planner.address = value;
-    else if (flag == "--job") o.job_id = value;
-    else if (flag == "--worker-id") o.worker_id = value;
-    else if (flag == "--device") o.device_id = value;
-    else if (flag == "--transport") o.transport = value;
-    else if (flag == "--executor") o.executor = value;
-    else if (flag == "--listen-host") o.listen_host = value;
-    else if (flag == "--metrics-listen") o.metrics_listen = value;
-    else if (flag == "--token-file") o.planner.token_file = value;
-    else if (flag == "--tls-ca") o.planner.tls_ca_file = value;
-    else if (flag == "--tls-cert") o.planner.tls_cert_file = value;
-    else if (flag == "--tls-key") o.planner.tls_key_file = value;
-    else if (flag == "--steps") ok = absl::SimpleAtoi(value, &o.steps) && o.steps >= 0;
-    else if (flag == "--time-scale") ok = num(&o.time_scale) && o.time_scale >= 0;
-    else if (flag == "--slowdown") ok = num(&o.slowdown) && o.slowdown > 0;
-    else if (flag == "--max-message-bytes") ok = num(&d) && d >= 1, o.max_message_bytes = static_cast<size_t>(d);
-    else if (flag == "--memory-bytes") ok = num(&o.memory_bytes);
-    else if (flag == "--comm-timeout-seconds") ok = num(&d) && d > 0, o.comm_timeout = absl::Seconds(d);
-    else if (flag == "--connect-timeout-seconds") ok = num(&d) && d > 0, o.connect_timeout = absl::Seconds(d);
-    else if (flag == "--rpc-timeout-seconds") ok = num(&d) && d > 0, o.planner.timeout = absl::Seconds(d);
-    else if (flag == "--mlp-width") ok = absl::SimpleAtoi(value, &o.mlp_width) && o.mlp_width > 0;
-    else if (flag == "--mlp-rows") ok = absl::SimpleAtoi(value, &o.mlp_rows) && o.mlp_rows > 0;
-    else if (flag == "--mlp-learning-rate") ok = absl::SimpleAtof(value, &o.mlp_learning_rate);
-    else return Fail(absl::StrCat("unknown flag ", flag));
+    if (flag == "--planner")
+      o.planner.address = value;
+    else if (flag == "--job")
+      o.job_id = value;
+    else if (flag == "--worker-id")
+      o.worker_id = value;
+    else if (flag == "--device")
+      o.device_id = value;
+    else if (flag == "--transport")
+      o.transport = value;
+    else if (flag == "--executor")
+      o.executor = value;
+    else if (flag == "--listen-host")
+      o.listen_host = value;
+    else if (flag == "--metrics-listen")
+      o.metrics_listen = value;
+    else if (flag == "--token-file")
+      o.planner.token_file = value;
+    else if (flag == "--tls-ca")
+      o.planner.tls_ca_file = value;
+    else if (flag == "--tls-cert")
+      o.planner.tls_cert_file = value;
+    else if (flag == "--tls-key")
+      o.planner.tls_key_file = value;
+    else if (flag == "--steps")
+      ok = absl::SimpleAtoi(value, &o.steps) && o.steps >= 0;
+    else if (flag == "--time-scale")
+      ok = num(&o.time_scale) && o.time_scale >= 0;
+    else if (flag == "--slowdown")
+      ok = num(&o.slowdown) && o.slowdown > 0;
+    else if (flag == "--max-message-bytes")
+      ok = num(&d) && d >= 1, o.max_message_bytes = static_cast<size_t>(d);
+    else if (flag == "--memory-bytes")
+      ok = num(&o.memory_bytes);
+    else if (flag == "--comm-timeout-seconds")
+      ok = num(&d) && d > 0, o.comm_timeout = absl::Seconds(d);
+    else if (flag == "--connect-timeout-seconds")
+      ok = num(&d) && d > 0, o.connect_timeout = absl::Seconds(d);
+    else if (flag == "--rpc-timeout-seconds")
+      ok = num(&d) && d > 0, o.planner.timeout = absl::Seconds(d);
+    else if (flag == "--mlp-width")
+      ok = absl::SimpleAtoi(value, &o.mlp_width) && o.mlp_width > 0;
+    else if (flag == "--mlp-rows")
+      ok = absl::SimpleAtoi(value, &o.mlp_rows) && o.mlp_rows > 0;
+    else if (flag == "--mlp-learning-rate")
+      ok = absl::SimpleAtof(value, &o.mlp_learning_rate);
+    else
+      return Fail(absl::StrCat("unknown flag ", flag));
     if (!ok) return Fail(absl::StrCat("bad value for ", flag, ": \"", value, "\""));
   }
   auto worker = pipeplan::worker::Worker::Create(o);

@@ -57,7 +57,8 @@ absl::StatusOr<int> Flags::GetInt(const std::string& name, int fallback) const {
   if (!v) return fallback;
   int out;
   if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
   }
   return out;
 }
@@ -67,7 +68,8 @@ absl::StatusOr<double> Flags::GetDouble(const std::string& name, double fallback
   if (!v) return fallback;
   double out;
   if (!absl::SimpleAtod(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants a number, got \"", *v, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants a number, got \"", *v, "\""));
   }
   return out;
 }

@@ -20,9 +20,9 @@
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
 #include "plan_table.h"
-#include "simulate_command.h"
 #include "remote_commands.h"
 #include "request_flags.h"
+#include "simulate_command.h"
 
 namespace pipeplan::cli {
 namespace {
@@ -61,8 +61,8 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
     std::cout << ToJson(plan) << "\n";
   } else {
     std::cout << "graph " << req.graph().name() << ": " << req.graph().nodes_size() << " nodes, "
-              << req.graph().edges_size() << " edges; cluster of "
-              << req.cluster().devices_size() << " devices\n\n"
+              << req.graph().edges_size() << " edges; cluster of " << req.cluster().devices_size()
+              << " devices\n\n"
               << FormatPlanTable(plan);
   }
   return absl::OkStatus();
@@ -99,8 +99,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (!status.ok()) {
-    std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": "
-              << status.message() << "\n";
+    std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+              << "\n";
     return 1;
   }
   return 0;

@@ -31,26 +31,24 @@ std::string FormatPlanTable(const v1::Plan& plan) {
   for (const v1::Stage& s : plan.stages()) {
     std::string span = absl::StrCat(s.first_node(), " .. ", s.last_node());
     if (span.size() > 28) span = span.substr(0, 25) + "...";
-    absl::StrAppendFormat(&out, "%-5d %-10s %6d  %-28s %12s %12s %12s %10s / %-10s%s\n",
-                          s.index(), s.device_id(), s.num_nodes(), span,
+    absl::StrAppendFormat(&out, "%-5d %-10s %6d  %-28s %12s %12s %12s %10s / %-10s%s\n", s.index(),
+                          s.device_id(), s.num_nodes(), span,
                           HumanSeconds(s.forward_seconds() + s.backward_seconds()),
                           HumanSeconds(s.comm_seconds()), HumanSeconds(s.stage_seconds()),
-                          HumanBytes(s.peak_memory_bytes()),
-                          HumanBytes(s.memory_capacity_bytes()),
+                          HumanBytes(s.peak_memory_bytes()), HumanBytes(s.memory_capacity_bytes()),
                           s.stage_seconds() == plan.bottleneck_seconds() ? "  <- bottleneck" : "");
   }
   const std::string schedule = v1::Schedule_Name(plan.schedule());
-  absl::StrAppendFormat(&out,
-                        "\nschedule %s, %d microbatches%s, %s communication\n"
-                        "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
-                        "microbatch\n",
-                        schedule.substr(schedule.find('_') + 1), plan.microbatches(),
-                        plan.chunks_per_rank() > 1
-                            ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
-                            : "",
-                        plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct",
-                        HumanSeconds(plan.step_seconds()), 100 * plan.bubble_ratio(),
-                        HumanSeconds(plan.bottleneck_seconds()));
+  absl::StrAppendFormat(
+      &out,
+      "\nschedule %s, %d microbatches%s, %s communication\n"
+      "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
+      "microbatch\n",
+      schedule.substr(schedule.find('_') + 1), plan.microbatches(),
+      plan.chunks_per_rank() > 1 ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
+                                 : "",
+      plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct", HumanSeconds(plan.step_seconds()),
+      100 * plan.bubble_ratio(), HumanSeconds(plan.bottleneck_seconds()));
   const v1::SolverReport& r = plan.solver();
   absl::StrAppendFormat(&out,
                         "solver %s: objective %s, lower bound %s, gap %.3f%%, %s, %d nodes "
@@ -66,8 +64,9 @@ std::string FormatPlanTable(const v1::Plan& plan) {
     absl::StrAppend(&out, "runners-up:\n");
     for (const v1::Alternative& a : plan.alternatives()) {
       const std::string name = v1::Schedule_Name(a.schedule());
-      absl::StrAppendFormat(&out, "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
-                                  "peak memory %s\n",
+      absl::StrAppendFormat(&out,
+                            "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
+                            "peak memory %s\n",
                             name.substr(name.find('_') + 1), a.num_stages(), a.microbatches(),
                             HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
                             HumanBytes(a.peak_memory_bytes()));

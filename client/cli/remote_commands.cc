@@ -38,7 +38,7 @@ remote commands (need --planner):
 
 absl::StatusOr<GlobalFlags> ParseGlobalFlags(std::vector<std::string>* args) {
   GlobalFlags g;
-  static const std::set<std::string> kNames = {"planner", "tls-ca", "tls-cert",
+  static const std::set<std::string> kNames = {"planner", "tls-ca",     "tls-cert",
                                                "tls-key", "token-file", "timeout"};
   size_t i = 0;
   while (i < args->size() && (*args)[i].rfind("--", 0) == 0) {
@@ -62,8 +62,8 @@ absl::StatusOr<GlobalFlags> ParseGlobalFlags(std::vector<std::string>* args) {
     if (name == "tls-cert") g.tls_cert = value;
     if (name == "tls-key") g.tls_key = value;
     if (name == "token-file") g.token_file = value;
-    if (name == "timeout" && (!absl::SimpleAtod(value, &g.timeout_seconds) ||
-                              !(g.timeout_seconds > 0))) {
+    if (name == "timeout" &&
+        (!absl::SimpleAtod(value, &g.timeout_seconds) || !(g.timeout_seconds > 0))) {
       return absl::InvalidArgumentError(
           absl::StrCat("--timeout wants positive seconds, got \"", value, "\""));
     }
@@ -95,9 +95,12 @@ std::string FormatTime(int64_t unix_ms) {
 
 const char* StateName(v1::WorkerState s) {
   switch (s) {
-    case v1::WORKER_ACTIVE: return "active";
-    case v1::WORKER_LOST: return "lost";
-    default: return "unknown";
+    case v1::WORKER_ACTIVE:
+      return "active";
+    case v1::WORKER_LOST:
+      return "lost";
+    default:
+      return "unknown";
   }
 }
 
@@ -160,8 +163,7 @@ absl::Status JobsShow(client::PlannerClient& c, const std::vector<std::string>& 
   }
   std::cout << "job " << job.id() << (job.name().empty() ? "" : " (" + job.name() + ")")
             << "\n  plan version " << job.plan_version() << "\n  created "
-            << FormatTime(job.create_time_unix_ms()) << "\n  workers " << job.num_workers()
-            << "\n";
+            << FormatTime(job.create_time_unix_ms()) << "\n  workers " << job.num_workers() << "\n";
   for (const v1::WorkerStatus& w : job.workers()) {
     std::cout << absl::StrFormat("    %-20s %-10s rank %3d  %-7s host %s  last step %d\n",
                                  w.info().worker_id(), w.info().device_id(), w.rank(),
@@ -193,9 +195,8 @@ absl::Status RunRemotePlan(const GlobalFlags& global, const std::vector<std::str
     std::cout << ToJson(plan) << "\n";
   } else {
     std::cout << "graph " << req.graph().name() << ": " << req.graph().nodes_size() << " nodes, "
-              << req.graph().edges_size() << " edges; cluster of "
-              << req.cluster().devices_size() << " devices (planned by " << global.planner
-              << ")\n\n"
+              << req.graph().edges_size() << " edges; cluster of " << req.cluster().devices_size()
+              << " devices (planned by " << global.planner << ")\n\n"
               << FormatPlanTable(plan);
   }
   return absl::OkStatus();
@@ -203,7 +204,8 @@ absl::Status RunRemotePlan(const GlobalFlags& global, const std::vector<std::str
 
 absl::Status RunJobs(const GlobalFlags& global, const std::vector<std::string>& args) {
   if (args.empty()) {
-    return absl::InvalidArgumentError("usage: pipeplan --planner ADDR jobs create|list|show|delete");
+    return absl::InvalidArgumentError(
+        "usage: pipeplan --planner ADDR jobs create|list|show|delete");
   }
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(global));
   const std::string sub = args[0];

@@ -13,8 +13,8 @@ namespace pipeplan::cli {
 
 const std::set<std::string>& PlanRequestFlagNames() {
   static const std::set<std::string>* names = new std::set<std::string>{
-      "graph", "cluster", "stages", "microbatches", "global-batch", "schedule",
-      "chunks", "method", "comm", "optimizer-multiplier", "time-limit", "gap"};
+      "graph",  "cluster", "stages", "microbatches",         "global-batch", "schedule",
+      "chunks", "method",  "comm",   "optimizer-multiplier", "time-limit",   "gap"};
   return *names;
 }
 
@@ -65,8 +65,8 @@ absl::StatusOr<v1::PlanRequest> RequestFromFlags(const Flags& flags) {
   if (auto name = flags.Get("method")) {
     PIPEPLAN_ASSIGN_OR_RETURN(PartitionMethod m, ParsePartitionMethod(*name));
     static constexpr v1::PartitionMethod kWire[] = {
-        v1::METHOD_AUTO,    v1::METHOD_DP,     v1::METHOD_MILP,    v1::METHOD_UNIFORM,
-        v1::METHOD_PARAMS,  v1::METHOD_TIME,   v1::METHOD_IDEAL_DP};
+        v1::METHOD_AUTO,   v1::METHOD_DP,   v1::METHOD_MILP,    v1::METHOD_UNIFORM,
+        v1::METHOD_PARAMS, v1::METHOD_TIME, v1::METHOD_IDEAL_DP};
     o->set_method(kWire[static_cast<int>(m)]);
   }
   if (auto comm = flags.Get("comm")) {

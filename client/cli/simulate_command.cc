@@ -24,7 +24,8 @@
 
 namespace pipeplan::cli {
 
-const char kSimulateUsage[] = R"(  simulate  simulate a pipeline schedule and print its timeline and bubble ratio
+const char kSimulateUsage[] =
+    R"(  simulate  simulate a pipeline schedule and print its timeline and bubble ratio
             --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
                                 InterleavedZeroBubble, ZBVZeroBubble, DualPipeV
                                 (any letter case), with
@@ -108,8 +109,8 @@ absl::StatusOr<ScheduleKind> KindFromProto(v1::Schedule s) {
   for (ScheduleKind kind : schedule::kAllScheduleKinds) {
     if (ScheduleToProto(kind) == s) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the plan names no concrete schedule (", v1::Schedule_Name(s), "); cannot simulate it"));
+  return absl::InvalidArgumentError(absl::StrCat("the plan names no concrete schedule (",
+                                                 v1::Schedule_Name(s), "); cannot simulate it"));
 }
 
 // The plan's schedule with its stage times. Communication is folded into the
@@ -168,7 +169,8 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
   if (flags.Has("csv")) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("csv"));
     absl::StatusOr<PipelineSchedule> s = schedule::LoadScheduleCsvFile(path);
-    if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
+    if (!s.ok())
+      return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
     sc.source = "csv";
     sc.schedule = *std::move(s);
     sc.chunks = sc.schedule.num_stages / sc.schedule.num_ranks;
@@ -255,9 +257,9 @@ absl::Status RunSimulate(const std::vector<std::string>& args,
     absl::StrAppend(&out, "  \"step_seconds\": ", JsonNumber(sim.step_seconds), ",\n");
     absl::StrAppend(&out, "  \"bubble_ratio\": ", JsonNumber(sim.bubble_ratio), ",\n");
     absl::StrAppend(&out, "  \"busy_seconds\": ", JsonArray(sim.busy_seconds, JsonNumber), ",\n");
-    absl::StrAppend(&out, "  \"peak_inflight_microbatches\": ",
-                    JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }),
-                    ",\n");
+    absl::StrAppend(
+        &out, "  \"peak_inflight_microbatches\": ",
+        JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }), ",\n");
     absl::StrAppend(&out, "  \"actions\": [");
     for (int r = 0; r < s.num_ranks; ++r) {
       absl::StrAppend(&out, r ? ",\n    " : "\n    ",

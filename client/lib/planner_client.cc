@@ -56,7 +56,8 @@ class GrpcPlanWatch : public PlanWatch {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
+    const ClientOptions& options) {
   std::unique_ptr<PlannerClient> c(new PlannerClient());
   c->options_ = options;
   if (c->options_.token.empty() && !options.token_file.empty()) {
@@ -100,8 +101,8 @@ void PlannerClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout) co
 
 namespace {
 template <typename Resp, typename Req, typename Method>
-absl::StatusOr<Resp> Call(v1::PlannerService::Stub* stub, grpc::ClientContext* ctx,
-                          Method method, const Req& req) {
+absl::StatusOr<Resp> Call(v1::PlannerService::Stub* stub, grpc::ClientContext* ctx, Method method,
+                          const Req& req) {
   Resp resp;
   grpc::Status s = (stub->*method)(ctx, req, &resp);
   if (!s.ok()) return FromGrpcStatus(s);

@@ -13,18 +13,27 @@ using schedule::ScheduleKind;
 
 absl::StatusOr<std::optional<ScheduleKind>> ScheduleFromProto(v1::Schedule s) {
   switch (s) {
-    case v1::SCHEDULE_AUTO: return std::optional<ScheduleKind>();
-    case v1::SCHEDULE_GPIPE: return ScheduleKind::kGPipe;
-    case v1::SCHEDULE_1F1B: return ScheduleKind::k1F1B;
-    case v1::SCHEDULE_INTERLEAVED_1F1B: return ScheduleKind::kInterleaved1F1B;
-    case v1::SCHEDULE_LOOPED_BFS: return ScheduleKind::kLoopedBFS;
-    case v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE: return ScheduleKind::kInterleavedZeroBubble;
-    case v1::SCHEDULE_ZBV_ZERO_BUBBLE: return ScheduleKind::kZBVZeroBubble;
-    case v1::SCHEDULE_DUALPIPE_V: return ScheduleKind::kDualPipeV;
-    default: break;
+    case v1::SCHEDULE_AUTO:
+      return std::optional<ScheduleKind>();
+    case v1::SCHEDULE_GPIPE:
+      return ScheduleKind::kGPipe;
+    case v1::SCHEDULE_1F1B:
+      return ScheduleKind::k1F1B;
+    case v1::SCHEDULE_INTERLEAVED_1F1B:
+      return ScheduleKind::kInterleaved1F1B;
+    case v1::SCHEDULE_LOOPED_BFS:
+      return ScheduleKind::kLoopedBFS;
+    case v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE:
+      return ScheduleKind::kInterleavedZeroBubble;
+    case v1::SCHEDULE_ZBV_ZERO_BUBBLE:
+      return ScheduleKind::kZBVZeroBubble;
+    case v1::SCHEDULE_DUALPIPE_V:
+      return ScheduleKind::kDualPipeV;
+    default:
+      break;
   }
-  return absl::InvalidArgumentError(absl::StrCat("options.schedule ", static_cast<int>(s),
-                                                 " is not a known schedule"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("options.schedule ", static_cast<int>(s), " is not a known schedule"));
 }
 
 GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph) {
@@ -75,20 +84,38 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
                   .relative_gap = o.relative_gap()};
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
   switch (o.method()) {
-    case v1::METHOD_AUTO: out.method = PartitionMethod::kAuto; break;
-    case v1::METHOD_DP: out.method = PartitionMethod::kDp; break;
-    case v1::METHOD_MILP: out.method = PartitionMethod::kMilp; break;
-    case v1::METHOD_UNIFORM: out.method = PartitionMethod::kUniform; break;
-    case v1::METHOD_PARAMS: out.method = PartitionMethod::kParams; break;
-    case v1::METHOD_TIME: out.method = PartitionMethod::kTime; break;
-    case v1::METHOD_IDEAL_DP: out.method = PartitionMethod::kIdealDp; break;
+    case v1::METHOD_AUTO:
+      out.method = PartitionMethod::kAuto;
+      break;
+    case v1::METHOD_DP:
+      out.method = PartitionMethod::kDp;
+      break;
+    case v1::METHOD_MILP:
+      out.method = PartitionMethod::kMilp;
+      break;
+    case v1::METHOD_UNIFORM:
+      out.method = PartitionMethod::kUniform;
+      break;
+    case v1::METHOD_PARAMS:
+      out.method = PartitionMethod::kParams;
+      break;
+    case v1::METHOD_TIME:
+      out.method = PartitionMethod::kTime;
+      break;
+    case v1::METHOD_IDEAL_DP:
+      out.method = PartitionMethod::kIdealDp;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("options.method ", static_cast<int>(o.method()), " is not a known method"));
   }
   switch (o.comm_model()) {
-    case v1::COMM_DIRECT: out.comm_model = CommModel::kDirect; break;
-    case v1::COMM_RELAY: out.comm_model = CommModel::kRelay; break;
+    case v1::COMM_DIRECT:
+      out.comm_model = CommModel::kDirect;
+      break;
+    case v1::COMM_RELAY:
+      out.comm_model = CommModel::kRelay;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "options.comm_model ", static_cast<int>(o.comm_model()), " is not a known model"));
@@ -101,7 +128,8 @@ absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& reques
   PlanInputs in;
   PIPEPLAN_ASSIGN_OR_RETURN(Graph graph, Graph::Build(GraphSpecFromProto(request.graph()), limits));
   in.graph = std::make_unique<Graph>(std::move(graph));
-  PIPEPLAN_ASSIGN_OR_RETURN(Cluster cluster, Cluster::Build(ClusterSpecFromProto(request.cluster())));
+  PIPEPLAN_ASSIGN_OR_RETURN(Cluster cluster,
+                            Cluster::Build(ClusterSpecFromProto(request.cluster())));
   in.cluster = std::make_unique<Cluster>(std::move(cluster));
   PIPEPLAN_ASSIGN_OR_RETURN(in.options, PlanOptionsFromProto(request.options()));
   return in;
@@ -109,13 +137,20 @@ absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& reques
 
 v1::Schedule ScheduleToProto(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kGPipe: return v1::SCHEDULE_GPIPE;
-    case ScheduleKind::k1F1B: return v1::SCHEDULE_1F1B;
-    case ScheduleKind::kInterleaved1F1B: return v1::SCHEDULE_INTERLEAVED_1F1B;
-    case ScheduleKind::kLoopedBFS: return v1::SCHEDULE_LOOPED_BFS;
-    case ScheduleKind::kInterleavedZeroBubble: return v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE;
-    case ScheduleKind::kZBVZeroBubble: return v1::SCHEDULE_ZBV_ZERO_BUBBLE;
-    case ScheduleKind::kDualPipeV: return v1::SCHEDULE_DUALPIPE_V;
+    case ScheduleKind::kGPipe:
+      return v1::SCHEDULE_GPIPE;
+    case ScheduleKind::k1F1B:
+      return v1::SCHEDULE_1F1B;
+    case ScheduleKind::kInterleaved1F1B:
+      return v1::SCHEDULE_INTERLEAVED_1F1B;
+    case ScheduleKind::kLoopedBFS:
+      return v1::SCHEDULE_LOOPED_BFS;
+    case ScheduleKind::kInterleavedZeroBubble:
+      return v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE;
+    case ScheduleKind::kZBVZeroBubble:
+      return v1::SCHEDULE_ZBV_ZERO_BUBBLE;
+    case ScheduleKind::kDualPipeV:
+      return v1::SCHEDULE_DUALPIPE_V;
   }
   return v1::SCHEDULE_AUTO;
 }
@@ -147,8 +182,9 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
     st->set_param_bytes(c.param_bytes);
     st->set_activation_bytes(c.activation_bytes);
     st->set_inflight_microbatches(plan.stage_inflight[j]);
-    st->set_peak_memory_bytes(plan.stage_peak_memory.empty() ? c.memory_bytes(plan.stage_inflight[j])
-                                                             : plan.stage_peak_memory[j]);
+    st->set_peak_memory_bytes(plan.stage_peak_memory.empty()
+                                  ? c.memory_bytes(plan.stage_inflight[j])
+                                  : plan.stage_peak_memory[j]);
     st->set_memory_capacity_bytes(cluster.device(plan.stage_device[j]).memory_bytes /
                                   std::max(1, plan.chunks_per_rank));
   }
@@ -194,8 +230,8 @@ absl::Status ParseJson(absl::string_view json, google::protobuf::Message* messag
       google::protobuf::StringPiece(json.data(), json.size()), message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid ", message->GetDescriptor()->name(), " JSON: ",
-                     std::string(status.message().data(), status.message().size())));
+        absl::StrCat("invalid ", message->GetDescriptor()->name(),
+                     " JSON: ", std::string(status.message().data(), status.message().size())));
   }
   return absl::OkStatus();
 }

@@ -69,23 +69,27 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
       if (type == schedule::ActionType::kOverlapFB) continue;  // no clean split
       const int s = action->stage;
       if (s < 0 || s >= static_cast<int>(stages.size())) {
-        return absl::InvalidArgumentError(absl::StrCat("report of worker ", r.worker_id, " step ",
-                                                       r.step, ": action ", t.action,
-                                                       " names stage ", s, " but the plan has ",
-                                                       stages.size()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("report of worker ", r.worker_id, " step ", r.step, ": action ", t.action,
+                         " names stage ", s, " but the plan has ", stages.size()));
       }
       const PlannedStage& st = stages[s];
       double predicted = 0;
       switch (type) {
-        case schedule::ActionType::kForward: predicted = st.forward_seconds; break;
-        case schedule::ActionType::kFullBackward: predicted = st.backward_seconds; break;
+        case schedule::ActionType::kForward:
+          predicted = st.forward_seconds;
+          break;
+        case schedule::ActionType::kFullBackward:
+          predicted = st.backward_seconds;
+          break;
         case schedule::ActionType::kBackwardInput:
           predicted = st.backward_seconds * input_share;
           break;
         case schedule::ActionType::kBackwardWeight:
           predicted = st.backward_seconds * (1 - input_share);
           break;
-        default: break;
+        default:
+          break;
       }
       if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) continue;
       auto& [measured, modelled] = per_device[st.device_id];
@@ -147,14 +151,12 @@ absl::StatusOr<ClusterSpec> CalibratedClusterSpec(const ClusterSpec& nominal,
 
 absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,
                                                  const FixedPlan& plan) {
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      schedule::PipelineSchedule sched,
-      schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
-                              std::max(1, plan.chunks_per_rank)));
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
+                            schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
+                                                    std::max(1, plan.chunks_per_rank)));
   if (sched.num_stages != static_cast<int>(plan.stage_device.size())) {
     return absl::InvalidArgumentError(absl::StrCat("the schedule has ", sched.num_stages,
-                                                   " stages, the plan ",
-                                                   plan.stage_device.size()));
+                                                   " stages, the plan ", plan.stage_device.size()));
   }
   CostOptions co{.comm_model = plan.comm_model,
                  .optimizer_state_multiplier = plan.optimizer_state_multiplier};

@@ -37,10 +37,10 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
   for (const auto& [value, field] : defaults) {
     if (auto s = CheckNonNegative(value, field); !s.ok()) return s;
   }
-  const double intra_bw = spec.intra_host_bandwidth > 0 ? spec.intra_host_bandwidth
-                                                        : kDefaultIntraHostBandwidth;
-  const double inter_bw = spec.inter_host_bandwidth > 0 ? spec.inter_host_bandwidth
-                                                        : kDefaultInterHostBandwidth;
+  const double intra_bw =
+      spec.intra_host_bandwidth > 0 ? spec.intra_host_bandwidth : kDefaultIntraHostBandwidth;
+  const double inter_bw =
+      spec.inter_host_bandwidth > 0 ? spec.inter_host_bandwidth : kDefaultInterHostBandwidth;
   const double intra_lat =
       spec.intra_host_latency > 0 ? spec.intra_host_latency : kDefaultIntraHostLatency;
   const double inter_lat =
@@ -53,9 +53,8 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
     const std::string where = absl::StrCat("cluster.devices[", i, "]");
     if (d.id.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ".id is empty"));
     if (auto [it, inserted] = index.emplace(d.id, static_cast<int>(i)); !inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ".id \"", d.id,
-                                                     "\" is duplicated (first at cluster.devices[",
-                                                     it->second, "])"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".id \"", d.id, "\" is duplicated (first at cluster.devices[", it->second, "])"));
     }
     if (auto s = CheckPositive(d.flops, absl::StrCat(where, ".flops")); !s.ok()) return s;
     if (auto s = CheckPositive(d.memory_bytes, absl::StrCat(where, ".memory_bytes")); !s.ok()) {

@@ -20,9 +20,8 @@ CostModel::CostModel(const Graph& graph, const Cluster& cluster, CostOptions opt
     // the microbatch like flops do.
     forward_ref_[v] = node.forward_seconds ? *node.forward_seconds * options.sample_scale
                                            : node.forward_flops * options.sample_scale / ref;
-    backward_ref_[v] = node.backward_seconds
-                           ? *node.backward_seconds * options.sample_scale
-                           : graph.backward_flops(v) * options.sample_scale / ref;
+    backward_ref_[v] = node.backward_seconds ? *node.backward_seconds * options.sample_scale
+                                             : graph.backward_flops(v) * options.sample_scale / ref;
   }
   slowdown_.resize(cluster.num_devices());
   for (int d = 0; d < cluster.num_devices(); ++d) slowdown_[d] = ref / cluster.device(d).flops;
@@ -34,8 +33,8 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
   const int n = g.num_nodes();
   const int k = static_cast<int>(stage_device.size());
   if (static_cast<int>(stage_of_node.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("assignment has ", stage_of_node.size(),
-                                                   " entries for ", n, " nodes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("assignment has ", stage_of_node.size(), " entries for ", n, " nodes"));
   }
   if (k == 0) return absl::InvalidArgumentError("no stages");
   for (int j = 0; j < k; ++j) {
@@ -48,8 +47,8 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
   for (int v = 0; v < n; ++v) {
     const int s = stage_of_node[v];
     if (s < 0 || s >= k) {
-      return absl::InvalidArgumentError(absl::StrCat("node \"", g.node(v).id, "\" has stage ", s,
-                                                     ", outside [0, ", k, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node \"", g.node(v).id, "\" has stage ", s, ", outside [0, ", k, ")"));
     }
     StageCost& st = stages[s];
     const double slow = slowdown_[st.device];
@@ -112,9 +111,9 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
       double beyond = 0;
       size_t next = touched.size();
       for (int j = touched.back() - 1; j >= a; --j) {
-        while (next > 0 && touched[next - 1] > j) beyond = std::max(beyond, bytes_to_stage[touched[--next]]);
-        const double t =
-            cluster_->TransferSeconds(stage_device[j], stage_device[j + 1], beyond);
+        while (next > 0 && touched[next - 1] > j)
+          beyond = std::max(beyond, bytes_to_stage[touched[--next]]);
+        const double t = cluster_->TransferSeconds(stage_device[j], stage_device[j + 1], beyond);
         stages[j].forward_comm_seconds += t;
         stages[j].backward_comm_seconds += t;
         stages[j + 1].forward_comm_seconds += t;

@@ -25,20 +25,21 @@ absl::Status CheckNode(const NodeSpec& n, size_t i) {
   const std::string where = absl::StrCat("graph.nodes[", i, "]");
   if (n.id.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ".id is empty"));
   const std::pair<double, const char*> fields[] = {
-      {n.forward_flops, "forward_flops"},     {n.backward_flops, "backward_flops"},
-      {n.param_bytes, "param_bytes"},         {n.activation_bytes, "activation_bytes"},
-      {n.output_bytes, "output_bytes"},       {n.weight_grad_fraction, "weight_grad_fraction"}};
+      {n.forward_flops, "forward_flops"}, {n.backward_flops, "backward_flops"},
+      {n.param_bytes, "param_bytes"},     {n.activation_bytes, "activation_bytes"},
+      {n.output_bytes, "output_bytes"},   {n.weight_grad_fraction, "weight_grad_fraction"}};
   for (const auto& [value, name] : fields) {
     if (auto s = CheckNumber(value, absl::StrCat(where, ".", name, " (\"", n.id, "\")")); !s.ok()) {
       return s;
     }
   }
   if (n.weight_grad_fraction > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ".weight_grad_fraction must be in [0, 1], got ", n.weight_grad_fraction));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".weight_grad_fraction must be in [0, 1], got ", n.weight_grad_fraction));
   }
   if (n.forward_seconds) {
-    if (auto s = CheckNumber(*n.forward_seconds, absl::StrCat(where, ".forward_seconds")); !s.ok()) {
+    if (auto s = CheckNumber(*n.forward_seconds, absl::StrCat(where, ".forward_seconds"));
+        !s.ok()) {
       return s;
     }
   }
@@ -102,14 +103,12 @@ std::optional<int> Graph::FindNode(absl::string_view id) const {
 absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
   if (spec.nodes.empty()) return absl::InvalidArgumentError("graph.nodes is empty");
   if (spec.nodes.size() > limits.max_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat("graph.nodes has ", spec.nodes.size(),
-                                                     " nodes, over the limit of ",
-                                                     limits.max_nodes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "graph.nodes has ", spec.nodes.size(), " nodes, over the limit of ", limits.max_nodes));
   }
   if (spec.edges.size() > limits.max_edges) {
-    return absl::ResourceExhaustedError(absl::StrCat("graph.edges has ", spec.edges.size(),
-                                                     " edges, over the limit of ",
-                                                     limits.max_edges));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "graph.edges has ", spec.edges.size(), " edges, over the limit of ", limits.max_edges));
   }
   if (auto s = CheckNumber(spec.batch_size, "graph.batch_size"); !s.ok()) return s;
 
@@ -121,8 +120,7 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
     if (auto s = CheckNode(spec.nodes[i], i); !s.ok()) return s;
     auto [it, inserted] = g.index_.emplace(spec.nodes[i].id, static_cast<int>(i));
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat("graph.nodes[", i, "].id \"",
-                                                     spec.nodes[i].id,
+      return absl::InvalidArgumentError(absl::StrCat("graph.nodes[", i, "].id \"", spec.nodes[i].id,
                                                      "\" is duplicated (first at graph.nodes[",
                                                      it->second, "])"));
     }
@@ -208,8 +206,7 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
   }
   auto push_ready = [&] {
     // Deepest pushed first so the shallowest is popped (placed) first.
-    std::stable_sort(ready.begin(), ready.end(),
-                     [&](int a, int b) { return depth[a] > depth[b]; });
+    std::stable_sort(ready.begin(), ready.end(), [&](int a, int b) { return depth[a] > depth[b]; });
     stack.insert(stack.end(), ready.begin(), ready.end());
     ready.clear();
   };

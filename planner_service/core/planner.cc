@@ -38,8 +38,8 @@ absl::Status ValidateOptions(const Graph& graph, const Cluster& cluster, const P
   if (o.microbatches < 0) return bad("options.microbatches must be >= 0, got ", o.microbatches);
   if (o.global_batch < 0) return bad("options.global_batch must be >= 0, got ", o.global_batch);
   if (o.global_batch > 0 && o.microbatches > 0 && o.global_batch % o.microbatches != 0) {
-    return bad("options.global_batch ", o.global_batch, " is not divisible by options.microbatches ",
-               o.microbatches);
+    return bad("options.global_batch ", o.global_batch,
+               " is not divisible by options.microbatches ", o.microbatches);
   }
   if (!std::isfinite(o.optimizer_state_multiplier) || o.optimizer_state_multiplier < 0) {
     return bad("options.optimizer_state_multiplier must be a non-negative number");
@@ -95,9 +95,12 @@ struct Scored {
 std::vector<ScheduleKind> KindsToTry(const PlanOptions& o) {
   if (o.schedule) return {*o.schedule};
   // The common default first, so it is planned before any time runs out.
-  return {ScheduleKind::k1F1B,           ScheduleKind::kInterleaved1F1B,
-          ScheduleKind::kInterleavedZeroBubble, ScheduleKind::kZBVZeroBubble,
-          ScheduleKind::kDualPipeV,      ScheduleKind::kGPipe};
+  return {ScheduleKind::k1F1B,
+          ScheduleKind::kInterleaved1F1B,
+          ScheduleKind::kInterleavedZeroBubble,
+          ScheduleKind::kZBVZeroBubble,
+          ScheduleKind::kDualPipeV,
+          ScheduleKind::kGPipe};
 }
 
 std::vector<int> RanksToTry(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
@@ -156,13 +159,20 @@ schedule::StageCosts ToStageCosts(const Partition& p) {
 
 std::string_view PartitionMethodName(PartitionMethod method) {
   switch (method) {
-    case PartitionMethod::kAuto: return "auto";
-    case PartitionMethod::kDp: return "dp";
-    case PartitionMethod::kMilp: return "milp";
-    case PartitionMethod::kUniform: return "uniform";
-    case PartitionMethod::kParams: return "params";
-    case PartitionMethod::kTime: return "time";
-    case PartitionMethod::kIdealDp: return "ideal_dp";
+    case PartitionMethod::kAuto:
+      return "auto";
+    case PartitionMethod::kDp:
+      return "dp";
+    case PartitionMethod::kMilp:
+      return "milp";
+    case PartitionMethod::kUniform:
+      return "uniform";
+    case PartitionMethod::kParams:
+      return "params";
+    case PartitionMethod::kTime:
+      return "time";
+    case PartitionMethod::kIdealDp:
+      return "ideal_dp";
   }
   return "unknown";
 }
@@ -225,9 +235,7 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
       if (problem.ShouldStop() && best) break;
       run(m, problem);
     }
-    auto gap_open = [&] {
-      return !best || Gap(best->objective, lower) > problem.relative_gap;
-    };
+    auto gap_open = [&] { return !best || Gap(best->objective, lower) > problem.relative_gap; };
     if (gap_open() && !(problem.ShouldStop() && best)) run(PartitionMethod::kIdealDp, problem);
     // Also when nothing fit so far: the MILP searches every DAG split, not
     // one order, so it may find a split that fits in memory.
@@ -274,7 +282,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
       const int chunks = schedule::StagesPerRank(kind, interleave);
       if (ranks * chunks > graph.num_nodes()) continue;
       if (ranks == 1 && chunks > 1 && !options.schedule) continue;  // same as GPipe
-      for (int m : MicrobatchesToTry(options, ranks)) candidates.push_back({kind, ranks, chunks, m});
+      for (int m : MicrobatchesToTry(options, ranks))
+        candidates.push_back({kind, ranks, chunks, m});
     }
   }
 
@@ -287,8 +296,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     CostOptions co{.comm_model = options.comm_model,
                    .optimizer_state_multiplier = options.optimizer_state_multiplier};
     if (options.global_batch > 0 && graph.batch_size() > 0) {
-      co.sample_scale = (static_cast<double>(options.global_batch) / c.microbatches) /
-                        graph.batch_size();
+      co.sample_scale =
+          (static_cast<double>(options.global_batch) / c.microbatches) / graph.batch_size();
     }
     // Plans hold values only, so the model lives just as long as the solve.
     const CostModel cost(graph, cluster, co);
@@ -303,8 +312,7 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
       problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks);
     }
     PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
-    PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
-                              schedule::Simulate(sched, ToStageCosts(plan.partition)));
+    PIPEPLAN_ASSIGN_OR_RETURN(auto sim, schedule::Simulate(sched, ToStageCosts(plan.partition)));
     plan.num_ranks = c.ranks;
     plan.schedule = c.kind;
     plan.chunks_per_rank = c.chunks;
@@ -327,8 +335,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   for (const Candidate& c : candidates) {
     if (absl::Now() >= deadline) {
       if (scored.empty() && first_error.ok()) {
-        first_error = absl::DeadlineExceededError(
-            "the time limit ran out before any candidate was planned");
+        first_error =
+            absl::DeadlineExceededError("the time limit ran out before any candidate was planned");
       }
       break;
     }
@@ -340,9 +348,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     if (!plan.ok()) {
       // Report the first memory failure: the deepest pipeline, which had the
       // most memory, so its shortfall is the one worth telling.
-      if (first_error.ok() ||
-          (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
-           first_error.code() != absl::StatusCode::kFailedPrecondition)) {
+      if (first_error.ok() || (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
+                               first_error.code() != absl::StatusCode::kFailedPrecondition)) {
         first_error = plan.status();
       }
       continue;
@@ -377,14 +384,13 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   }
   for (size_t i = 1; i < scored.size() && best.alternatives.size() < kMaxAlternatives; ++i) {
     const PlanResult& alt = scored[i].plan;
-    best.alternatives.push_back(
-        {.schedule = alt.schedule,
-         .microbatches = alt.microbatches,
-         .num_stages = alt.num_ranks,
-         .step_seconds = alt.step_seconds,
-         .peak_memory_bytes = *std::max_element(alt.stage_peak_memory.begin(),
-                                                alt.stage_peak_memory.end()),
-         .bubble_ratio = alt.bubble_ratio});
+    best.alternatives.push_back({.schedule = alt.schedule,
+                                 .microbatches = alt.microbatches,
+                                 .num_stages = alt.num_ranks,
+                                 .step_seconds = alt.step_seconds,
+                                 .peak_memory_bytes = *std::max_element(
+                                     alt.stage_peak_memory.begin(), alt.stage_peak_memory.end()),
+                                 .bubble_ratio = alt.bubble_ratio});
   }
   best.solve_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return best;

@@ -25,7 +25,8 @@ std::string NewJobId() {
 absl::Status CheckId(const std::string& field, const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
   if (id.size() > kMaxIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is longer than ", kMaxIdBytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is longer than ", kMaxIdBytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -187,8 +188,7 @@ absl::Status JobRegistry::DeleteJob(const std::string& job_id) {
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
   PIPEPLAN_RETURN_IF_ERROR(store_->DeleteJob(job_id));
-  const absl::Status closed =
-      absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was deleted"));
+  const absl::Status closed = absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was deleted"));
   for (WatchEntry& w : job->watches) {
     if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
   }
@@ -335,8 +335,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   if (!job) return JobNotFound(job_id);
   auto it = job->workers.find(worker_id);
   if (it == job->workers.end()) {
-    return absl::NotFoundError(absl::StrCat("worker \"", worker_id, "\" is not registered with job ",
-                                            job_id, "; call RegisterWorker"));
+    return absl::NotFoundError(absl::StrCat(
+        "worker \"", worker_id, "\" is not registered with job ", job_id, "; call RegisterWorker"));
   }
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
@@ -356,7 +356,8 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   return r;
 }
 
-absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(const v1::ReportStepRequest& report) {
+absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
+    const v1::ReportStepRequest& report) {
   if (report.timings_size() > 1'000'000) {
     return absl::ResourceExhaustedError("report has more than 1000000 timings");
   }
@@ -404,8 +405,7 @@ absl::StatusOr<std::vector<v1::ReportStepRequest>> JobRegistry::RecentStepReport
 absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::string& key,
                                         const std::string& value) {
   if (key.empty() || key.size() > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key must be 1 to 256 bytes, got ", key.size()));
+    return absl::InvalidArgumentError(absl::StrCat("key must be 1 to 256 bytes, got ", key.size()));
   }
   if (value.size() > (1u << 20)) {
     return absl::InvalidArgumentError(
@@ -422,8 +422,8 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(
-    const std::string& job_id, const std::string& key) const {
+absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::string& job_id,
+                                                                     const std::string& key) const {
   absl::ReaderMutexLock l(&mu_);
   const Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
@@ -445,10 +445,11 @@ int JobRegistry::CheckLeases() {
         w.record.state = v1::WORKER_LOST;
         (void)store_->PutWorker(w.record);
         ++lost;
-        LogWarn("worker_lost", {{"job", id},
-                                {"plan_version", absl::StrCat(job.record.current_version)},
-                                {"worker", wid},
-                                {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(options_.lease))}});
+        LogWarn("worker_lost",
+                {{"job", id},
+                 {"plan_version", absl::StrCat(job.record.current_version)},
+                 {"worker", wid},
+                 {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(options_.lease))}});
       }
     }
   }

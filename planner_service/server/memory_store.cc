@@ -29,11 +29,11 @@ class MemoryStore : public Store {
   absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(plan.job_id());
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", plan.job_id(), " not found"));
+    if (it == jobs_.end())
+      return absl::NotFoundError(absl::StrCat("job ", plan.job_id(), " not found"));
     if (plan.version() != it->second.job.current_version + 1) {
-      return absl::FailedPreconditionError(absl::StrCat("version ", plan.version(),
-                                                        " does not follow ",
-                                                        it->second.job.current_version));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "version ", plan.version(), " does not follow ", it->second.job.current_version));
     }
     it->second.plans[plan.version()] = plan;
     it->second.job.current_version = plan.version();
@@ -60,7 +60,8 @@ class MemoryStore : public Store {
   absl::Status PutWorker(const WorkerRecord& worker) override {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(worker.job_id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", worker.job_id, " not found"));
+    if (it == jobs_.end())
+      return absl::NotFoundError(absl::StrCat("job ", worker.job_id, " not found"));
     it->second.workers[worker.info.worker_id()] = worker;
     return absl::OkStatus();
   }
@@ -68,9 +69,11 @@ class MemoryStore : public Store {
   absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(report.job_id());
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", report.job_id(), " not found"));
+    if (it == jobs_.end())
+      return absl::NotFoundError(absl::StrCat("job ", report.job_id(), " not found"));
     it->second.reports.push_front(report);
-    while (static_cast<int>(it->second.reports.size()) > report_window_) it->second.reports.pop_back();
+    while (static_cast<int>(it->second.reports.size()) > report_window_)
+      it->second.reports.pop_back();
     return absl::OkStatus();
   }
 

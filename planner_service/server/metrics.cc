@@ -54,8 +54,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new
                  .Help("Proven relative optimality gap of the last solve")
                  .Register(r)
                  .Add({});
-  f_->jobs = &BuildGauge().Name("pipeplan_jobs").Help("Jobs held by the planner").Register(r).Add({});
-  auto& workers = BuildGauge().Name("pipeplan_workers").Help("Registered workers by lease state").Register(r);
+  f_->jobs =
+      &BuildGauge().Name("pipeplan_jobs").Help("Jobs held by the planner").Register(r).Add({});
+  auto& workers =
+      BuildGauge().Name("pipeplan_workers").Help("Registered workers by lease state").Register(r);
   f_->workers_active = &workers.Add({{"state", "active"}});
   f_->workers_lost = &workers.Add({{"state", "lost"}});
   f_->plan_version =
@@ -71,8 +73,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new
   f_->cache_misses = &cache.Add({{"result", "miss"}});
   f_->replans = &BuildCounter()
                      .Name("pipeplan_replans_total")
-                     .Help("Plan versions published by replanning, by reason "
-                           "(calibration, worker_lost, requested)")
+                     .Help(
+                         "Plan versions published by replanning, by reason "
+                         "(calibration, worker_lost, requested)")
                      .Register(r);
   f_->calibration_factor =
       &BuildGauge()

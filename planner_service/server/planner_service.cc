@@ -34,8 +34,7 @@ PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, con
       metrics_(metrics),
       cache_(options_.cache, clock),
       registry_(store, clock, options_.registry, metrics),
-      pool_(SolverThreads(options_.solver_threads),
-            std::max(options_.max_concurrent_solves, 1)),
+      pool_(SolverThreads(options_.solver_threads), std::max(options_.max_concurrent_solves, 1)),
       policy_(&registry_, &pool_, clock, ReplanOptions(options_), metrics) {
   if (metrics_) {
     pool_.SetObserver([m = metrics_](int running, int queued) { m->SetSolves(running, queued); });
@@ -71,7 +70,6 @@ absl::Status PlannerServiceImpl::CheckLimits(const v1::PlanRequest& request) con
 void PlannerServiceImpl::PublishSolveGauges() {
   if (metrics_) metrics_->SetSolves(pool_.running(), pool_.queued());
 }
-
 
 absl::StatusOr<v1::Plan> PlannerServiceImpl::Solve(const v1::PlanRequest& request,
                                                    const CallContext& ctx) {
@@ -112,10 +110,10 @@ void PlannerServiceImpl::HandlePlan(const v1::PlanRequest& request, const CallCo
   auto req = std::make_shared<v1::PlanRequest>(request);
   // Only answers solved under the request's own time limit (not cut short by
   // the call's deadline) are cached.
-  const double limit = request.options().time_limit_seconds() > 0
-                           ? request.options().time_limit_seconds()
-                           : 10.0;
-  const bool cacheable = ctx.deadline - clock_->Now() > absl::Seconds(limit) + options_.deadline_margin;
+  const double limit =
+      request.options().time_limit_seconds() > 0 ? request.options().time_limit_seconds() : 10.0;
+  const bool cacheable =
+      ctx.deadline - clock_->Now() > absl::Seconds(limit) + options_.deadline_margin;
   absl::Status admitted = pool_.Submit([this, req, key, ctx, cacheable, done]() {
     absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
     if (plan.ok() && cacheable) cache_.Insert(*key, std::make_shared<const v1::Plan>(*plan));
@@ -142,15 +140,14 @@ void PlannerServiceImpl::HandleCreateJob(const v1::CreateJobRequest& request,
 }
 
 void PlannerServiceImpl::HandleReplanJob(const v1::ReplanJobRequest& request,
-                                         const CallContext& ctx,
-                                         Callback<v1::VersionedPlan> done) {
+                                         const CallContext& ctx, Callback<v1::VersionedPlan> done) {
   absl::StatusOr<v1::VersionedPlan> current = registry_.GetPlan(request.job_id(), 0);
   if (!current.ok()) return done(current.status());
   auto req = std::make_shared<v1::PlanRequest>(current->request());
   if (request.has_options()) *req->mutable_options() = request.options();
   auto job_id = std::make_shared<std::string>(request.job_id());
-  auto reason = std::make_shared<std::string>(request.reason().empty() ? "replan requested"
-                                                                       : request.reason().substr(0, 256));
+  auto reason = std::make_shared<std::string>(
+      request.reason().empty() ? "replan requested" : request.reason().substr(0, 256));
   absl::Status admitted = pool_.Submit([this, req, job_id, reason, ctx, done]() {
     absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
     if (!plan.ok()) return done(plan.status());

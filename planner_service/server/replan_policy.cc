@@ -31,8 +31,7 @@ double MedianOf(std::vector<double> v) {
 }
 
 std::string Ratio(double rel) {
-  return rel >= 1 ? absl::StrFormat("%.1fx slower", rel)
-                  : absl::StrFormat("%.1fx faster", 1 / rel);
+  return rel >= 1 ? absl::StrFormat("%.1fx slower", rel) : absl::StrFormat("%.1fx faster", 1 / rel);
 }
 
 // The job's request with the calibrated cluster: flops divided by the
@@ -245,8 +244,8 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   }
   for (const DeviceFactor& f : est->devices) {
     if (metrics_) metrics_->SetCalibrationFactor(job_id, f.device_id, f.time_factor);
-    absl::StrAppendFormat(&factors_text, "%s%s:%.3f", factors_text.empty() ? "" : ",",
-                          f.device_id, f.time_factor);
+    absl::StrAppendFormat(&factors_text, "%s%s:%.3f", factors_text.empty() ? "" : ",", f.device_id,
+                          f.time_factor);
   }
   if (trigger == ReplanTrigger::kCalibration) {
     for (const std::string& d : plan_devices) {
@@ -270,19 +269,18 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     default_factor = MedianOf(std::move(v));
   }
 
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      v1::PlanRequest calibrated,
-      CalibratedRequest(vp.request(), factors, default_factor, excluded));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest calibrated,
+                            CalibratedRequest(vp.request(), factors, default_factor, excluded));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options_.limits));
   const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
   in.options.time_limit_seconds = std::max(0.01, std::min(limit, options_.max_solve_seconds));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
   if (!result.ok()) {
-    LogWarn("replan_failed", {{"job", job_id},
-                              {"plan_version", version},
-                              {"trigger", trigger == ReplanTrigger::kWorkerLost ? "worker_lost"
-                                                                                : "calibration"},
-                              {"error", std::string(result.status().message())}});
+    LogWarn("replan_failed",
+            {{"job", job_id},
+             {"plan_version", version},
+             {"trigger", trigger == ReplanTrigger::kWorkerLost ? "worker_lost" : "calibration"},
+             {"error", std::string(result.status().message())}});
     outcome.reason = absl::StrCat("no plan: ", result.status().message());
     return outcome;
   }
@@ -329,9 +327,9 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const double cur = outcome.current_step_seconds;
   const double gain = std::isinf(cur) ? 1.0 : (cur - outcome.new_step_seconds) / cur;
   if (!(gain > options_.min_gain)) {
-    return no_change(absl::StrFormat(
-        "predicted gain %.1f%% (%.4g s -> %.4g s) is not above %.1f%%", gain * 100, cur,
-        outcome.new_step_seconds, options_.min_gain * 100));
+    return no_change(absl::StrFormat("predicted gain %.1f%% (%.4g s -> %.4g s) is not above %.1f%%",
+                                     gain * 100, cur, outcome.new_step_seconds,
+                                     options_.min_gain * 100));
   }
 
   std::string reason;
@@ -360,9 +358,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     } else if (worst_dev < std::log(1.05)) {
       reason = absl::StrFormat("calibration: devices run %.2fx the modelled time", median);
     } else {
-      reason = absl::StrFormat("calibration: device %s is %s than the median device (which runs "
-                               "%.2fx the modelled time)",
-                               worst->device_id, Ratio(worst->time_factor / median), median);
+      reason = absl::StrFormat(
+          "calibration: device %s is %s than the median device (which runs "
+          "%.2fx the modelled time)",
+          worst->device_id, Ratio(worst->time_factor / median), median);
     }
   }
   absl::StrAppendFormat(&reason, "; predicted step %.4g s -> %.4g s", cur,

@@ -57,8 +57,8 @@ void RequestCache::Insert(const std::string& canonical_bytes,
     entries_.erase(it);
   }
   lru_.push_front(key);
-  entries_[key] = Entry{canonical_bytes, std::move(plan), clock_->Now() + options_.ttl,
-                        lru_.begin()};
+  entries_[key] =
+      Entry{canonical_bytes, std::move(plan), clock_->Now() + options_.ttl, lru_.begin()};
   EvictLocked();
 }
 

@@ -46,7 +46,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string&
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  if (ss.str().empty()) return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
+  if (ss.str().empty())
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
   return ss.str();
 }
 
@@ -168,17 +169,18 @@ class GrpcPlannerService final : public v1::PlannerService::CallbackService {
   }
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
                                       const v1::CreateJobRequest* req, v1::Job* resp) override {
-    return Solve<v1::Job>(ctx, "CreateJob", resp, [&](const CallContext& cc, Callback<v1::Job> done) {
-      impl_->HandleCreateJob(*req, cc, std::move(done));
-    });
+    return Solve<v1::Job>(ctx, "CreateJob", resp,
+                          [&](const CallContext& cc, Callback<v1::Job> done) {
+                            impl_->HandleCreateJob(*req, cc, std::move(done));
+                          });
   }
   grpc::ServerUnaryReactor* ReplanJob(grpc::CallbackServerContext* ctx,
                                       const v1::ReplanJobRequest* req,
                                       v1::VersionedPlan* resp) override {
-    return Solve<v1::VersionedPlan>(
-        ctx, "ReplanJob", resp, [&](const CallContext& cc, Callback<v1::VersionedPlan> done) {
-          impl_->HandleReplanJob(*req, cc, std::move(done));
-        });
+    return Solve<v1::VersionedPlan>(ctx, "ReplanJob", resp,
+                                    [&](const CallContext& cc, Callback<v1::VersionedPlan> done) {
+                                      impl_->HandleReplanJob(*req, cc, std::move(done));
+                                    });
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                    v1::Job* resp) override {
@@ -194,8 +196,7 @@ class GrpcPlannerService final : public v1::PlannerService::CallbackService {
                                       v1::DeleteJobResponse* resp) override {
     return Unary(ctx, "DeleteJob", resp, [&] { return impl_->DeleteJob(*req); });
   }
-  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx,
-                                    const v1::GetPlanRequest* req,
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* req,
                                     v1::VersionedPlan* resp) override {
     return Unary(ctx, "GetPlan", resp, [&] { return impl_->GetPlan(*req); });
   }
@@ -389,8 +390,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
     PIPEPLAN_ASSIGN_OR_RETURN(store, OpenSqliteStore(config.data_dir));
   }
   impl.store = std::move(store);
-  impl.service = std::make_unique<PlannerServiceImpl>(config.service, impl.store.get(),
-                                                      RealClock(), impl.metrics.get());
+  impl.service = std::make_unique<PlannerServiceImpl>(config.service, impl.store.get(), RealClock(),
+                                                      impl.metrics.get());
   impl.grpc_service =
       std::make_unique<GrpcPlannerService>(impl.service.get(), impl.metrics.get(), token);
 

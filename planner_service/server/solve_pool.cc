@@ -16,9 +16,8 @@ absl::Status SolvePool::Submit(std::function<void()> task) {
   absl::MutexLock l(&mu_);
   if (stopping_) return absl::UnavailableError("the planner is shutting down");
   if (static_cast<int>(queue_.size()) + running_ >= max_pending_) {
-    return absl::ResourceExhaustedError(
-        "too many concurrent solves (max_concurrent_solves=" + std::to_string(max_pending_) +
-        "); retry later");
+    return absl::ResourceExhaustedError("too many concurrent solves (max_concurrent_solves=" +
+                                        std::to_string(max_pending_) + "); retry later");
   }
   queue_.push_back(std::move(task));
   return absl::OkStatus();
@@ -70,9 +69,8 @@ void SolvePool::Loop() {
     std::function<void()> task;
     {
       absl::MutexLock l(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
-      };
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stopping_; };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());

@@ -73,7 +73,9 @@ CREATE INDEX IF NOT EXISTS step_reports_by_job ON step_reports(job_id, seq);
 // A prepared statement; reset on destruction.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
   ~Stmt() { sqlite3_finalize(s_); }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
@@ -146,7 +148,10 @@ class SqliteStore : public Store {
     return Transaction([&]() -> absl::Status {
       Stmt ins(db_, "INSERT INTO jobs(id, name, create_time_ms, current_version) VALUES(?,?,?,?)");
       PIPEPLAN_RETURN_IF_ERROR(ins.prepared());
-      ins.Bind(1, job.id).Bind(2, job.name).Bind(3, job.create_time_unix_ms).Bind(4, first.version());
+      ins.Bind(1, job.id)
+          .Bind(2, job.name)
+          .Bind(3, job.create_time_unix_ms)
+          .Bind(4, first.version());
       absl::Status s = ins.Run();
       if (!s.ok()) {
         return absl::AlreadyExistsError(absl::StrCat("job ", job.id, ": ", s.message()));
@@ -191,8 +196,8 @@ class SqliteStore : public Store {
     }
     v1::VersionedPlan plan;
     if (!plan.ParseFromString(q.Blob(0))) {
-      return absl::DataLossError(absl::StrCat("job ", job_id, " plan version ", version,
-                                              " is corrupt in the store"));
+      return absl::DataLossError(
+          absl::StrCat("job ", job_id, " plan version ", version, " is corrupt in the store"));
     }
     return plan;
   }
@@ -227,7 +232,9 @@ class SqliteStore : public Store {
       Stmt trim(db_,
                 "DELETE FROM step_reports WHERE job_id=? AND seq <= "
                 "(SELECT seq FROM step_reports WHERE job_id=? ORDER BY seq DESC LIMIT 1 OFFSET ?)");
-      trim.Bind(1, report.job_id()).Bind(2, report.job_id()).Bind(3, int64_t{options_.report_window});
+      trim.Bind(1, report.job_id())
+          .Bind(2, report.job_id())
+          .Bind(3, int64_t{options_.report_window});
       PIPEPLAN_RETURN_IF_ERROR(trim.Run());
     }
     return absl::OkStatus();
@@ -326,9 +333,9 @@ class SqliteStore : public Store {
     }
     const std::string v = q.Text(0);
     if (v != std::to_string(kSchemaVersion)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the data directory's schema version is ", v, "; this planner reads version ",
-          kSchemaVersion));
+      return absl::FailedPreconditionError(absl::StrCat("the data directory's schema version is ",
+                                                        v, "; this planner reads version ",
+                                                        kSchemaVersion));
     }
     return absl::OkStatus();
   }
@@ -368,9 +375,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir,
   PIPEPLAN_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/pipeplan.db";
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);

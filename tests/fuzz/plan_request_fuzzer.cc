@@ -6,9 +6,9 @@
 //
 // Built as a libFuzzer target with clang (-DPIPEPLAN_FUZZ=ON); with any
 // compiler a replay driver runs the committed corpus as a CTest test.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -27,12 +27,18 @@ class Bytes {
   int Int(int lo, int hi) { return lo + Byte() % (hi - lo + 1); }
   double Number() {
     switch (Byte() % 8) {
-      case 0: return 0;
-      case 1: return -1;
-      case 2: return std::numeric_limits<double>::quiet_NaN();
-      case 3: return std::numeric_limits<double>::infinity();
-      case 4: return 1e300;
-      default: return (Byte() + 1) * std::pow(10.0, Int(0, 14));
+      case 0:
+        return 0;
+      case 1:
+        return -1;
+      case 2:
+        return std::numeric_limits<double>::quiet_NaN();
+      case 3:
+        return std::numeric_limits<double>::infinity();
+      case 4:
+        return 1e300;
+      default:
+        return (Byte() + 1) * std::pow(10.0, Int(0, 14));
     }
   }
   std::string Id(int range) { return absl::StrCat("n", Int(0, range)); }

@@ -57,14 +57,16 @@ bool ReadLine(int fd, std::string* line, absl::Time deadline) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PlannerProcess>> PlannerProcess::Start(std::vector<std::string> args) {
+absl::StatusOr<std::unique_ptr<PlannerProcess>> PlannerProcess::Start(
+    std::vector<std::string> args) {
   std::unique_ptr<PlannerProcess> p(new PlannerProcess());
   p->dir_ = std::make_unique<TempDir>();
   if (!HasFlag(args, "--listen")) args.insert(args.end(), {"--listen", "127.0.0.1:0"});
   if (!HasFlag(args, "--metrics-listen")) {
     args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
   }
-  if (!HasFlag(args, "--data-dir")) args.insert(args.end(), {"--data-dir", p->dir_->path() + "/data"});
+  if (!HasFlag(args, "--data-dir"))
+    args.insert(args.end(), {"--data-dir", p->dir_->path() + "/data"});
   p->stderr_path_ = p->dir_->path() + "/stderr.log";
 
   int out[2];

@@ -169,8 +169,8 @@ absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& target,
   const absl::Time deadline = absl::Now() + timeout;
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(timeout));
-  tv.tv_usec = static_cast<suseconds_t>(
-      absl::ToInt64Microseconds(timeout - absl::Seconds(tv.tv_sec)));
+  tv.tv_usec =
+      static_cast<suseconds_t>(absl::ToInt64Microseconds(timeout - absl::Seconds(tv.tv_sec)));
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
@@ -420,9 +420,8 @@ absl::StatusOr<RunningPrometheus> StartPrometheus(const std::string& config,
     p.process->Stop(absl::Seconds(5));
     last_log = ReadFile(p.log_path);
     if (!(exited && absl::StrContains(last_log, "address already in use"))) {
-      return absl::UnavailableError(
-          absl::StrCat("prometheus did not become ready (exit ", p.process->exit_code(),
-                       "):\n", Tail(last_log)));
+      return absl::UnavailableError(absl::StrCat("prometheus did not become ready (exit ",
+                                                 p.process->exit_code(), "):\n", Tail(last_log)));
     }
   }
   return absl::UnavailableError("prometheus: no free port after 5 tries:\n" + Tail(last_log));
@@ -434,7 +433,7 @@ TEST(PrometheusScrape, HttpClientDechunksBodies) {
   EXPECT_EQ(body, "{\"a\":1}  ");
   ASSERT_TRUE(Dechunk("A\r\n0123456789\r\n0\r\n\r\n", &body));
   EXPECT_EQ(body, "0123456789");
-  EXPECT_FALSE(Dechunk("5\r\nab", &body));       // cut short
+  EXPECT_FALSE(Dechunk("5\r\nab", &body));            // cut short
   EXPECT_FALSE(Dechunk("zz\r\nab\r\n0\r\n", &body));  // not hex
   EXPECT_EQ(UrlEncode("up{job=\"x\"}"), "up%7Bjob%3D%22x%22%7D");
 }
@@ -461,8 +460,7 @@ TEST(PrometheusScrape, ShippedConfigScrapesThePlannerAndRulesLoad) {
     EXPECT_EQ(RunCommand({promtool, "check", "rules", deploy + "/alerts.yml"}, &out), 0) << out;
     EXPECT_EQ(RunCommand({promtool, "check", "config", deploy + "/prometheus.yml"}, &out), 0)
         << out;
-    EXPECT_EQ(RunCommand({promtool, "test", "rules", deploy + "/alerts_test.yml"}, &out), 0)
-        << out;
+    EXPECT_EQ(RunCommand({promtool, "test", "rules", deploy + "/alerts_test.yml"}, &out), 0) << out;
   } else {
     std::cerr << "promtool not found at " << promtool << "; skipping promtool checks\n";
   }
@@ -519,8 +517,8 @@ TEST(PrometheusScrape, ShippedConfigScrapesThePlannerAndRulesLoad) {
       continue;
     }
     for (const Sample& s : *j) {
-      if (s.labels.count("job") && s.labels.at("job") == kJobName &&
-          s.labels.count("instance") && s.labels.at("instance") == target) {
+      if (s.labels.count("job") && s.labels.at("job") == kJobName && s.labels.count("instance") &&
+          s.labels.at("instance") == target) {
         jobs = s.value;
       }
     }

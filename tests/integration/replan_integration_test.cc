@@ -60,10 +60,9 @@ const v1::Stage* StageOn(const v1::Plan& plan, const std::string& device) {
 TEST(ReplanIntegration, SlowWorkerGetsLessWorkInVersionTwo) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(25);
-  auto planner = PlannerProcess::Start({"--lease-seconds", "5", "--replan-min-steps", "3",
-                                        "--replan-warmup-steps", "1",
-                                        "--replan-min-interval-seconds", "1",
-                                        "--replan-min-gain", "0.05"});
+  auto planner = PlannerProcess::Start(
+      {"--lease-seconds", "5", "--replan-min-steps", "3", "--replan-warmup-steps", "1",
+       "--replan-min-interval-seconds", "1", "--replan-min-gain", "0.05"});
   ASSERT_TRUE(planner.ok()) << planner.status();
   auto client = (*planner)->Client();
   ASSERT_TRUE(client.ok());
@@ -76,11 +75,26 @@ TEST(ReplanIntegration, SlowWorkerGetsLessWorkInVersionTwo) {
   TempDir dir;
   std::vector<std::unique_ptr<WorkerProcess>> workers;
   for (int r = 0; r < 4; ++r) {
-    std::vector<std::string> args = {
-        "--planner", (*planner)->address(), "--job", job->id(), "--worker-id",
-        absl::StrCat("w", r), "--device", absl::StrCat("gpu", r), "--transport", "gloo",
-        "--listen-host", "127.0.0.1", "--max-message-bytes", "65536", "--comm-timeout-seconds",
-        "20", "--connect-timeout-seconds", "20", "--time-scale", "1"};
+    std::vector<std::string> args = {"--planner",
+                                     (*planner)->address(),
+                                     "--job",
+                                     job->id(),
+                                     "--worker-id",
+                                     absl::StrCat("w", r),
+                                     "--device",
+                                     absl::StrCat("gpu", r),
+                                     "--transport",
+                                     "gloo",
+                                     "--listen-host",
+                                     "127.0.0.1",
+                                     "--max-message-bytes",
+                                     "65536",
+                                     "--comm-timeout-seconds",
+                                     "20",
+                                     "--connect-timeout-seconds",
+                                     "20",
+                                     "--time-scale",
+                                     "1"};
     if (r == 1) args.insert(args.end(), {"--slowdown", "2.0"});
     workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
   }

@@ -80,9 +80,9 @@ TEST(Security, TlsAcceptsTrustingClientsOnly) {
 TEST(Security, MutualTlsRequiresAClientCertificateFromTheCa) {
   Certs certs;
   ASSERT_TRUE(certs.ok());
-  auto planner = PlannerProcess::Start({"--tls-cert", certs.path("server.crt"), "--tls-key",
-                                        certs.path("server.key"), "--tls-client-ca",
-                                        certs.path("ca.crt")});
+  auto planner =
+      PlannerProcess::Start({"--tls-cert", certs.path("server.crt"), "--tls-key",
+                             certs.path("server.key"), "--tls-client-ca", certs.path("ca.crt")});
   ASSERT_TRUE(planner.ok()) << planner.status();
 
   client::ClientOptions good = Opts();

@@ -5,9 +5,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <random>
-
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -260,8 +259,8 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
   EXPECT_EQ(old.request().options().num_stages(), 4);
 
   ASSERT_OK_AND_ASSIGN(metrics, ScrapeMetrics(planner->metrics_port()));
-  EXPECT_TRUE(absl::StrContains(metrics, absl::StrCat("pipeplan_plan_version{job=\"", job.id(),
-                                                      "\"} 2")))
+  EXPECT_TRUE(
+      absl::StrContains(metrics, absl::StrCat("pipeplan_plan_version{job=\"", job.id(), "\"} 2")))
       << metrics;
   EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"active\"} 1"));
   EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_jobs 1"));
@@ -398,8 +397,8 @@ TEST(PlannerService, GarbageOnTheWireCannotCrashOrCorrupt) {
   grpc::GenericStub stub(c->channel());
   std::mt19937 rng(42);
   const std::string valid = SmallRequest().SerializeAsString();
-  const char* methods[] = {"Plan", "CreateJob", "GetJob", "DeleteJob", "GetPlan", "ReplanJob",
-                           "RegisterWorker", "ReportStep", "Heartbeat", "ListJobs"};
+  const char* methods[] = {"Plan",      "CreateJob",      "GetJob",     "DeleteJob", "GetPlan",
+                           "ReplanJob", "RegisterWorker", "ReportStep", "Heartbeat", "ListJobs"};
   int answered = 0;
   for (int i = 0; i < 200; ++i) {
     std::string bytes;
@@ -449,8 +448,8 @@ TEST(PlannerService, MetricsEndpointHasTheDocumentedFamilies) {
   for (const char* want :
        {"pipeplan_plan_requests_total{code=\"OK\",method=\"Plan\"} 1",
         "pipeplan_plan_requests_total{code=\"NOT_FOUND\",method=\"GetJob\"} 1",
-        "pipeplan_solve_duration_seconds_count 1", "pipeplan_solver_gap_ratio",
-        "pipeplan_jobs 0", "pipeplan_workers{state=\"lost\"} 0", "pipeplan_build_info{version="}) {
+        "pipeplan_solve_duration_seconds_count 1", "pipeplan_solver_gap_ratio", "pipeplan_jobs 0",
+        "pipeplan_workers{state=\"lost\"} 0", "pipeplan_build_info{version="}) {
     EXPECT_TRUE(absl::StrContains(m, want)) << want << "\n" << m;
   }
 }
@@ -459,9 +458,11 @@ TEST(PlannerService, CliRemotePlanAndJobs) {
   auto planner = MustStart();
   ASSERT_NE(planner, nullptr);
   const std::string cli = PIPEPLAN_CLI_BIN;
-  const std::vector<std::string> plan_flags = {
-      "--graph", DataPath("chain_small.json"), "--cluster", DataPath("cluster_8xa100.json"),
-      "--stages", "4", "--schedule", "1F1B", "--microbatches", "8"};
+  const std::vector<std::string> plan_flags = {"--graph",        DataPath("chain_small.json"),
+                                               "--cluster",      DataPath("cluster_8xa100.json"),
+                                               "--stages",       "4",
+                                               "--schedule",     "1F1B",
+                                               "--microbatches", "8"};
   std::string out;
   std::vector<std::string> argv = {cli, "--planner", planner->address(), "plan"};
   argv.insert(argv.end(), plan_flags.begin(), plan_flags.end());
@@ -481,22 +482,20 @@ TEST(PlannerService, CliRemotePlanAndJobs) {
   ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "list"}, &out), 0) << out;
   EXPECT_TRUE(absl::StrContains(out, created.id())) << out;
 
-  ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id(),
-                        "--json"},
-                       &out),
-            0)
+  ASSERT_EQ(
+      RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id(), "--json"},
+                 &out),
+      0)
       << out;
   v1::Job shown;
   ASSERT_TRUE(ParseJson(out, &shown).ok()) << out;
   EXPECT_EQ(shown.plan_version(), 1);
   EXPECT_EQ(shown.plan().stages_size(), 4);
 
-  ASSERT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "delete", created.id()},
-                       &out),
-            0)
+  ASSERT_EQ(
+      RunCommand({cli, "--planner", planner->address(), "jobs", "delete", created.id()}, &out), 0)
       << out;
-  EXPECT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id()},
-                       &out),
+  EXPECT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id()}, &out),
             1);
   EXPECT_TRUE(absl::StrContains(out, "NOT_FOUND")) << out;
   EXPECT_EQ(RunCommand({cli, "jobs", "list"}, &out), 1);

@@ -63,17 +63,31 @@ void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string>
   const std::vector<std::string> devices = RankDevices(job->plan());
   ASSERT_EQ(static_cast<int>(devices.size()), stages);
   for (int r = 0; r < stages; ++r) {
-    std::vector<std::string> args = {"--planner", c->planner->address(), "--job", job->id(),
-                                     "--worker-id", absl::StrCat("w", r), "--device", devices[r],
-                                     "--transport", "gloo", "--listen-host", "127.0.0.1",
-                                     "--max-message-bytes", "65536", "--comm-timeout-seconds",
-                                     "20", "--connect-timeout-seconds", "20"};
+    std::vector<std::string> args = {"--planner",
+                                     c->planner->address(),
+                                     "--job",
+                                     job->id(),
+                                     "--worker-id",
+                                     absl::StrCat("w", r),
+                                     "--device",
+                                     devices[r],
+                                     "--transport",
+                                     "gloo",
+                                     "--listen-host",
+                                     "127.0.0.1",
+                                     "--max-message-bytes",
+                                     "65536",
+                                     "--comm-timeout-seconds",
+                                     "20",
+                                     "--connect-timeout-seconds",
+                                     "20"};
     if (r == metrics_worker) {
       args.push_back("--metrics-listen");
       args.push_back("127.0.0.1:0");
     }
     args.insert(args.end(), extra.begin(), extra.end());
-    c->workers.push_back(std::make_unique<WorkerProcess>(c->dir.path(), absl::StrCat("w", r), args));
+    c->workers.push_back(
+        std::make_unique<WorkerProcess>(c->dir.path(), absl::StrCat("w", r), args));
   }
 }
 
@@ -140,9 +154,8 @@ TEST(WorkerIntegration, FourWorkersSwitchToVersionTwoAtAStepBoundary) {
     auto by_worker = ReportsByWorker(c);
     if (by_worker.size() != 4) return false;
     for (auto& [id, reports] : by_worker) {
-      if (std::count_if(reports.begin(), reports.end(), [&](const auto& r) {
-            return r.plan_version() == version;
-          }) < count) {
+      if (std::count_if(reports.begin(), reports.end(),
+                        [&](const auto& r) { return r.plan_version() == version; }) < count) {
         return false;
       }
     }
@@ -250,8 +263,7 @@ TEST(WorkerIntegration, RendezvousKeyValueRpcs) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*client)->RendezvousSet(job->id(), "", "x").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*client)->RendezvousGet("job-nope", "k").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*client)->RendezvousGet("job-nope", "k").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*client)->ListStepReports(job->id(), -1).status().code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE((*client)->DeleteJob(job->id()).ok());

@@ -95,8 +95,8 @@ class GlooTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, uint64_t tag,
                                                   std::byte* data, size_t bytes) {
     if (peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("peer ", peer, " is not another rank of ",
-                                                     size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer ", peer, " is not another rank of ", size()));
     }
     if (bytes == 0) return std::unique_ptr<PendingOp>(new GlooOp(nullptr, send, peer));
     try {
@@ -135,8 +135,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(const GlooOptions& option
     context->connectFullMesh(store, device);
     return std::unique_ptr<Transport>(new GlooTransport(std::move(context), options.timeout));
   } catch (const std::exception& e) {
-    return FromException(e, absl::StrCat("gloo rendezvous of rank ", options.rank, " of ",
-                                         options.size));
+    return FromException(
+        e, absl::StrCat("gloo rendezvous of rank ", options.rank, " of ", options.size));
   }
 }
 

@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                             .Help("Wall time of one training step on this worker.")
                             .Register(*impl->registry)
                             .Add(labels, prometheus::Histogram::BucketBoundaries{
-                                             0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                             1, 2.5, 5, 10, 30, 60});
+                                             0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                             2.5, 5, 10, 30, 60});
   impl->steps = &prometheus::BuildCounter()
                      .Name("pipeplan_worker_steps_total")
                      .Help("Training steps completed by this worker.")

@@ -118,7 +118,9 @@ absl::Status MlpExecutor::Forward(int stage, int mb) {
     saved.inputs.push_back(x);
     Tensor y(elems_);
     switch (options_.layers[layer]) {
-      case LayerKind::kIdentity: y = x; break;
+      case LayerKind::kIdentity:
+        y = x;
+        break;
       case LayerKind::kTanh:
         for (size_t i = 0; i < elems_; ++i) y[i] = std::tanh(x[i]);
         break;
@@ -165,9 +167,8 @@ absl::Status MlpExecutor::BackwardInput(int stage, int mb) {
   } else if (IsLocal(stage + 1)) {
     auto it = grad_in_.find({stage + 1, mb});
     if (it == grad_in_.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("backward of stage ", stage, " microbatch ", mb, " before stage ",
-                       stage + 1, "'s"));
+      return absl::FailedPreconditionError(absl::StrCat("backward of stage ", stage, " microbatch ",
+                                                        mb, " before stage ", stage + 1, "'s"));
     }
     g = it->second;
   } else {
@@ -193,7 +194,9 @@ absl::Status MlpExecutor::BackwardInput(int stage, int mb) {
     saved.grad_out[k] = g;
     Tensor dx(elems_, 0.0f);
     switch (options_.layers[layer]) {
-      case LayerKind::kIdentity: dx = g; break;
+      case LayerKind::kIdentity:
+        dx = g;
+        break;
       case LayerKind::kTanh: {
         const Tensor& y = saved.outputs[k];
         for (size_t i = 0; i < elems_; ++i) dx[i] = g[i] * (1.0f - y[i] * y[i]);
@@ -252,9 +255,12 @@ absl::Status MlpExecutor::Compute(const Action& a) {
         absl::StrCat(schedule::ActionToString(a), " is not for a stage of this executor"));
   }
   switch (a.type) {
-    case ActionType::kForward: return Forward(a.stage, a.microbatch);
-    case ActionType::kBackwardInput: return BackwardInput(a.stage, a.microbatch);
-    case ActionType::kBackwardWeight: return BackwardWeight(a.stage, a.microbatch);
+    case ActionType::kForward:
+      return Forward(a.stage, a.microbatch);
+    case ActionType::kBackwardInput:
+      return BackwardInput(a.stage, a.microbatch);
+    case ActionType::kBackwardWeight:
+      return BackwardWeight(a.stage, a.microbatch);
     case ActionType::kFullBackward: {
       absl::Status s = BackwardInput(a.stage, a.microbatch);
       if (!s.ok()) return s;

@@ -47,8 +47,8 @@ class NcclOp final : public PendingOp {
       if (e == cudaSuccess) return absl::OkStatus();
       if (e != cudaErrorNotReady) return CudaError(e, "waiting for an NCCL transfer");
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "NCCL transfer did not complete within ", absl::FormatDuration(timeout)));
+        return absl::DeadlineExceededError(
+            absl::StrCat("NCCL transfer did not complete within ", absl::FormatDuration(timeout)));
       }
       absl::SleepFor(absl::Microseconds(50));
     }
@@ -118,8 +118,8 @@ class NcclTransport final : public Transport {
     int64_t best = value;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      absl::StatusOr<std::string> v = kv_.WaitGet(absl::StrCat(prefix_, "agree/", seq, "/", r),
-                                                  timeout);
+      absl::StatusOr<std::string> v =
+          kv_.WaitGet(absl::StrCat(prefix_, "agree/", seq, "/", r), timeout);
       if (!v.ok()) return v.status();
       best = std::max<int64_t>(best, std::stoll(*v));
     }

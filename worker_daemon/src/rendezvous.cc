@@ -23,10 +23,9 @@ absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Dura
       last = got.status();
     }
     if (absl::Now() + backoff > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rendezvous key \"", key, "\" was not set within ",
-                       absl::FormatDuration(timeout),
-                       last.ok() ? "" : absl::StrCat(" (last error: ", last.message(), ")")));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rendezvous key \"", key, "\" was not set within ", absl::FormatDuration(timeout),
+          last.ok() ? "" : absl::StrCat(" (last error: ", last.message(), ")")));
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(100));

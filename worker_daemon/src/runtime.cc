@@ -34,11 +34,16 @@ uint64_t StageRuntime::Tag(bool backward, int boundary, int microbatch, int num_
 int StageRuntime::PeerOf(const Action& a) const {
   const auto& s2r = options_.stage_to_rank;
   switch (a.type) {
-    case ActionType::kSendF: return s2r[a.stage + 1];
-    case ActionType::kRecvF: return s2r[a.stage - 1];
-    case ActionType::kSendB: return s2r[a.stage - 1];
-    case ActionType::kRecvB: return s2r[a.stage + 1];
-    default: return options_.rank;
+    case ActionType::kSendF:
+      return s2r[a.stage + 1];
+    case ActionType::kRecvF:
+      return s2r[a.stage - 1];
+    case ActionType::kSendB:
+      return s2r[a.stage - 1];
+    case ActionType::kRecvB:
+      return s2r[a.stage + 1];
+    default:
+      return options_.rank;
   }
 }
 
@@ -54,15 +59,14 @@ absl::StatusOr<StageRuntime> StageRuntime::Create(RuntimeOptions options,
   std::vector<Action> actions;
   auto check = [&](const Action& a) -> absl::Status {
     if (a.stage < 0 || a.stage >= p || a.microbatch < 0 || a.microbatch >= m) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("action ", schedule::ActionToString(a), " is outside ", p, " stages x ", m,
-                       " microbatches"));
+      return absl::InvalidArgumentError(absl::StrCat("action ", schedule::ActionToString(a),
+                                                     " is outside ", p, " stages x ", m,
+                                                     " microbatches"));
     }
     if (options.stage_to_rank[a.stage] != options.rank) {
-      return absl::InvalidArgumentError(absl::StrCat("action ", schedule::ActionToString(a),
-                                                     " is for stage ", a.stage, " on rank ",
-                                                     options.stage_to_rank[a.stage], ", not rank ",
-                                                     options.rank));
+      return absl::InvalidArgumentError(
+          absl::StrCat("action ", schedule::ActionToString(a), " is for stage ", a.stage,
+                       " on rank ", options.stage_to_rank[a.stage], ", not rank ", options.rank));
     }
     const bool needs_next = a.type == ActionType::kSendF || a.type == ActionType::kRecvB;
     const bool needs_prev = a.type == ActionType::kSendB || a.type == ActionType::kRecvF;
@@ -110,10 +114,10 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, Transport& transp
     result.timings[it->second.timing_index].seconds += Since(t0);
     recvs.erase(it);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("step ", step, ": receiving ",
-                                                 backward ? "gradient" : "activation",
-                                                 " for stage ", stage, " microbatch ", microbatch,
-                                                 ": ", s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat("step ", step, ": receiving ", backward ? "gradient" : "activation",
+                       " for stage ", stage, " microbatch ", microbatch, ": ", s.message()));
     }
     return absl::OkStatus();
   };
@@ -188,10 +192,11 @@ absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, Transport& transp
     absl::Status s = pending.op->Wait(options_.comm_timeout);
     result.timings[pending.timing_index].seconds += Since(t0);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("step ", step, ": ",
-                                                 schedule::ActionToString(
-                                                     result.timings[pending.timing_index].action),
-                                                 ": ", s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat("step ", step, ": ",
+                       schedule::ActionToString(result.timings[pending.timing_index].action), ": ",
+                       s.message()));
     }
   }
   PIPEPLAN_RETURN_IF_ERROR(executor.EndStep());

@@ -30,11 +30,20 @@ double SyntheticExecutor::ComputeSeconds(const Action& a) const {
   const double b = at(options_.backward_seconds, a.stage);
   double seconds = 0;
   switch (a.type) {
-    case ActionType::kForward: seconds = f; break;
-    case ActionType::kBackwardInput: seconds = b * (1 - options_.weight_fraction); break;
-    case ActionType::kBackwardWeight: seconds = b * options_.weight_fraction; break;
-    case ActionType::kFullBackward: seconds = b; break;
-    default: break;
+    case ActionType::kForward:
+      seconds = f;
+      break;
+    case ActionType::kBackwardInput:
+      seconds = b * (1 - options_.weight_fraction);
+      break;
+    case ActionType::kBackwardWeight:
+      seconds = b * options_.weight_fraction;
+      break;
+    case ActionType::kFullBackward:
+      seconds = b;
+      break;
+    default:
+      break;
   }
   const double factor = at(options_.time_factor, a.stage);
   if (factor > 0) seconds /= factor;
@@ -60,8 +69,7 @@ size_t SyntheticExecutor::MessageBytes(int boundary) const {
 }
 
 std::span<std::byte> SyntheticExecutor::Buffer(const Action& a, int boundary) {
-  auto [it, inserted] =
-      buffers_.try_emplace({static_cast<int>(a.type), a.stage, a.microbatch});
+  auto [it, inserted] = buffers_.try_emplace({static_cast<int>(a.type), a.stage, a.microbatch});
   if (inserted) {
     it->second.assign(MessageBytes(boundary), std::byte{0});
     held_bytes_ += static_cast<double>(it->second.size());

@@ -99,9 +99,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
   std::unique_ptr<Worker> w(new Worker(std::move(options)));
   PIPEPLAN_ASSIGN_OR_RETURN(w->client_, client::PlannerClient::Connect(w->options_.planner));
   if (w->options_.metrics_listen != "off" && !w->options_.metrics_listen.empty()) {
-    PIPEPLAN_ASSIGN_OR_RETURN(w->metrics_, WorkerMetrics::Start(w->options_.metrics_listen,
-                                                                w->options_.job_id,
-                                                                w->options_.worker_id));
+    PIPEPLAN_ASSIGN_OR_RETURN(w->metrics_,
+                              WorkerMetrics::Start(w->options_.metrics_listen, w->options_.job_id,
+                                                   w->options_.worker_id));
   }
   return w;
 }
@@ -231,16 +231,18 @@ absl::Status Worker::Run() {
     if (a->rank < 0) return a;
     const std::string prefix = absl::StrCat("v", version, "/", o.transport, "/");
     if (o.transport == "nccl") {
-      PIPEPLAN_ASSIGN_OR_RETURN(
-          a->transport, ConnectNccl({.rank = a->rank, .size = a->plan.ranks,
-                                     .device_ordinal = -1, .timeout = o.connect_timeout},
-                                    kv, prefix));
+      PIPEPLAN_ASSIGN_OR_RETURN(a->transport, ConnectNccl({.rank = a->rank,
+                                                           .size = a->plan.ranks,
+                                                           .device_ordinal = -1,
+                                                           .timeout = o.connect_timeout},
+                                                          kv, prefix));
     } else {
       GlooKeyValueStore store(&kv, prefix, o.connect_timeout);
-      PIPEPLAN_ASSIGN_OR_RETURN(
-          a->transport, ConnectGloo({.rank = a->rank, .size = a->plan.ranks,
-                                     .host = o.listen_host, .timeout = o.comm_timeout},
-                                    store));
+      PIPEPLAN_ASSIGN_OR_RETURN(a->transport, ConnectGloo({.rank = a->rank,
+                                                           .size = a->plan.ranks,
+                                                           .host = o.listen_host,
+                                                           .timeout = o.comm_timeout},
+                                                          store));
     }
     RuntimeOptions ro;
     ro.rank = a->rank;
@@ -318,9 +320,8 @@ absl::Status Worker::Run() {
       active.reset();
       absl::StatusOr<std::unique_ptr<Active>> next = build(want);
       if (!next.ok()) {
-        result = absl::Status(next.status().code(),
-                              absl::StrCat("switching to plan version ", want, ": ",
-                                           next.status().message()));
+        result = absl::Status(next.status().code(), absl::StrCat("switching to plan version ", want,
+                                                                 ": ", next.status().message()));
         break;
       }
       active = std::move(*next);
@@ -341,8 +342,8 @@ absl::Status Worker::Run() {
       continue;  // agree again on the new transport before running
     }
 
-    absl::StatusOr<StepResult> r = active->runtime->RunStep(step, *active->transport,
-                                                            *active->executor);
+    absl::StatusOr<StepResult> r =
+        active->runtime->RunStep(step, *active->transport, *active->executor);
     if (!r.ok()) {
       result = r.status();
       break;

@@ -32,7 +32,8 @@ std::vector<int> ProportionalCuts(const std::vector<double>& weight, int k) {
   std::vector<int> cuts = {0};
   for (int j = 1; j < k; ++j) {
     const double target = prefix[n] * j / k;
-    int c = static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin());
+    int c =
+        static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin());
     // Keep every block non-empty.
     c = std::clamp(c, cuts.back() + 1, n - (k - j));
     cuts.push_back(c);
@@ -61,7 +62,8 @@ class ParamsPartitioner : public Partitioner {
     const Graph& g = problem.graph();
     std::vector<double> weight(g.num_nodes());
     for (int i = 0; i < g.num_nodes(); ++i) weight[i] = g.node(g.topo_order()[i]).param_bytes;
-    return MakePartition(problem, StagesFromCuts(g, ProportionalCuts(weight, problem.num_stages())));
+    return MakePartition(problem,
+                         StagesFromCuts(g, ProportionalCuts(weight, problem.num_stages())));
   }
 };
 

@@ -54,7 +54,8 @@ CutTraffic RelayTraffic(const CostModel& cost) {
   for (int v = 0; v < n; ++v) {
     const int p = g.topo_position(v);
     outs.clear();
-    for (int e : g.out_edges(v)) outs.emplace_back(g.topo_position(g.edge(e).dst), cost.edge_bytes(e));
+    for (int e : g.out_edges(v))
+      outs.emplace_back(g.topo_position(g.edge(e).dst), cost.edge_bytes(e));
     if (outs.empty()) continue;
     std::sort(outs.begin(), outs.end(), [](auto& x, auto& y) { return x.first > y.first; });
     // Cut c in (p, q] carries the largest bytes among edges to positions >= c.

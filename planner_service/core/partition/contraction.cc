@@ -95,8 +95,8 @@ Contraction Contract(const PartitionProblem& problem, const ContractionOptions& 
     for (int v = 0; v < n; ++v) {
       if (uf.Find(v) != v) work[uf.Find(v)] += work[v];
     }
-    const double cap =
-        options.max_super_work > 0 ? options.max_super_work : std::numeric_limits<double>::infinity();
+    const double cap = options.max_super_work > 0 ? options.max_super_work
+                                                  : std::numeric_limits<double>::infinity();
     for (;;) {
       // Current super-node edges with the bytes a cut there would move: the
       // largest edge of each producer node, summed over producer nodes.

@@ -57,10 +57,10 @@ struct ContractionOptions {
 
 struct Contraction {
   int num_super = 0;
-  std::vector<int> super_of_node;          // original node -> super-node
-  std::vector<std::vector<int>> members;   // super-node -> nodes, topological order
-  std::vector<double> work_ref;            // sum of CostModel::work_ref
-  std::vector<double> activation_bytes;    // sum of CostModel::activation_bytes
+  std::vector<int> super_of_node;              // original node -> super-node
+  std::vector<std::vector<int>> members;       // super-node -> nodes, topological order
+  std::vector<double> work_ref;                // sum of CostModel::work_ref
+  std::vector<double> activation_bytes;        // sum of CostModel::activation_bytes
   std::vector<std::vector<int>> param_groups;  // distinct groups touched, sorted
   // Deduplicated super-node edges (A != B), sorted.
   std::vector<std::pair<int, int>> edges;

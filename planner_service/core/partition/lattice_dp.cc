@@ -123,9 +123,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lattice_dp_internal.h"
 #include "pipeplan/core/partition.h"
 #include "pipeplan/core/status_macros.h"
-#include "lattice_dp_internal.h"
 
 namespace pipeplan {
 namespace lattice_dp_internal {
@@ -350,8 +350,7 @@ class LatticeBuilder {
     for (size_t i = 0; i < L_.segs.size(); ++i) {
       const Segment& s = L_.segs[i];
       if (static_cast<int>(s.nodes.size()) > limits_.max_segment_nodes) {
-        return TooMany(absl::StrCat("a segment of ", s.nodes.size(),
-                                    " mutually entangled nodes"));
+        return TooMany(absl::StrCat("a segment of ", s.nodes.size(), " mutually entangled nodes"));
       }
       std::vector<int> depth(s.nodes.size(), 0), layer(s.nodes.size() + 1, 0);
       int widest = 0;
@@ -366,8 +365,8 @@ class LatticeBuilder {
       }
       if (widest >= 63 || (int64_t{1} << widest) > limits_.max_segment_ideals ||
           (int64_t{1} << widest) > limits_.max_ideals) {
-        return TooMany(absl::StrCat("at least 2^", widest, " ideals (", widest,
-                                    " parallel nodes)"));
+        return TooMany(
+            absl::StrCat("at least 2^", widest, " ideals (", widest, " parallel nodes)"));
       }
     }
     for (size_t i = 0; i < L_.segs.size(); ++i) {
@@ -392,15 +391,15 @@ class LatticeBuilder {
   absl::Status Stopped() const {
     const bool cancelled =
         stop_->cancelled != nullptr && stop_->cancelled->load(std::memory_order_relaxed);
-    const std::string why = absl::StrCat("ideal_dp stopped while enumerating ideals (",
-                                         L_.size(), " so far)");
+    const std::string why =
+        absl::StrCat("ideal_dp stopped while enumerating ideals (", L_.size(), " so far)");
     return cancelled ? absl::CancelledError(why) : absl::DeadlineExceededError(why);
   }
 
   absl::Status TooMany(const std::string& why) const {
     return absl::ResourceExhaustedError(
-        absl::StrCat("graph has too many ideals for the ideal-lattice DP: ", why,
-                     "; limit ", limits_.max_ideals));
+        absl::StrCat("graph has too many ideals for the ideal-lattice DP: ", why, "; limit ",
+                     limits_.max_ideals));
   }
 
   // Adds the attributes of ideal `from` ∪ {u} (u maximal in it) to the back
@@ -415,7 +414,7 @@ class LatticeBuilder {
     for (int e : g_.in_edges(u)) {
       const int v = g_.edge(e).src;
       if (glue_[v] >= 0) continue;  // its tensor never leaves u's stage
-      bool dup = false;  // handle each producer once
+      bool dup = false;             // handle each producer once
       for (int f : g_.in_edges(u)) {
         if (f == e) break;
         if (g_.edge(f).src == v) dup = true;
@@ -459,9 +458,8 @@ class LatticeBuilder {
     }
     std::vector<Mask<W>> ideals;
     absl::flat_hash_map<Mask<W>, int> index;
-    const int next_sep = si + 1 < static_cast<int>(L_.segs.size())
-                             ? g_.topo_order()[L_.segs[si + 1].sep_pos]
-                             : -1;
+    const int next_sep =
+        si + 1 < static_cast<int>(L_.segs.size()) ? g_.topo_order()[L_.segs[si + 1].sep_pos] : -1;
     // Membership of node w in ideal (si, m).
     auto member = [&](const Mask<W>& m, int w) {
       if (g_.topo_position(w) <= s.sep_pos) return true;
@@ -773,10 +771,11 @@ class LatticeDp {
     // top down so each node ends with the first stage that contains it.
     for (int j = static_cast<int>(chain.size()) - 2; j >= 0; --j) {
       const int id = chain[j + 1];
-      int si = static_cast<int>(
-          std::upper_bound(L_.segs.begin(), L_.segs.end(), id,
-                           [](int v, const Segment& s) { return v < s.first; }) -
-          L_.segs.begin()) - 1;
+      int si =
+          static_cast<int>(std::upper_bound(L_.segs.begin(), L_.segs.end(), id,
+                                            [](int v, const Segment& s) { return v < s.first; }) -
+                           L_.segs.begin()) -
+          1;
       const Segment& s = L_.segs[si];
       for (int p = 0; p <= s.sep_pos; ++p) stage[g.topo_order()[p]] = j;
       const uint64_t* mask = &s.masks[static_cast<size_t>(id - s.first) * s.words];
@@ -917,9 +916,9 @@ class DirectDp {
   struct Result {
     bool complete = false;  // false: stopped or over the pair budget
     bool stopped = false;
-    double value = kInf;        // best chain, every stage non-empty
-    double bound = kInf;        // best chain, empty stages allowed when `allow_empty`
-    std::vector<int> chain;     // ideals I_0..I_k of `value`
+    double value = kInf;     // best chain, every stage non-empty
+    double bound = kInf;     // best chain, empty stages allowed when `allow_empty`
+    std::vector<int> chain;  // ideals I_0..I_k of `value`
   };
 
   // min over chains of the largest pair charge under `mode`'s links,
@@ -1128,8 +1127,7 @@ class DirectDp {
   };
 
   template <bool kEmpty>
-  Result Run(const std::vector<StageLinks>& links, double limit, double clamp,
-             int64_t max_pairs) {
+  Result Run(const std::vector<StageLinks>& links, double limit, double clamp, int64_t max_pairs) {
     Result r;
     const int N = L_.size();
     const int k = p_.num_stages();
@@ -1155,10 +1153,10 @@ class DirectDp {
       }
     }
     auto range = [&](int j) {  // by_work indices of the ideals ending stage j
-      const int a = static_cast<int>(
-          std::lower_bound(sorted_w.begin(), sorted_w.end(), lo_w[j]) - sorted_w.begin());
-      const int b = static_cast<int>(
-          std::upper_bound(sorted_w.begin(), sorted_w.end(), hi_w[j]) - sorted_w.begin());
+      const int a = static_cast<int>(std::lower_bound(sorted_w.begin(), sorted_w.end(), lo_w[j]) -
+                                     sorted_w.begin());
+      const int b = static_cast<int>(std::upper_bound(sorted_w.begin(), sorted_w.end(), hi_w[j]) -
+                                     sorted_w.begin());
       return std::pair<int, int>(a, b);
     };
     Side fw, bw;
@@ -1198,7 +1196,8 @@ class DirectDp {
         int q, end, dir;
         if (forward) {
           q = static_cast<int>(std::upper_bound(alive_w.begin(), alive_w.end(), wx + slack) -
-                               alive_w.begin()) - 1;
+                               alive_w.begin()) -
+              1;
           end = -1;
           dir = -1;
         } else {
@@ -1209,17 +1208,17 @@ class DirectDp {
         }
         const int start = q;
         // The fixed end's separable comm bound holds for every pair.
-        const double lb_x =
-            !prune_ ? 0 : forward ? SendLowerBound(st, X) : RecvLowerBound(st, X);
+        const double lb_x = !prune_ ? 0 : forward ? SendLowerBound(st, X) : RecvLowerBound(st, X);
         for (; q != end; q += dir) {
           const double compute =
               std::max((forward ? wx - alive_w[q] : alive_w[q] - wx) * st.slow, 0.0);
           if (compute + lb_x >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
           const int Y = s.alive[q];
           if (!(s.F[Y] < bestF) && !(kEmpty && s.G[Y] < bestG)) continue;
-          const double est =
-              compute + lb_x +
-              (!prune_ ? 0 : forward ? RecvLowerBound(st, Y) : SendLowerBound(st, Y));
+          const double est = compute + lb_x +
+                             (!prune_   ? 0
+                              : forward ? RecvLowerBound(st, Y)
+                                        : SendLowerBound(st, Y));
           const bool tryF = std::max(s.F[Y], est) < bestF;
           const bool tryG = kEmpty && std::max(s.G[Y], est) < bestG;
           if (!tryF && !tryG) continue;
@@ -1398,7 +1397,8 @@ class LatticeDpPartitioner : public Partitioner {
     const Graph& g = problem.graph();
     const int k = problem.num_stages();
     PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
-    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(g, problem.cost, LatticeLimits{}, &problem));
+    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat,
+                              BuildLattice(g, problem.cost, LatticeLimits{}, &problem));
     LatticeDp dp(problem, lat);
     Incumbent inc;
     const bool relay = problem.cost->options().comm_model == CommModel::kRelay;
@@ -1430,8 +1430,8 @@ class LatticeDpPartitioner : public Partitioner {
       if (!problem.warm_start.empty() &&
           static_cast<int>(problem.warm_start.size()) == g.num_nodes()) {
         // A caller's split that is not valid is ignored.
-        (void)inc.Offer(problem, std::vector<int>(problem.warm_start.begin(),
-                                                  problem.warm_start.end()));
+        (void)inc.Offer(problem,
+                        std::vector<int>(problem.warm_start.begin(), problem.warm_start.end()));
       }
       dp.SetCharge(Charge::kDirectLower);
       dp.set_allow_empty(glued);
@@ -1457,8 +1457,7 @@ class LatticeDpPartitioner : public Partitioner {
             // Nothing at or below a known split's value can only be rounding;
             // that split's value then bounds every split.
             dp_lower = std::max(dp_lower, d.bound < kInf ? d.bound : inc.min_objective);
-            if (!uniform && !stopped &&
-                inc.min_objective > dp_lower * (1 + problem.relative_gap)) {
+            if (!uniform && !stopped && inc.min_objective > dp_lower * (1 + problem.relative_gap)) {
               const int64_t before = direct.pairs();
               // Its optimum is at least the fastest-link one (d.value).
               const double worst_clamp = d.value < kInf ? d.value * (1 - 1e-9) : clamp;
@@ -1471,11 +1470,10 @@ class LatticeDpPartitioner : public Partitioner {
               auto ms = [](double v) {
                 return v < kInf ? absl::StrCat(v * 1e3, " ms") : std::string("none below");
               };
-              direct_note = absl::StrCat(
-                  "; stage links differ: fastest-link pass ", ms(d.value),
-                  " (the bound), slowest-link pass ",
-                  w.complete ? ms(w.value) : std::string("incomplete"), ", best split ",
-                  ms(inc.min_objective));
+              direct_note = absl::StrCat("; stage links differ: fastest-link pass ", ms(d.value),
+                                         " (the bound), slowest-link pass ",
+                                         w.complete ? ms(w.value) : std::string("incomplete"),
+                                         ", best split ", ms(inc.min_objective));
             }
           } else if (!d.stopped) {
             direct_note = absl::StrCat("; pair DP over budget (", direct.pairs(),
@@ -1529,12 +1527,12 @@ class LatticeDpPartitioner : public Partitioner {
     // Guard against rounding in the DP's prefix sums.
     result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);
     result.nodes_explored = dp.explored() + direct_pairs;
-    const char* kind = relay               ? "exact (RELAY)"
-                       : direct_exact      ? "exact (DIRECT, pair DP)"
-                       : direct_done       ? "bounded (DIRECT, pair DP)"
-                                           : "bounded (DIRECT, separable)";
-    result.note = absl::StrCat(kind, ", ", lat.size(), " ideals in ", lat.segs.size(),
-                               " segments", direct_note, stopped ? "; stopped early" : "",
+    const char* kind = relay          ? "exact (RELAY)"
+                       : direct_exact ? "exact (DIRECT, pair DP)"
+                       : direct_done  ? "bounded (DIRECT, pair DP)"
+                                      : "bounded (DIRECT, separable)";
+    result.note = absl::StrCat(kind, ", ", lat.size(), " ideals in ", lat.segs.size(), " segments",
+                               direct_note, stopped ? "; stopped early" : "",
                                result.fits_memory ? "" : "; no split within memory found");
     return result;
   }
@@ -1544,16 +1542,16 @@ class LatticeDpPartitioner : public Partitioner {
 
 absl::StatusOr<PairDpResult> DirectPairOptimum(const PartitionProblem& problem, bool prune,
                                                bool slowest_links) {
-  PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat, BuildLattice(problem.graph(), problem.cost,
-                                                      LatticeLimits{}, &problem));
+  PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat,
+                            BuildLattice(problem.graph(), problem.cost, LatticeLimits{}, &problem));
   DirectDp direct(problem, lat);
   if (!direct.BuildCrossing(kMaxCrossingEntries)) {
     return absl::ResourceExhaustedError("crossing lists over budget");
   }
   direct.set_prune(prune);
   const bool glued = std::any_of(lat.glue.begin(), lat.glue.end(), [](int c) { return c >= 0; });
-  DirectDp::Result d = direct.Run(kInf, 0, glued, kMaxPairs,
-                                  slowest_links ? LinkMode::kWorst : LinkMode::kFastest);
+  DirectDp::Result d =
+      direct.Run(kInf, 0, glued, kMaxPairs, slowest_links ? LinkMode::kWorst : LinkMode::kFastest);
   if (!d.complete) return absl::ResourceExhaustedError("pair DP incomplete");
   PairDpResult out;
   out.value = d.value;

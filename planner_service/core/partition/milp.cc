@@ -65,14 +65,14 @@
 #include "CbcHeuristicLocal.hpp"
 #include "CbcHeuristicRINS.hpp"
 #include "CbcModel.hpp"
-#include "ClpEventHandler.hpp"
-#include "ClpSimplex.hpp"
 #include "CglClique.hpp"
 #include "CglFlowCover.hpp"
 #include "CglGomory.hpp"
 #include "CglKnapsackCover.hpp"
 #include "CglMixedIntegerRounding2.hpp"
 #include "CglProbing.hpp"
+#include "ClpEventHandler.hpp"
+#include "ClpSimplex.hpp"
 #include "CoinPackedMatrix.hpp"
 #include "OsiClpSolverInterface.hpp"
 #include "absl/container/flat_hash_map.h"
@@ -111,9 +111,7 @@ struct Links {
       }
     }
   }
-  double t(int a, int b, double bytes) const {
-    return bytes * rho[a * k + b] + lat[a * k + b];
-  }
+  double t(int a, int b, double bytes) const { return bytes * rho[a * k + b] + lat[a * k + b]; }
   int k;
   std::vector<double> rho, lat;
 };
@@ -522,7 +520,8 @@ void MilpModel::BuildDirect(std::vector<Lin>& stage) {
             env[bb] = run;
           }
           g.send[a] += 2 * env[a + 1];
-          for (int bp = a + 1; bp + 1 < k; ++bp) g.send_q[a * k + bp] += 2 * (env[bp + 1] - env[bp]);
+          for (int bp = a + 1; bp + 1 < k; ++bp)
+            g.send_q[a * k + bp] += 2 * (env[bp + 1] - env[bp]);
         }
       } else {
         for (int a = 0; a + 1 < k; ++a) {
@@ -599,8 +598,7 @@ struct StopCheck {
   // so its bound and infeasibility proof are not to be trusted.
   bool lp_interrupted = false;
   bool Expired() const {
-    return (problem->cancelled != nullptr &&
-            problem->cancelled->load(std::memory_order_relaxed)) ||
+    return (problem->cancelled != nullptr && problem->cancelled->load(std::memory_order_relaxed)) ||
            absl::Now() >= stop_at;
   }
 };
@@ -650,7 +648,7 @@ struct CbcOutcome {
   double bound = -kInf;  // valid for the model
   int64_t nodes = 0;
   std::vector<std::vector<int>> candidates;  // stage of every super-node
-  std::string stop;  // why it stopped, for the note
+  std::string stop;                          // why it stopped, for the note
 };
 
 // Opt-in phase timings on stderr (PIPEPLAN_MILP_TRACE=1).
@@ -794,14 +792,14 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   if (!out.proven_infeasible) {
     finish_bound();
     double bound = lp_bound;
-    if (out.proven_optimal ||
-        (trusted && cbc.getNodeCount() > 0 && std::isfinite(lp_bound))) {
+    if (out.proven_optimal || (trusted && cbc.getNodeCount() > 0 && std::isfinite(lp_bound))) {
       bound = std::max(bound, cbc.getBestPossibleObjValue());
     }
     out.bound = std::isfinite(bound) ? bound * model.time_scale() : -kInf;
   }
   for (const auto& s : solutions) {
-    if (static_cast<int>(s.size()) == model.num_cols()) out.candidates.push_back(model.StagesFromPrimal(s.data()));
+    if (static_cast<int>(s.size()) == model.num_cols())
+      out.candidates.push_back(model.StagesFromPrimal(s.data()));
   }
   Trace("cbc total", t0);
   return out;
@@ -1262,9 +1260,9 @@ class MilpPartitioner : public Partitioner {
       // contraction, which every model below merges unless it is the retry
       // without that merge.
       const bool use_need = c.merged_free_sources == exact_merged;
-      const MilpModel model(problem, c, proven_lb,
-                            use_need ? std::span<const double>(comm.need_at_ub)
-                                     : std::span<const double>());
+      const MilpModel model(
+          problem, c, proven_lb,
+          use_need ? std::span<const double>(comm.need_at_ub) : std::span<const double>());
       Trace("build model", b0);
       std::vector<int> warm;
       const std::vector<int>* warm_ptr = nullptr;
@@ -1350,14 +1348,14 @@ class MilpPartitioner : public Partitioner {
     if (bound_valid) lb = std::max(lb, model_bound);
     result.lower_bound = std::min(lb, result.objective);
     result.nodes_explored = nodes;
-    const double gap = result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
-    result.note = absl::StrFormat(
-        "milp: %s; %s; gap %.3g (bound: %s); %.2fs (cbc %.2fs)", how.empty() ? "no model" : how,
-        stop, gap,
-        bound_valid && model_bound >= balance_lb ? "model"
-        : balance_lb > BalanceLowerBound(problem) ? "communication/DP"
-                                                  : "balance",
-        absl::ToDoubleSeconds(absl::Now() - t0), cbc_seconds);
+    const double gap =
+        result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
+    result.note = absl::StrFormat("milp: %s; %s; gap %.3g (bound: %s); %.2fs (cbc %.2fs)",
+                                  how.empty() ? "no model" : how, stop, gap,
+                                  bound_valid && model_bound >= balance_lb  ? "model"
+                                  : balance_lb > BalanceLowerBound(problem) ? "communication/DP"
+                                                                            : "balance",
+                                  absl::ToDoubleSeconds(absl::Now() - t0), cbc_seconds);
     return result;
   }
 };

@@ -1,8 +1,9 @@
+#include "pipeplan/core/partition.h"
+
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/core/partition.h"
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
@@ -15,18 +16,16 @@ absl::Status ValidateProblem(const PartitionProblem& problem) {
   const int k = problem.num_stages();
   const int n = problem.graph().num_nodes();
   if (k < 1 || k > n) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot split ", n, " nodes into ", k,
-                                                   " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", n, " nodes into ", k, " stages"));
   }
   if (static_cast<int>(problem.stage_inflight.size()) != k) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_inflight has ",
-                                                   problem.stage_inflight.size(),
-                                                   " entries for ", k, " stages"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage_inflight has ", problem.stage_inflight.size(), " entries for ", k, " stages"));
   }
   if (!problem.stage_memory_cap.empty() && static_cast<int>(problem.stage_memory_cap.size()) != k) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_memory_cap has ",
-                                                   problem.stage_memory_cap.size(),
-                                                   " entries for ", k, " stages"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage_memory_cap has ", problem.stage_memory_cap.size(), " entries for ", k, " stages"));
   }
   for (int d : problem.stage_device) {
     if (d < 0 || d >= problem.cost->cluster().num_devices()) {
@@ -44,8 +43,7 @@ double StageMemoryCap(const PartitionProblem& problem, int stage) {
 absl::StatusOr<Partition> MakePartition(const PartitionProblem& problem,
                                         std::vector<int> stage_of_node) {
   Partition p;
-  PIPEPLAN_ASSIGN_OR_RETURN(p.stages,
-                            problem.cost->Evaluate(stage_of_node, problem.stage_device));
+  PIPEPLAN_ASSIGN_OR_RETURN(p.stages, problem.cost->Evaluate(stage_of_node, problem.stage_device));
   p.stage_of_node = std::move(stage_of_node);
   p.objective = BottleneckSeconds(p.stages);
   for (int j = 0; j < problem.num_stages(); ++j) {

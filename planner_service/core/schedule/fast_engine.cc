@@ -104,7 +104,8 @@ class FastEngine {
       info.i = costs_.backward_input[st];
       info.w = costs_.backward_weight[st];
       info.b = info.i + info.w;
-      info.xfer_f = st + 1 < S_ && !costs_.forward_transfer.empty() ? costs_.forward_transfer[st] : 0;
+      info.xfer_f =
+          st + 1 < S_ && !costs_.forward_transfer.empty() ? costs_.forward_transfer[st] : 0;
       info.xfer_b =
           st + 1 < S_ && !costs_.backward_transfer.empty() ? costs_.backward_transfer[st] : 0;
       info.act_bytes = costs_.activation_bytes.empty() ? 0.0 : costs_.activation_bytes[st];
@@ -357,11 +358,10 @@ class FastEngine {
           const double ready = InputsReady(a.type, st, mb);
           if (ready < 0) goto blocked;
           const double start = std::max(clock, ready);
-          const double dur = a.type == ActionType::kForward         ? info.f
-                             : a.type == ActionType::kBackwardInput ? info.i
-                             : a.type == ActionType::kBackwardWeight
-                                 ? info.w
-                                 : info.b;
+          const double dur = a.type == ActionType::kForward          ? info.f
+                             : a.type == ActionType::kBackwardInput  ? info.i
+                             : a.type == ActionType::kBackwardWeight ? info.w
+                                                                     : info.b;
           clock = start + dur;
           busy += dur;
           if (!Account(mem, a.type, st, mb)) {

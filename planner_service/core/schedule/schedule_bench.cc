@@ -4,10 +4,10 @@
 // thread CPU time), then runs any Google Benchmark cases selected with
 // --benchmark_filter.
 #include <algorithm>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <tuple>
 #include <vector>
 
@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   // --repeats=N: runs per table cell (median reported).
   int repeats = 7;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::max(1, std::atoi(argv[i] + 10));
+    if (std::strncmp(argv[i], "--repeats=", 10) == 0)
+      repeats = std::max(1, std::atoi(argv[i] + 10));
   }
   pipeplan::schedule::PrintTable(repeats);
   bool filtered = false;

@@ -8,8 +8,8 @@
 namespace pipeplan {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::BruteForce;
+using ::testing::HasSubstr;
 using testing::MakeRandomInstance;
 using testing::RandomInstanceOptions;
 

@@ -1,3 +1,5 @@
+#include "../../../planner_service/core/partition/contraction.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -6,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "../../../planner_service/core/partition/contraction.h"
 #include "absl/strings/str_cat.h"
 #include "brute_force.h"
 #include "gtest/gtest.h"
@@ -27,13 +28,15 @@ bool Acyclic(int n, const std::vector<std::pair<int, int>>& edges) {
     ++indeg[b];
   }
   std::vector<int> q;
-  for (int v = 0; v < n; ++v) if (indeg[v] == 0) q.push_back(v);
+  for (int v = 0; v < n; ++v)
+    if (indeg[v] == 0) q.push_back(v);
   int seen = 0;
   while (!q.empty()) {
     const int v = q.back();
     q.pop_back();
     ++seen;
-    for (int w : out[v]) if (--indeg[w] == 0) q.push_back(w);
+    for (int w : out[v])
+      if (--indeg[w] == 0) q.push_back(w);
   }
   return seen == n;
 }
@@ -78,12 +81,14 @@ TEST(ContractionTest, LossyMergeSumsMappingAndAcyclicity) {
     std::vector<int> indeg(c.num_super, 0), order;
     for (auto [a, b] : c.edges) ++indeg[b];
     std::vector<int> q;
-    for (int s = 0; s < c.num_super; ++s) if (indeg[s] == 0) q.push_back(s);
+    for (int s = 0; s < c.num_super; ++s)
+      if (indeg[s] == 0) q.push_back(s);
     while (!q.empty()) {
       const int s = q.back();
       q.pop_back();
       order.push_back(s);
-      for (auto [a, b] : c.edges) if (a == s && --indeg[b] == 0) q.push_back(b);
+      for (auto [a, b] : c.edges)
+        if (a == s && --indeg[b] == 0) q.push_back(b);
     }
     std::vector<int> stage_of_super(c.num_super);
     for (int i = 0; i < c.num_super; ++i) stage_of_super[order[i]] = i * 4 / c.num_super;
@@ -133,8 +138,8 @@ FreeSourceInstance MakeFreeSourceInstance(uint32_t seed, int work_nodes, int sou
     n.output_bytes = 1e8 * (0.05 + unit(rng));
     spec.nodes.push_back(n);
     if (v > 0) {
-      spec.edges.push_back({absl::StrCat("n", std::max(0, v - 1 - static_cast<int>(unit(rng) * 2))),
-                            n.id, 0});
+      spec.edges.push_back(
+          {absl::StrCat("n", std::max(0, v - 1 - static_cast<int>(unit(rng) * 2))), n.id, 0});
     }
   }
   for (int i = 0; i < sources; ++i) {
@@ -146,8 +151,8 @@ FreeSourceInstance MakeFreeSourceInstance(uint32_t seed, int work_nodes, int sou
   }
   ClusterSpec cs;
   for (int d = 0; d < k; ++d) {
-    cs.devices.push_back({absl::StrCat("gpu", d), absl::StrCat("h", d / 2), 1e14 * (0.5 + unit(rng)),
-                          unit(rng) < 0.5 ? 6e9 : 1e12});
+    cs.devices.push_back({absl::StrCat("gpu", d), absl::StrCat("h", d / 2),
+                          1e14 * (0.5 + unit(rng)), unit(rng) < 0.5 ? 6e9 : 1e12});
   }
   cs.intra_host_bandwidth = 1e10;
   cs.inter_host_bandwidth = 2e9;
@@ -189,8 +194,8 @@ TEST(ContractionTest, FreeSourceMergeIsExactForTheBound) {
   int merged = 0, equal = 0;
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const int k = 2 + seed % 3;
-    FreeSourceInstance inst = MakeFreeSourceInstance(seed, 5 + seed % 2, 2, k,
-                                                     seed % 2 ? CommModel::kRelay : CommModel::kDirect);
+    FreeSourceInstance inst = MakeFreeSourceInstance(
+        seed, 5 + seed % 2, 2, k, seed % 2 ? CommModel::kRelay : CommModel::kDirect);
     const Contraction c = Contract(inst.problem, ContractionOptions{});
     EXPECT_FALSE(c.lossy);
     if (!c.merged_free_sources) continue;
@@ -216,8 +221,8 @@ TEST(ContractionTest, MilpMatchesBruteForceWithFreeSources) {
   auto milp = MakeMilpPartitioner();
   for (uint32_t seed = 0; seed < 30; ++seed) {
     const int k = 2 + seed % 3;
-    FreeSourceInstance inst = MakeFreeSourceInstance(100 + seed, 5, 2, k,
-                                                     seed % 2 ? CommModel::kRelay : CommModel::kDirect);
+    FreeSourceInstance inst = MakeFreeSourceInstance(
+        100 + seed, 5, 2, k, seed % 2 ? CommModel::kRelay : CommModel::kDirect);
     inst.problem.relative_gap = 0;
     const auto bf = BruteForce(inst.problem);
     const auto p = milp->Solve(inst.problem);

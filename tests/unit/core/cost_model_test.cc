@@ -15,7 +15,10 @@ struct Fixture {
   Fixture(CommModel comm) {
     GraphSpec spec;
     spec.nodes = {{.id = "x", .forward_flops = 1e12, .param_bytes = 100, .output_bytes = 1e9},
-                  {.id = "a", .forward_flops = 2e12, .param_bytes = 50, .output_bytes = 2e9,
+                  {.id = "a",
+                   .forward_flops = 2e12,
+                   .param_bytes = 50,
+                   .output_bytes = 2e9,
                    .param_key = "tied"},
                   {.id = "b", .forward_flops = 1e12, .activation_bytes = 7, .output_bytes = 1e9},
                   {.id = "c", .forward_flops = 1e12, .param_bytes = 50, .param_key = "tied"}};
@@ -23,15 +26,14 @@ struct Fixture {
     graph = std::make_unique<Graph>(*Graph::Build(std::move(spec)));
     ClusterSpec cs;
     for (int d = 0; d < 3; ++d) {
-      cs.devices.push_back({.id = "g" + std::to_string(d), .host = "h", .flops = 1e12,
-                            .memory_bytes = 1e12});
+      cs.devices.push_back(
+          {.id = "g" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
     }
     cs.intra_host_bandwidth = 1e9;
     cs.intra_host_latency = 1e-3;
     cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cs)));
-    cost = std::make_unique<CostModel>(*graph, *cluster,
-                                       CostOptions{.comm_model = comm,
-                                                   .optimizer_state_multiplier = 4});
+    cost = std::make_unique<CostModel>(
+        *graph, *cluster, CostOptions{.comm_model = comm, .optimizer_state_multiplier = 4});
   }
   std::unique_ptr<Graph> graph;
   std::unique_ptr<Cluster> cluster;

@@ -234,9 +234,9 @@ TEST(LatticeDpTest, RelayIsOptimalWithLooseMemory) {
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_TRUE(r->fits_memory);
-      const std::string where = absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ",
-                                             c.stages, " chain ", c.chain, " het ",
-                                             c.heterogeneous);
+      const std::string where =
+          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
+                       " het ", c.heterogeneous);
       EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << where;
@@ -267,9 +267,9 @@ TEST(LatticeDpTest, DirectBoundsBracketTheOptimum) {
       auto brute = BruteForce(inst.problem);
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
-      const std::string where = absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ",
-                                             c.stages, " chain ", c.chain, " het ",
-                                             c.heterogeneous);
+      const std::string where =
+          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
+                       " het ", c.heterogeneous);
       EXPECT_TRUE(r->fits_memory) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << where;
@@ -473,8 +473,8 @@ TEST(LatticeDpTest, LowerBoundValidForEveryOptionCombination) {
         RandomInstance inst = MakeRandomInstance(seed, o);
         auto brute = BruteForce(inst.problem);
         auto r = solver->Solve(inst.problem);
-        const std::string where = absl::StrCat("seed ", seed, " mask ", mask, " relay ",
-                                               comm == CommModel::kRelay);
+        const std::string where =
+            absl::StrCat("seed ", seed, " mask ", mask, " relay ", comm == CommModel::kRelay);
         ++total;
         if (!r.ok()) {
           // Only a proof that nothing fits may refuse.
@@ -502,9 +502,8 @@ TEST(LatticeDpTest, LowerBoundValidForEveryOptionCombination) {
   }
   // The memory search is a heuristic for finite T; it must find a fitting
   // split in the clear majority of the instances that have one.
-  EXPECT_LE(declined_wrongly, total / 20)
-      << declined_wrongly << " of " << total << " (fits " << fits << ", infeasible "
-      << infeasible << ")";
+  EXPECT_LE(declined_wrongly, total / 20) << declined_wrongly << " of " << total << " (fits "
+                                          << fits << ", infeasible " << infeasible << ")";
 }
 
 // Zero-work sources (buffers, labels) and a cheap op hanging off one are
@@ -529,8 +528,8 @@ TEST(LatticeDpTest, GluedFreeSourcesKeepTheBoundValid) {
       spec.nodes.push_back(node);
     }
     for (int v = 1; v < body; ++v) {
-      spec.edges.push_back({absl::StrCat("v", v - 1 - (unit(rng) < 0.3 && v > 1)),
-                            absl::StrCat("v", v), 0});
+      spec.edges.push_back(
+          {absl::StrCat("v", v - 1 - (unit(rng) < 0.3 && v > 1)), absl::StrCat("v", v), 0});
     }
     for (int x = 0; x < extra; ++x) {
       const int consumer = static_cast<int>(unit(rng) * body);
@@ -541,8 +540,8 @@ TEST(LatticeDpTest, GluedFreeSourcesKeepTheBoundValid) {
     Graph g = *Graph::Build(std::move(spec));
     ClusterSpec cs;
     for (int d = 0; d < stages; ++d) {
-      cs.devices.push_back({absl::StrCat("g", d), absl::StrCat("h", d / 2),
-                            1e14 * (0.5 + unit(rng)), 1e12});
+      cs.devices.push_back(
+          {absl::StrCat("g", d), absl::StrCat("h", d / 2), 1e14 * (0.5 + unit(rng)), 1e12});
     }
     cs.intra_host_bandwidth = 1e10;
     cs.inter_host_bandwidth = 2e9;

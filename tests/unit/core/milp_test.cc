@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -330,7 +330,8 @@ GraphSpec GraphFromJson(const Json& j) {
     node.weight_grad_fraction = n.num("weight_grad_fraction");
     spec.nodes.push_back(node);
   }
-  for (const Json& e : j.arr("edges")) spec.edges.push_back({e.str("src"), e.str("dst"), e.num("bytes")});
+  for (const Json& e : j.arr("edges"))
+    spec.edges.push_back({e.str("src"), e.str("dst"), e.num("bytes")});
   return spec;
 }
 

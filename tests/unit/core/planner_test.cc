@@ -12,9 +12,9 @@
 namespace pipeplan {
 namespace {
 
-using ::testing::HasSubstr;
 using schedule::ScheduleKind;
 using testing::BruteForce;
+using ::testing::HasSubstr;
 using testing::MakeRandomInstance;
 using testing::RandomInstanceOptions;
 
@@ -91,9 +91,9 @@ TEST(PlannerTest, AutoIsNeverWorseThanAnyMethod) {
     auto inst = MakeRandomInstance(300 + seed, o);
     auto all = SolvePartition(inst.problem, PartitionMethod::kAuto);
     ASSERT_TRUE(all.ok()) << all.status();
-    for (PartitionMethod m : {PartitionMethod::kDp, PartitionMethod::kIdealDp,
-                              PartitionMethod::kMilp, PartitionMethod::kUniform,
-                              PartitionMethod::kParams, PartitionMethod::kTime}) {
+    for (PartitionMethod m :
+         {PartitionMethod::kDp, PartitionMethod::kIdealDp, PartitionMethod::kMilp,
+          PartitionMethod::kUniform, PartitionMethod::kParams, PartitionMethod::kTime}) {
       auto one = SolvePartition(inst.problem, m);
       if (!one.ok()) continue;
       EXPECT_LE(all->partition.objective, one->partition.objective * (1 + 1e-9))
@@ -107,8 +107,8 @@ TEST(PlannerTest, AutoIsNeverWorseThanAnyMethod) {
 
 TEST(PlannerTest, SearchPicksTheFastestCandidateAndListsRunnersUp) {
   PlanInputs in = Load("gpt_1k.json", "cluster_8xa100.json");
-  auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.global_batch = 32, .method = PartitionMethod::kDp});
+  auto plan =
+      MakePlan(*in.graph, *in.cluster, {.global_batch = 32, .method = PartitionMethod::kDp});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->alternatives.empty());
   for (const PlanAlternative& alt : plan->alternatives) {
@@ -128,8 +128,11 @@ TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
   PlanInputs in = Load("gpt_1k.json", "cluster_8xa100.json");
   auto plan_for = [&](int m) {
     return MakePlan(*in.graph, *in.cluster,
-                    {.num_stages = 4, .microbatches = m, .global_batch = 16,
-                     .schedule = ScheduleKind::kGPipe, .method = PartitionMethod::kDp});
+                    {.num_stages = 4,
+                     .microbatches = m,
+                     .global_batch = 16,
+                     .schedule = ScheduleKind::kGPipe,
+                     .method = PartitionMethod::kDp});
   };
   auto coarse = plan_for(4), fine = plan_for(8);
   ASSERT_TRUE(coarse.ok() && fine.ok());
@@ -143,9 +146,9 @@ TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
 
 TEST(PlannerTest, MemoryBindsTheChoice) {
   PlanInputs in = Load("gpt_4k.json", "cluster_16_small_mem.json");
-  auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.num_stages = 16, .optimizer_state_multiplier = 6,
-                        .method = PartitionMethod::kDp});
+  auto plan =
+      MakePlan(*in.graph, *in.cluster,
+               {.num_stages = 16, .optimizer_state_multiplier = 6, .method = PartitionMethod::kDp});
   if (plan.ok()) {
     for (size_t s = 0; s < plan->stage_peak_memory.size(); ++s) {
       EXPECT_LE(plan->stage_peak_memory[s],
@@ -156,7 +159,8 @@ TEST(PlannerTest, MemoryBindsTheChoice) {
   }
   // Far more optimizer state than any device holds: refused, naming the need.
   auto impossible = MakePlan(*in.graph, *in.cluster,
-                             {.num_stages = 16, .microbatches = 16,
+                             {.num_stages = 16,
+                              .microbatches = 16,
                               .optimizer_state_multiplier = 1000,
                               .schedule = ScheduleKind::k1F1B});
   ASSERT_FALSE(impossible.ok());
@@ -168,8 +172,10 @@ TEST(PlannerTest, TimeLimitIsHonouredWithAnIncumbent) {
   PlanInputs in = Load("resnet50.json", "cluster_2x8_h100.json");
   const absl::Time start = absl::Now();
   auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.num_stages = 8, .microbatches = 32,
-                        .schedule = ScheduleKind::k1F1B, .time_limit_seconds = 1,
+                       {.num_stages = 8,
+                        .microbatches = 32,
+                        .schedule = ScheduleKind::k1F1B,
+                        .time_limit_seconds = 1,
                         .relative_gap = 1e-9});
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -183,8 +189,10 @@ TEST(PlannerTest, CancelledBeforeStartStillAnswersQuickly) {
   std::atomic<bool> cancelled{true};
   const absl::Time start = absl::Now();
   auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.num_stages = 8, .microbatches = 16,
-                        .schedule = ScheduleKind::k1F1B, .cancelled = &cancelled});
+                       {.num_stages = 8,
+                        .microbatches = 16,
+                        .schedule = ScheduleKind::k1F1B,
+                        .cancelled = &cancelled});
   EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 5.0);
   // The first solver always produces a split; a cancelled solve returns it.
   if (plan.ok()) {

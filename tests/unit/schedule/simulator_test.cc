@@ -227,12 +227,14 @@ TEST(SimulatorTest, PropertyRanksAreSerialAndRecvsWaitForSends) {
 // on valid schedules and on the errors of broken ones.
 TEST(SimulatorTest, FastPathMatchesCheckedPath) {
   std::mt19937 rng(7);
-  auto expect_same = [](const PipelineSchedule& s, const StageCosts& costs, const std::string& what) {
+  auto expect_same = [](const PipelineSchedule& s, const StageCosts& costs,
+                        const std::string& what) {
     SimulateOptions with_timeline;
     with_timeline.record_timeline = true;
     absl::StatusOr<SimulationResult> fast = Simulate(s, costs);
     absl::StatusOr<SimulationResult> checked = Simulate(s, costs, with_timeline);
-    ASSERT_EQ(fast.ok(), checked.ok()) << what << ": " << fast.status() << " vs " << checked.status();
+    ASSERT_EQ(fast.ok(), checked.ok())
+        << what << ": " << fast.status() << " vs " << checked.status();
     if (!fast.ok()) {
       EXPECT_EQ(fast.status(), checked.status()) << what;
       return;
@@ -263,7 +265,8 @@ TEST(SimulatorTest, FastPathMatchesCheckedPath) {
       costs.activation_bytes.assign(s->num_stages, 3);
       costs.forward_transfer.assign(s->num_stages - 1, 0.25);
       costs.backward_transfer.assign(s->num_stages - 1, 0.5);
-      const std::string what = absl::StrCat(std::string(ScheduleKindName(kind)), " p=", p, " m=", m);
+      const std::string what =
+          absl::StrCat(std::string(ScheduleKindName(kind)), " p=", p, " m=", m);
       expect_same(*s, costs, what + " compute-only");
       expect_same(*lowered, costs, what + " lowered");
       // Broken variants: drop, duplicate or swap one action of a rank.

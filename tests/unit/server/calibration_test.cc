@@ -21,7 +21,9 @@ std::vector<PlannedStage> Stages(std::map<std::string, double> plan_factor = {})
   for (int s = 0; s < 4; ++s) {
     const std::string d = absl::StrCat("gpu", s);
     const double f = plan_factor.contains(d) ? plan_factor[d] : 1.0;
-    out.push_back({.device_id = d, .forward_seconds = 1e-3 * f, .backward_seconds = 2e-3 * f,
+    out.push_back({.device_id = d,
+                   .forward_seconds = 1e-3 * f,
+                   .backward_seconds = 2e-3 * f,
                    .time_factor = f});
   }
   return out;
@@ -40,10 +42,10 @@ std::vector<StepSample> Reports(int steps, std::map<std::string, double> truth, 
       const double t = truth.contains(st.device_id) ? truth[st.device_id] : 1.0;
       StepSample r{.worker_id = absl::StrCat("w", s), .step = step, .timings = {}};
       for (int mb = 0; mb < 4; ++mb) {
-        r.timings.push_back({absl::StrCat(s, "F", mb), st.forward_seconds / st.time_factor * t *
-                                                           jitter(rng)});
-        r.timings.push_back({absl::StrCat(s, "B", mb), st.backward_seconds / st.time_factor * t *
-                                                           jitter(rng)});
+        r.timings.push_back(
+            {absl::StrCat(s, "F", mb), st.forward_seconds / st.time_factor * t * jitter(rng)});
+        r.timings.push_back(
+            {absl::StrCat(s, "B", mb), st.backward_seconds / st.time_factor * t * jitter(rng)});
         // Communication is never used: make it absurd to prove it.
         r.timings.push_back({absl::StrCat(s, "SEND_F", mb), 5.0});
         r.timings.push_back({absl::StrCat(s, "RECV_B", mb), 7.0});
@@ -124,7 +126,8 @@ TEST(Calibration, SplitBackwardCountsOnce) {
       {.device_id = "a", .forward_seconds = 1, .backward_seconds = 2}};
   std::vector<StepSample> reports;
   for (int step = 0; step < 5; ++step) {
-    reports.push_back({.worker_id = "w", .step = step,
+    reports.push_back({.worker_id = "w",
+                       .step = step,
                        .timings = {{"0F0", 3}, {"0I0", 3}, {"0W0", 3}}});  // 9 s for 3 modelled
   }
   auto got = EstimateDeviceFactors(reports, stages);
@@ -148,8 +151,8 @@ TEST(Calibration, BadActionsAreInvalidArgument) {
 ClusterSpec FourDevices() {
   ClusterSpec c;
   for (int d = 0; d < 4; ++d) {
-    c.devices.push_back({.id = absl::StrCat("gpu", d), .host = "h", .flops = 100e12,
-                         .memory_bytes = 80e9});
+    c.devices.push_back(
+        {.id = absl::StrCat("gpu", d), .host = "h", .flops = 100e12, .memory_bytes = 80e9});
   }
   c.links.push_back({.src = "gpu0", .dst = "gpu3", .bandwidth = 1e9, .latency = 0});
   c.links.push_back({.src = "gpu0", .dst = "gpu1", .bandwidth = 1e9, .latency = 0});
@@ -167,10 +170,9 @@ TEST(Calibration, CalibratedClusterDividesFlopsAndDropsExcluded) {
   EXPECT_EQ(got->links[0].dst, "gpu1");
   EXPECT_EQ(CalibratedClusterSpec(FourDevices(), {{"gpu1", 0}}, 1, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CalibratedClusterSpec(FourDevices(), {}, 1, {"gpu0", "gpu1", "gpu2", "gpu3"})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      CalibratedClusterSpec(FourDevices(), {}, 1, {"gpu0", "gpu1", "gpu2", "gpu3"}).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 Graph Chain(int n) {

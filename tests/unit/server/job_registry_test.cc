@@ -13,9 +13,7 @@ namespace {
 
 class RecordingWatcher : public PlanWatcher {
  public:
-  void OnPlan(std::shared_ptr<const v1::PlanUpdate> update) override {
-    updates.push_back(*update);
-  }
+  void OnPlan(std::shared_ptr<const v1::PlanUpdate> update) override { updates.push_back(*update); }
   void OnClose(const absl::Status& status) override { closed = status; }
   std::vector<v1::PlanUpdate> updates;
   std::optional<absl::Status> closed;

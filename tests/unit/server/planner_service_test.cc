@@ -155,9 +155,8 @@ TEST_F(PlannerServiceTest, FullPoolAnswersResourceExhausted) {
   PlannerServiceImpl small(o, store_.get(), RealClock());
   absl::Notification release;
   ASSERT_TRUE(small.pool().Submit([&] { release.WaitForNotification(); }).ok());
-  auto s = Await<v1::Plan>([&](Callback<v1::Plan> cb) {
-    small.HandlePlan(testing::SmallRequest(), {}, cb);
-  });
+  auto s = Await<v1::Plan>(
+      [&](Callback<v1::Plan> cb) { small.HandlePlan(testing::SmallRequest(), {}, cb); });
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
   release.Notify();
 }

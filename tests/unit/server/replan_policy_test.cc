@@ -67,12 +67,11 @@ class ReplanPolicyTest : public ::testing::Test {
     auto m = Metrics::Create("");
     ASSERT_TRUE(m.ok());
     metrics_ = std::move(*m);
-    registry_ = std::make_unique<JobRegistry>(store_.get(), &clock_,
-                                              JobRegistry::Options{.lease = absl::Seconds(10)},
-                                              metrics_.get());
+    registry_ = std::make_unique<JobRegistry>(
+        store_.get(), &clock_, JobRegistry::Options{.lease = absl::Seconds(10)}, metrics_.get());
     pool_ = std::make_unique<SolvePool>(2, 16);
-    policy_ = std::make_unique<ReplanPolicy>(registry_.get(), pool_.get(), &clock_, o,
-                                             metrics_.get());
+    policy_ =
+        std::make_unique<ReplanPolicy>(registry_.get(), pool_.get(), &clock_, o, metrics_.get());
     auto in = PlanInputs::FromRequest(request);
     ASSERT_TRUE(in.ok()) << in.status();
     auto plan = MakePlan(*in->graph, *in->cluster, in->options);
@@ -248,7 +247,7 @@ TEST_F(ReplanPolicyTest, WaitsForMinStepsAndMinInterval) {
 
   // Version 2: within the interval after a Tick evaluation nothing is submitted.
   Report(6, {{"gpu2", 2.0}, {"gpu0", 1.0}});
-  EXPECT_EQ(TickAndWait(), 1);  // first evaluation of the job by Tick
+  EXPECT_EQ(TickAndWait(), 1);                // first evaluation of the job by Tick
   Report(8, {{"gpu2", 2.0}, {"gpu0", 3.0}});  // gpu0 degrades
   clock_.Advance(absl::Seconds(5));
   EXPECT_EQ(TickAndWait(), 0);  // 5 s < 10 s

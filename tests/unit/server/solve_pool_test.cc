@@ -28,7 +28,8 @@ TEST(SolvePool, RejectsBeyondMaxPendingWithResourceExhausted) {
   ASSERT_TRUE(pool.Submit([&] {
                     started.Notify();
                     release.WaitForNotification();
-                  }).ok());
+                  })
+                  .ok());
   started.WaitForNotification();
   ASSERT_TRUE(pool.Submit([] {}).ok());  // queued
   absl::Status s = pool.Submit([] {});

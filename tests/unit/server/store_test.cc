@@ -1,9 +1,10 @@
+#include "pipeplan/server/store.h"
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <memory>
 
-#include "pipeplan/server/store.h"
 #include "test_util.h"
 
 namespace pipeplan::server {

@@ -1,8 +1,6 @@
 // The reference MLP split over 2 ranks talking through real Gloo TCP pairs on
 // 127.0.0.1 computes the same losses and weights as one process running all
 // layers, and its loss decreases.
-#include "pipeplan/worker/mlp_executor.h"
-
 #include <cmath>
 #include <thread>
 
@@ -12,6 +10,7 @@
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/worker/gloo_transport.h"
 #include "pipeplan/worker/in_memory_transport.h"
+#include "pipeplan/worker/mlp_executor.h"
 #include "pipeplan/worker/runtime.h"
 
 namespace pipeplan::worker {
@@ -51,8 +50,8 @@ StageRuntime MakeRuntime(const schedule::PipelineSchedule& lowered, int rank) {
 
 TEST(MlpExecutor, TwoGlooRanksMatchSingleProcessReference) {
   // Reference: every layer on one stage, one rank.
-  auto ref_sched = schedule::InsertSendRecv(*schedule::BuildSchedule(ScheduleKind::kGPipe, 1,
-                                                                     kMicrobatches));
+  auto ref_sched =
+      schedule::InsertSendRecv(*schedule::BuildSchedule(ScheduleKind::kGPipe, 1, kMicrobatches));
   ASSERT_TRUE(ref_sched.ok());
   MlpExecutor ref(Options({{0, 1, 2, 3, 4, 5}}, {0}));
   MemoryHub hub(1);
@@ -67,8 +66,8 @@ TEST(MlpExecutor, TwoGlooRanksMatchSingleProcessReference) {
   EXPECT_LT(ref_losses.back(), ref_losses.front() * 0.9);
 
   // Pipelined: stages {0,1,2} and {3,4,5} on two ranks, 1F1B, Gloo over TCP.
-  auto sched = schedule::InsertSendRecv(*schedule::BuildSchedule(ScheduleKind::k1F1B, 2,
-                                                                 kMicrobatches));
+  auto sched =
+      schedule::InsertSendRecv(*schedule::BuildSchedule(ScheduleKind::k1F1B, 2, kMicrobatches));
   ASSERT_TRUE(sched.ok());
   gloo::rendezvous::HashStore store;
   std::vector<std::unique_ptr<MlpExecutor>> ex;
@@ -79,9 +78,8 @@ TEST(MlpExecutor, TwoGlooRanksMatchSingleProcessReference) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto t = ConnectGloo({.rank = r, .size = 2, .host = "127.0.0.1",
-                            .timeout = absl::Seconds(20)},
-                           store);
+      auto t = ConnectGloo(
+          {.rank = r, .size = 2, .host = "127.0.0.1", .timeout = absl::Seconds(20)}, store);
       if (!t.ok()) {
         status[r] = t.status();
         return;
@@ -128,8 +126,8 @@ TEST(MlpExecutor, LayersFromGraph) {
   n = g.add_nodes();
   n->set_id("act");
   n->set_op("gelu");
-  EXPECT_EQ(LayersFromGraph(g), (std::vector<LayerKind>{LayerKind::kIdentity, LayerKind::kLinear,
-                                                        LayerKind::kTanh}));
+  EXPECT_EQ(LayersFromGraph(g),
+            (std::vector<LayerKind>{LayerKind::kIdentity, LayerKind::kLinear, LayerKind::kTanh}));
 }
 
 }  // namespace

@@ -1,13 +1,12 @@
 // The NCCL transport between two ranks of this process. Needs two GPUs and a
 // build with NCCL; skips otherwise.
-#include "pipeplan/worker/nccl_transport.h"
-
 #include <cstring>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "pipeplan/worker/nccl_transport.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -32,7 +31,8 @@ class MapKeyValue final : public KeyValue {
 };
 
 TEST(NcclTransport, SendRecvBetweenTwoGpus) {
-  if (!NcclAvailable()) GTEST_SKIP() << "built without NCCL (CUDA/NCCL not found at configure time)";
+  if (!NcclAvailable())
+    GTEST_SKIP() << "built without NCCL (CUDA/NCCL not found at configure time)";
   const int gpus = CudaDeviceCount();
   if (gpus < 2) {
     GTEST_SKIP() << "needs 2 CUDA devices, found " << gpus
@@ -51,9 +51,15 @@ TEST(NcclTransport, SendRecvBetweenTwoGpus) {
       }
       std::vector<int> mine(1024, r + 1);
       auto send = (*t)->Send(1 - r, 0, std::as_bytes(std::span<int>(mine)));
-      if (!send.ok()) { status[r] = send.status(); return; }
+      if (!send.ok()) {
+        status[r] = send.status();
+        return;
+      }
       auto recv = (*t)->Recv(1 - r, 0, std::as_writable_bytes(std::span<int>(got[r])));
-      if (!recv.ok()) { status[r] = recv.status(); return; }
+      if (!recv.ok()) {
+        status[r] = recv.status();
+        return;
+      }
       status[r] = (*send)->Wait(absl::Seconds(30));
       if (status[r].ok()) status[r] = (*recv)->Wait(absl::Seconds(30));
       if (status[r].ok()) {

@@ -94,8 +94,7 @@ std::vector<absl::StatusOr<StepResult>> RunAll(const schedule::PipelineSchedule&
                                                std::vector<std::unique_ptr<Executor>>& executors,
                                                int steps = 1) {
   MemoryHub hub(lowered.num_ranks);
-  std::vector<absl::StatusOr<StepResult>> results(lowered.num_ranks,
-                                                  absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<StepResult>> results(lowered.num_ranks, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < lowered.num_ranks; ++r) {
     threads.emplace_back([&, r] {

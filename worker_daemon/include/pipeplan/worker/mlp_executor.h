@@ -60,8 +60,8 @@ class MlpExecutor final : public Executor {
   using Tensor = std::vector<float>;
   using Key = std::pair<int, int>;  // stage, microbatch
   struct Saved {
-    std::vector<Tensor> inputs;   // per layer of the stage: its input
-    std::vector<Tensor> outputs;  // per layer: its output
+    std::vector<Tensor> inputs;    // per layer of the stage: its input
+    std::vector<Tensor> outputs;   // per layer: its output
     std::vector<Tensor> grad_out;  // per layer: gradient w.r.t. its output (after I)
   };
 

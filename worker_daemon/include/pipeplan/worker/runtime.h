@@ -51,8 +51,7 @@ class StageRuntime {
  public:
   // INVALID_ARGUMENT when the program names a stage not on `options.rank`,
   // a microbatch out of range or a hop without a peer stage.
-  static absl::StatusOr<StageRuntime> Create(RuntimeOptions options,
-                                             schedule::RankProgram program);
+  static absl::StatusOr<StageRuntime> Create(RuntimeOptions options, schedule::RankProgram program);
 
   // Runs one step. On error the step is abandoned (the executor's EndStep is
   // not called) and the transport should be rebuilt.

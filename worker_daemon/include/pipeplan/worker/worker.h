@@ -35,7 +35,7 @@ struct WorkerOptions {
   std::string job_id;
   std::string worker_id;
   std::string device_id;
-  std::string transport = "gloo";     // gloo | nccl
+  std::string transport = "gloo";      // gloo | nccl
   std::string executor = "synthetic";  // synthetic | mlp
   // Steps to run before exiting 0; 0 runs until stopped.
   int64_t steps = 0;

@@ -113,7 +113,7 @@ struct FixedPlan {
   int microbatches = 0;
   int chunks_per_rank = 1;  // for interleaved and V schedules
   CommModel comm_model = CommModel::kDirect;
-  int global_batch = 0;     // 0: graph costs are per microbatch
+  int global_batch = 0;  // 0: graph costs are per microbatch
   double optimizer_state_multiplier = 0;
 };
 

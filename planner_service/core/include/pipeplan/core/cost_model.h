@@ -52,7 +52,7 @@ struct StageCost {
   // backward pass (gradients in and out).
   double forward_comm_seconds = 0;
   double backward_comm_seconds = 0;
-  double param_bytes = 0;       // unique parameter bytes
+  double param_bytes = 0;        // unique parameter bytes
   double param_state_bytes = 0;  // with gradients and optimizer state
   double activation_bytes = 0;   // per microbatch in flight
 

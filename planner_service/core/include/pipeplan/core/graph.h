@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pipeplan {
 
@@ -35,7 +35,7 @@ struct NodeSpec {
   double output_bytes = 0;
   std::optional<double> forward_seconds;
   std::optional<double> backward_seconds;
-  std::string param_key;  // nodes sharing a non-empty key share parameters
+  std::string param_key;            // nodes sharing a non-empty key share parameters
   double weight_grad_fraction = 0;  // 0: one half
 };
 

@@ -93,10 +93,10 @@ double BalanceLowerBound(const PartitionProblem& problem);
 
 // Solvers. Baselines ignore memory when splitting (their result says whether
 // it fits); the dynamic programs and the MILP respect memory caps.
-std::unique_ptr<Partitioner> MakeUniformPartitioner();  // equal node counts
-std::unique_ptr<Partitioner> MakeParamsPartitioner();   // equal parameter bytes
+std::unique_ptr<Partitioner> MakeUniformPartitioner();    // equal node counts
+std::unique_ptr<Partitioner> MakeParamsPartitioner();     // equal parameter bytes
 std::unique_ptr<Partitioner> MakeTimeBlockPartitioner();  // torchgpipe/DeepSpeed blocks
-std::unique_ptr<Partitioner> MakeChainDpPartitioner();  // exact DP over a topological order
+std::unique_ptr<Partitioner> MakeChainDpPartitioner();    // exact DP over a topological order
 // Exact DP over the DAG's ideals (downward-closed node sets); declines with
 // RESOURCE_EXHAUSTED when the graph has too many ideals.
 std::unique_ptr<Partitioner> MakeLatticeDpPartitioner();

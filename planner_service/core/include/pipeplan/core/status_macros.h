@@ -6,9 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define PIPEPLAN_RETURN_IF_ERROR(expr)           \
-  do {                                           \
-    ::absl::Status pipeplan_status_ = (expr);    \
+#define PIPEPLAN_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status pipeplan_status_ = (expr);            \
     if (!pipeplan_status_.ok()) return pipeplan_status_; \
   } while (0)
 

@@ -136,7 +136,8 @@ class JobRegistry {
   const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job, const std::string& worker_id) const;
+  std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job,
+                                                  const std::string& worker_id) const;
 
   Store* const store_;
   const Clock* const clock_;

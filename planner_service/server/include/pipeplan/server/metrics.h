@@ -49,8 +49,7 @@ class Metrics {
   void CountReplan(std::string_view reason);
   // pipeplan_calibration_factor{job, device}: measured / modelled compute
   // time. Only devices of live jobs: RemoveJob drops a job's devices.
-  void SetCalibrationFactor(const std::string& job_id, const std::string& device_id,
-                            double factor);
+  void SetCalibrationFactor(const std::string& job_id, const std::string& device_id, double factor);
 
   prometheus::Registry& registry() { return *registry_; }
 

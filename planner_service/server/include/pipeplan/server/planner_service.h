@@ -33,10 +33,10 @@ namespace pipeplan::server {
 class Metrics;
 
 struct ServiceOptions {
-  GraphLimits limits;               // max nodes / edges (RESOURCE_EXHAUSTED above)
-  int max_cluster_devices = 65'536; // RESOURCE_EXHAUSTED above
-  int solver_threads = 0;           // 0: hardware concurrency (at least 2)
-  int max_concurrent_solves = 256;  // queued + running; RESOURCE_EXHAUSTED above
+  GraphLimits limits;                // max nodes / edges (RESOURCE_EXHAUSTED above)
+  int max_cluster_devices = 65'536;  // RESOURCE_EXHAUSTED above
+  int solver_threads = 0;            // 0: hardware concurrency (at least 2)
+  int max_concurrent_solves = 256;   // queued + running; RESOURCE_EXHAUSTED above
   // Taken off the RPC deadline so the answer is sent before the client gives up.
   absl::Duration deadline_margin = absl::Milliseconds(50);
   RequestCache::Options cache;
@@ -63,8 +63,7 @@ class PlannerServiceImpl {
 
   absl::Status Recover() { return registry_.Recover(); }
 
-  void HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
-                  Callback<v1::Plan> done);
+  void HandlePlan(const v1::PlanRequest& request, const CallContext& ctx, Callback<v1::Plan> done);
   void HandleCreateJob(const v1::CreateJobRequest& request, const CallContext& ctx,
                        Callback<v1::Job> done);
   void HandleReplanJob(const v1::ReplanJobRequest& request, const CallContext& ctx,

@@ -66,8 +66,8 @@ enum class ReplanTrigger { kCalibration, kWorkerLost };
 
 struct ReplanOutcome {
   bool published = false;
-  int64_t version = 0;         // the new version when published
-  std::string reason;          // the published reason, or why nothing was published
+  int64_t version = 0;              // the new version when published
+  std::string reason;               // the published reason, or why nothing was published
   double current_step_seconds = 0;  // current plan under the calibrated model (inf: infeasible)
   double new_step_seconds = 0;
 };

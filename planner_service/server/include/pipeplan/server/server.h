@@ -54,8 +54,8 @@ class PlannerServer {
   // address cannot be bound ("address 127.0.0.1:7600 is in use or not
   // available"), INVALID_ARGUMENT for unreadable TLS/token files, the
   // store's error when the data directory cannot be opened.
-  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(ServerConfig config,
-                                                              std::unique_ptr<Store> store = nullptr);
+  static absl::StatusOr<std::unique_ptr<PlannerServer>> Start(
+      ServerConfig config, std::unique_ptr<Store> store = nullptr);
   ~PlannerServer();
 
   int port() const { return port_; }
