@@ -32,19 +32,8 @@ uint64_t StageRuntime::Tag(bool backward, int boundary, int microbatch, int num_
 }
 
 int StageRuntime::PeerOf(const Action& a) const {
-  const auto& s2r = options_.stage_to_rank;
-  switch (a.type) {
-    case ActionType::kSendF:
-      return s2r[a.stage + 1];
-    case ActionType::kRecvF:
-      return s2r[a.stage - 1];
-    case ActionType::kSendB:
-      return s2r[a.stage - 1];
-    case ActionType::kRecvB:
-      return s2r[a.stage + 1];
-    default:
-      return options_.rank;
-  }
+  const int peer = PeerStage(a);
+  return peer < 0 ? options_.rank : options_.stage_to_rank[peer];
 }
 
 absl::StatusOr<StageRuntime> StageRuntime::Create(RuntimeOptions options,

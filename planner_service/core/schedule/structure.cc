@@ -33,19 +33,8 @@ absl::Status CheckSimple(const PipelineSchedule& s, int rank, int step, const Ac
         absl::StrFormat("%s: stage %d is placed on rank %d, not rank %d", Where(rank, step, whole),
                         a.stage, s.stage_to_rank[a.stage], rank));
   }
-  int peer = -1;
-  switch (a.type) {
-    case ActionType::kSendF:
-    case ActionType::kRecvB:
-      peer = a.stage + 1;
-      break;
-    case ActionType::kRecvF:
-    case ActionType::kSendB:
-      peer = a.stage - 1;
-      break;
-    default:
-      return absl::OkStatus();
-  }
+  if (!IsCommunication(a.type)) return absl::OkStatus();
+  const int peer = PeerStage(a);
   if (peer < 0 || peer >= s.num_stages) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: stage %d has no neighbour stage %d to talk to",

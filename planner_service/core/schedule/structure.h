@@ -23,19 +23,8 @@ inline bool SimpleOk(const PipelineSchedule& s, int rank, const Action& a) {
       s.stage_to_rank[a.stage] != rank) {
     return false;
   }
-  int peer;
-  switch (a.type) {
-    case ActionType::kSendF:
-    case ActionType::kRecvB:
-      peer = a.stage + 1;
-      break;
-    case ActionType::kRecvF:
-    case ActionType::kSendB:
-      peer = a.stage - 1;
-      break;
-    default:
-      return true;
-  }
+  if (!IsCommunication(a.type)) return true;
+  const int peer = PeerStage(a);
   return static_cast<unsigned>(peer) < static_cast<unsigned>(s.num_stages) &&
          s.stage_to_rank[peer] != rank;
 }

@@ -55,6 +55,23 @@ struct Action {
   friend bool operator==(const Action&, const Action&) = default;
 };
 
+// The stage a SEND/RECV talks to: activations go forward (SEND_F to s+1,
+// RECV_F from s-1), gradients backward (SEND_B to s-1, RECV_B from s+1).
+// -1 for compute actions. The result may be out of range for a malformed
+// action; callers that take user input check it.
+inline int PeerStage(const Action& a) {
+  switch (a.type) {
+    case ActionType::kSendF:
+    case ActionType::kRecvB:
+      return a.stage + 1;
+    case ActionType::kRecvF:
+    case ActionType::kSendB:
+      return a.stage - 1;
+    default:
+      return -1;
+  }
+}
+
 // Builds an OVERLAP_F_B action from its forward and full-backward halves.
 Action MakeOverlap(int forward_stage, int forward_microbatch, int backward_stage,
                    int backward_microbatch);
