@@ -360,8 +360,14 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     if (!first_error.ok()) return first_error;
     return absl::FailedPreconditionError("no schedule, depth and microbatch count fits");
   }
-  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
-    return a.plan.step_seconds < b.plan.step_seconds;
+  // With a global batch every candidate's step trains the same samples, so
+  // step time decides. Without one, candidates run different microbatch
+  // counts of the same size, so compare time per microbatch (throughput).
+  auto seconds_per_sample = [&](const PlanResult& p) {
+    return options.global_batch > 0 ? p.step_seconds : p.step_seconds / p.microbatches;
+  };
+  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
+    return seconds_per_sample(a.plan) < seconds_per_sample(b.plan);
   });
   PlanResult best = std::move(scored.front().plan);
   if (!fixed && options.method != PartitionMethod::kDp) {

@@ -124,6 +124,20 @@ TEST(PlannerTest, SearchPicksTheFastestCandidateAndListsRunnersUp) {
   }
 }
 
+TEST(PlannerTest, WithoutGlobalBatchTheSearchComparesThroughput) {
+  // Candidates run different microbatch counts of the same size, so the
+  // winner is the one with the least time per microbatch, not per step.
+  PlanInputs in = Load("resnet50.json", "cluster_4_mixed.json");
+  auto plan = MakePlan(*in.graph, *in.cluster, {.method = PartitionMethod::kDp});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->alternatives.empty());
+  const double best = plan->step_seconds / plan->microbatches;
+  for (const PlanAlternative& alt : plan->alternatives) {
+    EXPECT_LE(best, alt.step_seconds / alt.microbatches * (1 + 1e-12));
+  }
+  EXPECT_GT(plan->num_ranks, 1);  // one device alone is slower per microbatch
+}
+
 TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
   PlanInputs in = Load("gpt_1k.json", "cluster_8xa100.json");
   auto plan_for = [&](int m) {
