@@ -363,8 +363,10 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   // With a global batch every candidate's step trains the same samples, so
   // step time decides. Without one, candidates run different microbatch
   // counts of the same size, so compare time per microbatch (throughput).
+  // (A graph without batch_size cannot be rescaled, so there too.)
+  const bool same_samples = options.global_batch > 0 && graph.batch_size() > 0;
   auto seconds_per_sample = [&](const PlanResult& p) {
-    return options.global_batch > 0 ? p.step_seconds : p.step_seconds / p.microbatches;
+    return same_samples ? p.step_seconds : p.step_seconds / p.microbatches;
   };
   std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
     return seconds_per_sample(a.plan) < seconds_per_sample(b.plan);
