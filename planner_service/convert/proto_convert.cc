@@ -203,7 +203,7 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
   r->set_gap(plan.gap);
   r->set_seconds(plan.solve_seconds);
   r->set_nodes_explored(plan.nodes_explored);
-  r->set_contracted_nodes(plan.contracted_nodes > 0 ? plan.contracted_nodes : graph.num_nodes());
+  r->set_contracted_nodes(plan.contracted_nodes);
   for (const MethodOutcome& m : plan.candidates) {
     v1::MethodResult* mr = r->add_candidates();
     mr->set_method(m.method);

@@ -210,6 +210,7 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
     } else {
       outcome.note = got->note;
       result.nodes_explored += got->nodes_explored;
+      if (got->contracted_nodes > 0) result.contracted_nodes = got->contracted_nodes;
       lower = std::max(lower, got->lower_bound);
       if (got->fits_memory) {
         outcome.objective = got->objective;

@@ -1251,6 +1251,7 @@ class MilpPartitioner : public Partitioner {
     double model_bound = -kInf;
     bool proven_infeasible = false;
     std::string how, stop = "skipped";
+    int super_nodes = 0;
     double cbc_seconds = 0;
     const bool gap_closed =
         best && best->objective - proven_lb <= problem.relative_gap * best->objective;
@@ -1272,6 +1273,7 @@ class MilpPartitioner : public Partitioner {
       cbc_seconds += absl::ToDoubleSeconds(absl::Now() - c0);
       nodes += out.nodes;
       for (const auto& cand : out.candidates) offer(c.Expand(cand));
+      super_nodes = c.num_super;
       how = absl::StrFormat("%d super-nodes%s, %d rows, %d cols", c.num_super,
                             c.lossy ? " (lossy)" : "", model.num_rows(), model.num_cols());
       stop = out.stop;
@@ -1344,6 +1346,7 @@ class MilpPartitioner : public Partitioner {
           "MILP found no split that fits in memory and could not prove infeasibility");
     }
     Partition result = std::move(*best);
+    result.contracted_nodes = super_nodes;
     double lb = balance_lb;
     if (bound_valid) lb = std::max(lb, model_bound);
     result.lower_bound = std::min(lb, result.objective);

@@ -60,6 +60,9 @@ struct Partition {
   double lower_bound = 0;
   bool fits_memory = true;
   int64_t nodes_explored = 0;
+  // Nodes of the contracted graph the solver worked on; 0 when it did not
+  // contract.
+  int contracted_nodes = 0;
   std::string note;
 };
 

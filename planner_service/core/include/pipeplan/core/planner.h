@@ -85,7 +85,7 @@ struct PlanResult {
   double gap = 0;
   double solve_seconds = 0;
   int64_t nodes_explored = 0;
-  int contracted_nodes = 0;
+  int contracted_nodes = 0;  // the MILP's contracted graph; 0 if it did not run
   std::vector<MethodOutcome> candidates;
   std::vector<PlanAlternative> alternatives;  // best first, the chosen one excluded
 };
