@@ -74,7 +74,10 @@ absl::Status JobRegistry::Recover() {
       }
       job.workers[id] = Worker{std::move(w), now + options_.lease};
     }
-    if (metrics_) metrics_->SetPlanVersion(job.record.id, job.record.current_version);
+    if (metrics_) {
+      metrics_->SetPlan(job.record.id, job.record.current_version,
+                        job.current->plan().step_seconds(), job.current->plan().bubble_ratio());
+    }
     LogInfo("job_recovered", {{"job", job.record.id},
                               {"plan_version", absl::StrCat(job.record.current_version)},
                               {"workers", absl::StrCat(job.workers.size())}});
@@ -158,7 +161,10 @@ absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
   job.current = std::make_shared<const v1::VersionedPlan>(std::move(first));
   const std::string id = job.record.id;
   auto [it, inserted] = jobs_.emplace(id, std::move(job));
-  if (metrics_) metrics_->SetPlanVersion(id, 1);
+  if (metrics_) {
+    metrics_->SetPlan(id, 1, it->second.current->plan().step_seconds(),
+                      it->second.current->plan().bubble_ratio());
+  }
   UpdateGaugesLocked();
   LogInfo("job_created", {{"job", id}, {"name", std::string(name)}, {"plan_version", "1"}});
   return ToProtoLocked(it->second, /*with_plan=*/true);
@@ -264,7 +270,10 @@ absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
     }
   }
   job->watches = std::move(alive);
-  if (metrics_) metrics_->SetPlanVersion(job->record.id, job->record.current_version);
+  if (metrics_) {
+    metrics_->SetPlan(job->record.id, job->record.current_version,
+                      job->current->plan().step_seconds(), job->current->plan().bubble_ratio());
+  }
   LogInfo("plan_published", {{"job", job->record.id},
                              {"plan_version", absl::StrCat(job->record.current_version)},
                              {"reason", std::string(reason)},

@@ -25,6 +25,8 @@ struct Metrics::Families {
   prometheus::Gauge* workers_active;
   prometheus::Gauge* workers_lost;
   prometheus::Family<prometheus::Gauge>* plan_version;
+  prometheus::Family<prometheus::Gauge>* plan_step;
+  prometheus::Family<prometheus::Gauge>* plan_bubble;
   prometheus::Gauge* solves_running;
   prometheus::Gauge* solves_queued;
   prometheus::Counter* cache_hits;
@@ -62,6 +64,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new
   f_->workers_lost = &workers.Add({{"state", "lost"}});
   f_->plan_version =
       &BuildGauge().Name("pipeplan_plan_version").Help("Current plan version per job").Register(r);
+  f_->plan_step = &BuildGauge()
+                       .Name("pipeplan_plan_step_seconds")
+                       .Help("Predicted step time of each job's current plan")
+                       .Register(r);
+  f_->plan_bubble = &BuildGauge()
+                         .Name("pipeplan_plan_bubble_ratio")
+                         .Help("Predicted bubble ratio (idle share) of each job's current plan")
+                         .Register(r);
   auto& solves = BuildGauge().Name("pipeplan_solves").Help("Solves on the solver pool").Register(r);
   f_->solves_running = &solves.Add({{"state", "running"}});
   f_->solves_queued = &solves.Add({{"state", "queued"}});
@@ -135,13 +145,21 @@ void Metrics::SetWorkers(int active, int lost) {
   f_->workers_lost->Set(lost);
 }
 
-void Metrics::SetPlanVersion(const std::string& job_id, int64_t version) {
+void Metrics::SetPlan(const std::string& job_id, int64_t version, double step_seconds,
+                      double bubble_ratio) {
   absl::MutexLock l(&mu_);
-  auto it = versions_.find(job_id);
-  if (it == versions_.end()) {
-    it = versions_.emplace(job_id, &f_->plan_version->Add({{"job", job_id}})).first;
+  auto it = plans_.find(job_id);
+  if (it == plans_.end()) {
+    const std::map<std::string, std::string> labels = {{"job", job_id}};
+    it =
+        plans_
+            .emplace(job_id, PlanGauges{&f_->plan_version->Add(labels), &f_->plan_step->Add(labels),
+                                        &f_->plan_bubble->Add(labels)})
+            .first;
   }
-  it->second->Set(static_cast<double>(version));
+  it->second.version->Set(static_cast<double>(version));
+  it->second.step->Set(step_seconds);
+  it->second.bubble->Set(bubble_ratio);
 }
 
 void Metrics::RemoveJob(const std::string& job_id) {
@@ -151,10 +169,12 @@ void Metrics::RemoveJob(const std::string& job_id) {
     f_->calibration_factor->Remove(f->second);
     f = factors_.erase(f);
   }
-  auto it = versions_.find(job_id);
-  if (it == versions_.end()) return;
-  f_->plan_version->Remove(it->second);
-  versions_.erase(it);
+  auto it = plans_.find(job_id);
+  if (it == plans_.end()) return;
+  f_->plan_version->Remove(it->second.version);
+  f_->plan_step->Remove(it->second.step);
+  f_->plan_bubble->Remove(it->second.bubble);
+  plans_.erase(it);
 }
 
 void Metrics::SetSolves(int running, int queued) {

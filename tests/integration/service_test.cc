@@ -264,6 +264,17 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
       << metrics;
   EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"active\"} 1"));
   EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_jobs 1"));
+  // The current plan's predictions are exported with its version.
+  ASSERT_OK_AND_ASSIGN(current, c->GetPlan(job.id(), 0));
+  for (const auto& [name, value] :
+       {std::pair{"pipeplan_plan_step_seconds", current.plan().step_seconds()},
+        std::pair{"pipeplan_plan_bubble_ratio", current.plan().bubble_ratio()}}) {
+    const std::string prefix = absl::StrCat(name, "{job=\"", job.id(), "\"} ");
+    const size_t at = metrics.find(prefix);
+    ASSERT_NE(at, std::string::npos) << name << "\n" << metrics;
+    const double exported = std::stod(metrics.substr(at + prefix.size()));
+    EXPECT_NEAR(exported, value, 1e-9 * std::max(1.0, value)) << name;
+  }
 
   // Deleting the job ends the stream.
   ASSERT_TRUE(c->DeleteJob(job.id()).ok());

@@ -40,7 +40,10 @@ class Metrics {
   void ObserveSolve(double seconds, double gap);
   void SetJobs(int jobs);
   void SetWorkers(int active, int lost);
-  void SetPlanVersion(const std::string& job_id, int64_t version);
+  // pipeplan_plan_version, pipeplan_plan_step_seconds and
+  // pipeplan_plan_bubble_ratio of a job's current plan.
+  void SetPlan(const std::string& job_id, int64_t version, double step_seconds,
+               double bubble_ratio);
   void RemoveJob(const std::string& job_id);
   void SetSolves(int running, int queued);
   void CountCache(bool hit);
@@ -64,7 +67,12 @@ class Metrics {
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::string, prometheus::Gauge*> versions_ ABSL_GUARDED_BY(mu_);
+  struct PlanGauges {
+    prometheus::Gauge* version;
+    prometheus::Gauge* step;
+    prometheus::Gauge* bubble;
+  };
+  std::map<std::string, PlanGauges> plans_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> replans_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> factors_ ABSL_GUARDED_BY(mu_);
 };
