@@ -43,10 +43,18 @@ bool ConsumeInt(std::string_view& text, int& value) {
 absl::StatusOr<Action> ParseSimpleAction(std::string_view original) {
   std::string_view text = StripWhitespace(original);
   Action action;
-  if (!ConsumeInt(text, action.stage)) {
+  int stage = 0;
+  if (!ConsumeInt(text, stage)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "invalid action '%s': expected [stage][type][microbatch], e.g. 2F0", original));
   }
+  if (stage >= kMaxStages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("invalid action '%s': stage %d is beyond the largest supported stage "
+                        "index %d",
+                        original, stage, kMaxStages - 1));
+  }
+  action.stage = stage;
   for (const auto& [name, type] : kSimpleTypes) {
     if (text.starts_with(name)) {
       text.remove_prefix(name.size());

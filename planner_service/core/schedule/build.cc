@@ -273,6 +273,11 @@ absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches
         absl::StrFormat("%s with ranks=%d chunks=%d microbatches=%d is too large to plan", name,
                         ranks, per_rank, microbatches));
   }
+  if (int64_t{ranks} * per_rank > kMaxStages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s with ranks=%d chunks=%d has %d stages; at most %d are supported", name,
+                        ranks, per_rank, int64_t{ranks} * per_rank, kMaxStages));
+  }
   if (kind == ScheduleKind::kInterleaved1F1B || kind == ScheduleKind::kInterleavedZeroBubble) {
     const int rounds = std::max(1, microbatches / ranks);
     if (microbatches % rounds != 0) {

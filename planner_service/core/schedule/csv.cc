@@ -85,7 +85,7 @@ absl::StatusOr<PipelineSchedule> ScheduleFromCsv(std::string_view csv, const Csv
       }
       if (*action) {
         const Action& a = **action;
-        max_stage = std::max({max_stage, a.stage, a.backward_stage});
+        max_stage = std::max({max_stage, static_cast<int>(a.stage), a.backward_stage});
         max_mb = std::max({max_mb, a.microbatch, a.backward_microbatch});
       }
       program.push_back(*action);
@@ -110,7 +110,7 @@ absl::StatusOr<PipelineSchedule> ScheduleFromCsv(std::string_view csv, const Csv
       for (size_t i = 0; i < schedule.programs[r].size(); ++i) {
         const std::optional<Action>& a = schedule.programs[r][i];
         if (!a) continue;
-        for (int stage : {a->stage, a->backward_stage}) {
+        for (int stage : {static_cast<int>(a->stage), a->backward_stage}) {
           if (stage < 0) continue;
           int& owner = schedule.stage_to_rank[stage];
           if (owner >= 0 && owner != r) {

@@ -1,5 +1,8 @@
 #include "pipeplan/core/schedule/action.h"
 
+#include <optional>
+#include <string>
+
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
@@ -62,6 +65,21 @@ TEST(ScheduleKindTest, StagesPerRank) {
   EXPECT_EQ(StagesPerRank(ScheduleKind::kInterleavedZeroBubble, 2), 2);
   EXPECT_EQ(StagesPerRank(ScheduleKind::kZBVZeroBubble, 7), 2);
   EXPECT_EQ(StagesPerRank(ScheduleKind::kDualPipeV, 1), 2);
+}
+
+// Stage indices are stored in 24 bits; a larger one is an error, not a
+// silently wrapped stage.
+TEST(ActionTest, StageBound) {
+  EXPECT_LE(sizeof(std::optional<Action>), 20u);
+  const std::string last = std::to_string(kMaxStages - 1) + "F0";
+  absl::StatusOr<std::optional<Action>> ok = ParseAction(last);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->stage, kMaxStages - 1);
+  EXPECT_EQ(ActionToString(**ok), last);
+  absl::StatusOr<std::optional<Action>> bad = ParseAction(std::to_string(kMaxStages) + "F0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("largest supported stage"), std::string::npos);
+  EXPECT_FALSE(ParseAction("(0F0;" + std::to_string(kMaxStages) + "B0)OVERLAP_F_B").ok());
 }
 
 }  // namespace

@@ -131,5 +131,12 @@ TEST(BuildScheduleTest, RejectsImpossibleParameters) {
   EXPECT_NE(odd.status().message().find("rounds"), std::string::npos);
 }
 
+TEST(BuildScheduleTest, RejectsMoreStagesThanSupported) {
+  absl::StatusOr<PipelineSchedule> s =
+      BuildSchedule(ScheduleKind::kInterleaved1F1B, kMaxStages / 2, 1, 4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("stages; at most"), std::string::npos) << s.status();
+}
+
 }  // namespace
 }  // namespace pipeplan::schedule

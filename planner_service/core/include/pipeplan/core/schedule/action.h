@@ -41,9 +41,16 @@ inline bool IsCompute(ActionType type) {
 }
 inline bool IsCommunication(ActionType type) { return !IsCompute(type); }
 
+// Stage indices must be below this (they are stored in 24 bits so that an
+// Action, and with it every schedule, stays small). BuildSchedule and
+// ParseAction reject anything larger.
+inline constexpr int kMaxStages = 1 << 23;
+
 struct Action {
   // For SEND_* the sending stage; for RECV_* the receiving stage (as in PyTorch).
-  int stage = 0;
+  // A bit-field (see kMaxStages): reads and writes work as for an int, but it
+  // cannot bind to an int&.
+  int stage : 24 = 0;
   ActionType type = ActionType::kForward;
   int microbatch = 0;
   // kOverlapFB only: `stage`/`microbatch` above name the forward half and these
