@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
@@ -158,27 +159,14 @@ absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Clust
     return absl::InvalidArgumentError(absl::StrCat("the schedule has ", sched.num_stages,
                                                    " stages, the plan ", plan.stage_device.size()));
   }
-  CostOptions co{.comm_model = plan.comm_model,
-                 .optimizer_state_multiplier = plan.optimizer_state_multiplier};
-  if (plan.global_batch > 0 && graph.batch_size() > 0) {
-    co.sample_scale =
-        (static_cast<double>(plan.global_batch) / plan.microbatches) / graph.batch_size();
-  }
-  const CostModel cost(graph, cluster, co);
+  const CostModel cost(graph, cluster,
+                       CostOptionsFor(graph, plan.comm_model, plan.optimizer_state_multiplier,
+                                      plan.global_batch, plan.microbatches));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
                             cost.Evaluate(plan.node_stage, plan.stage_device));
-  // As the planner scores candidates: communication inside each stage's time.
-  schedule::StageCosts c;
   FixedPlanScore score;
-  for (const StageCost& s : stages) {
-    c.forward.push_back(s.forward_seconds + s.forward_comm_seconds);
-    c.backward_input.push_back(s.backward_seconds - s.weight_grad_seconds +
-                               s.backward_comm_seconds);
-    c.backward_weight.push_back(s.weight_grad_seconds);
-    c.param_bytes.push_back(s.param_state_bytes);
-    c.activation_bytes.push_back(s.activation_bytes);
-    score.stage_compute_seconds.push_back(s.compute_seconds());
-  }
+  for (const StageCost& s : stages) score.stage_compute_seconds.push_back(s.compute_seconds());
+  const schedule::StageCosts c = SimulatorCosts(stages);
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim, schedule::Simulate(sched, c));
   score.step_seconds = sim.step_seconds;
   return score;

@@ -140,11 +140,20 @@ absl::StatusOr<std::vector<int>> InflightPerStage(const schedule::PipelineSchedu
   return sim.peak_inflight_per_stage;
 }
 
-schedule::StageCosts ToStageCosts(const Partition& p) {
+}  // namespace
+
+CostOptions CostOptionsFor(const Graph& graph, CommModel comm, double optimizer_state_multiplier,
+                           int global_batch, int microbatches) {
+  CostOptions co{.comm_model = comm, .optimizer_state_multiplier = optimizer_state_multiplier};
+  if (global_batch > 0 && graph.batch_size() > 0 && microbatches > 0) {
+    co.sample_scale = (static_cast<double>(global_batch) / microbatches) / graph.batch_size();
+  }
+  return co;
+}
+
+schedule::StageCosts SimulatorCosts(std::span<const StageCost> stages) {
   schedule::StageCosts c;
-  for (const StageCost& s : p.stages) {
-    // Communication is charged inside each stage's time (the cost model's
-    // view), so boundaries carry no separate transfer time.
+  for (const StageCost& s : stages) {
     c.forward.push_back(s.forward_seconds + s.forward_comm_seconds);
     c.backward_input.push_back(s.backward_seconds - s.weight_grad_seconds +
                                s.backward_comm_seconds);
@@ -154,8 +163,6 @@ schedule::StageCosts ToStageCosts(const Partition& p) {
   }
   return c;
 }
-
-}  // namespace
 
 std::string_view PartitionMethodName(PartitionMethod method) {
   switch (method) {
@@ -294,12 +301,9 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     PIPEPLAN_ASSIGN_OR_RETURN(auto sched,
                               schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks));
     PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
-    CostOptions co{.comm_model = options.comm_model,
-                   .optimizer_state_multiplier = options.optimizer_state_multiplier};
-    if (options.global_batch > 0 && graph.batch_size() > 0) {
-      co.sample_scale =
-          (static_cast<double>(options.global_batch) / c.microbatches) / graph.batch_size();
-    }
+    const CostOptions co =
+        CostOptionsFor(graph, options.comm_model, options.optimizer_state_multiplier,
+                       options.global_batch, c.microbatches);
     // Plans hold values only, so the model lives just as long as the solve.
     const CostModel cost(graph, cluster, co);
     PartitionProblem problem{.cost = &cost,
@@ -313,7 +317,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
       problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks);
     }
     PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
-    PIPEPLAN_ASSIGN_OR_RETURN(auto sim, schedule::Simulate(sched, ToStageCosts(plan.partition)));
+    PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
+                              schedule::Simulate(sched, SimulatorCosts(plan.partition.stages)));
     plan.num_ranks = c.ranks;
     plan.schedule = c.kind;
     plan.chunks_per_rank = c.chunks;

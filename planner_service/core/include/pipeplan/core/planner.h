@@ -23,6 +23,7 @@
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/partition.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/core/schedule/stage_costs.h"
 
 namespace pipeplan {
 
@@ -89,6 +90,17 @@ struct PlanResult {
   std::vector<MethodOutcome> candidates;
   std::vector<PlanAlternative> alternatives;  // best first, the chosen one excluded
 };
+
+// The cost model's options for `microbatches` microbatches: per-sample costs
+// are rescaled to global_batch / microbatches samples when both the global
+// batch and the graph's batch_size are known.
+CostOptions CostOptionsFor(const Graph& graph, CommModel comm, double optimizer_state_multiplier,
+                           int global_batch, int microbatches);
+
+// Per-stage simulator costs of evaluated stages, communication charged inside
+// each stage's time as the partitioners see it. Every caller that scores a
+// split by simulation uses this, so scores agree.
+schedule::StageCosts SimulatorCosts(std::span<const StageCost> stages);
 
 // INVALID_ARGUMENT names the offending option ("options.num_stages ...");
 // FAILED_PRECONDITION when no candidate fits in memory (with the memory the
