@@ -205,23 +205,6 @@ absl::StatusOr<std::string> ScrapeMetrics(int port) {
   return body;
 }
 
-std::string DataPath(const std::string& name) {
-  const char* dir = std::getenv("PIPEPLAN_TEST_DATA");
-  return std::string(dir ? dir : "tests/data") + "/" + name;
-}
-
-template <typename Message>
-Message ReadJson(const std::string& name) {
-  std::ifstream in(DataPath(name));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Message m;
-  if (!ParseJson(ss.str(), &m).ok()) std::abort();
-  return m;
-}
-template v1::ModelGraph ReadJson<v1::ModelGraph>(const std::string&);
-template v1::ClusterTopology ReadJson<v1::ClusterTopology>(const std::string&);
-
 v1::PlanRequest SmallRequest() {
   v1::PlanRequest r;
   *r.mutable_graph() = ReadJson<v1::ModelGraph>("chain_small.json");

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
 #include "pipeplan/v1/planner_service.pb.h"
+#include "support/test_data.h"
 
 namespace pipeplan::testing {
 
@@ -66,9 +67,6 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out,
 // GET http://127.0.0.1:port/metrics.
 absl::StatusOr<std::string> ScrapeMetrics(int port);
 
-std::string DataPath(const std::string& name);
-template <typename Message>
-Message ReadJson(const std::string& name);
 v1::PlanRequest SmallRequest();
 // A chain of `n` nodes (for slow solves and big messages).
 v1::PlanRequest ChainRequest(int n);

@@ -19,7 +19,9 @@
 #include "brute_force.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/partition.h"
+#include "support/test_data.h"
 
 namespace pipeplan {
 namespace {
@@ -201,191 +203,14 @@ TEST(MilpTest, InfeasibleMemoryNamesTheBytesNeeded) {
 
 // --- ResNet-50 measurement -------------------------------------------------
 
-// A minimal JSON reader for the test data files (objects, arrays, strings,
-// numbers, literals).
-struct Json {
-  std::variant<std::nullptr_t, bool, double, std::string, std::vector<Json>,
-               std::map<std::string, Json>>
-      v;
-  const Json* get(const std::string& key) const {
-    const auto* m = std::get_if<std::map<std::string, Json>>(&v);
-    if (!m) return nullptr;
-    auto it = m->find(key);
-    return it == m->end() ? nullptr : &it->second;
-  }
-  double num(const std::string& key, double dflt = 0) const {
-    const Json* j = get(key);
-    return j && std::holds_alternative<double>(j->v) ? std::get<double>(j->v) : dflt;
-  }
-  std::string str(const std::string& key) const {
-    const Json* j = get(key);
-    return j && std::holds_alternative<std::string>(j->v) ? std::get<std::string>(j->v) : "";
-  }
-  const std::vector<Json>& arr(const std::string& key) const {
-    static const std::vector<Json> empty;
-    const Json* j = get(key);
-    return j && std::holds_alternative<std::vector<Json>>(j->v) ? std::get<std::vector<Json>>(j->v)
-                                                                : empty;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
-  Json Parse() {
-    Ws();
-    Json j;
-    const char c = s_[i_];
-    if (c == '{') {
-      std::map<std::string, Json> m;
-      ++i_;
-      Ws();
-      while (s_[i_] != '}') {
-        std::string key = Str();
-        Ws();
-        ++i_;  // ':'
-        m[key] = Parse();
-        Ws();
-        if (s_[i_] == ',') ++i_;
-        Ws();
-      }
-      ++i_;
-      j.v = std::move(m);
-    } else if (c == '[') {
-      std::vector<Json> a;
-      ++i_;
-      Ws();
-      while (s_[i_] != ']') {
-        a.push_back(Parse());
-        Ws();
-        if (s_[i_] == ',') ++i_;
-        Ws();
-      }
-      ++i_;
-      j.v = std::move(a);
-    } else if (c == '"') {
-      j.v = Str();
-    } else if (s_.compare(i_, 4, "true") == 0) {
-      i_ += 4;
-      j.v = true;
-    } else if (s_.compare(i_, 5, "false") == 0) {
-      i_ += 5;
-      j.v = false;
-    } else if (s_.compare(i_, 4, "null") == 0) {
-      i_ += 4;
-    } else {
-      size_t used = 0;
-      j.v = std::stod(s_.substr(i_, 40), &used);
-      i_ += used;
-    }
-    return j;
-  }
-
- private:
-  void Ws() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  std::string Str() {
-    std::string out;
-    ++i_;
-    while (s_[i_] != '"') {
-      if (s_[i_] == '\\') ++i_;
-      out += s_[i_++];
-    }
-    ++i_;
-    return out;
-  }
-  const std::string& s_;
-  size_t i_ = 0;
-};
-
-std::string DataPath(const std::string& file) {
-  const char* dir = std::getenv("PIPEPLAN_TEST_DATA");
-  return std::string(dir ? dir : "tests/data") + "/" + file;
-}
-
-std::optional<Json> ReadJson(const std::string& file) {
-  std::ifstream in(DataPath(file));
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  return JsonParser(text).Parse();
-}
-
-GraphSpec GraphFromJson(const Json& j) {
-  GraphSpec spec;
-  spec.name = j.str("name");
-  spec.batch_size = j.num("batch_size");
-  for (const Json& n : j.arr("nodes")) {
-    NodeSpec node;
-    node.id = n.str("id");
-    node.op = n.str("op");
-    node.forward_flops = n.num("forward_flops");
-    node.backward_flops = n.num("backward_flops");
-    node.param_bytes = n.num("param_bytes");
-    node.activation_bytes = n.num("activation_bytes");
-    node.output_bytes = n.num("output_bytes");
-    node.param_key = n.str("param_key");
-    node.weight_grad_fraction = n.num("weight_grad_fraction");
-    spec.nodes.push_back(node);
-  }
-  for (const Json& e : j.arr("edges"))
-    spec.edges.push_back({e.str("src"), e.str("dst"), e.num("bytes")});
-  return spec;
-}
-
-// A ResNet-like DAG (stem, 16 bottleneck blocks with skip connections, head)
-// when the data file is absent.
-GraphSpec ResNetLike() {
-  GraphSpec spec;
-  spec.name = "resnet_like";
-  auto add = [&](const std::string& id, double flops, double params, double out) {
-    NodeSpec n;
-    n.id = id;
-    n.forward_flops = flops;
-    n.param_bytes = params;
-    n.output_bytes = out;
-    spec.nodes.push_back(n);
-  };
-  add("x", 0, 0, 2e7);
-  add("stem", 7.5e9, 4e4, 1e8);
-  spec.edges.push_back({"x", "stem", 0});
-  std::string prev = "stem";
-  int blocks[] = {3, 4, 6, 3};
-  double width = 1;
-  for (int s = 0; s < 4; ++s, width *= 2) {
-    for (int b = 0; b < blocks[s]; ++b) {
-      const std::string p = absl::StrCat("l", s, ".", b, ".");
-      add(p + "c1", 8e8 * width, 6e4 * width * width, 2.5e7 / width);
-      add(p + "c2", 7.4e9 / width * width, 6e5 * width * width, 2.5e7 / width);
-      add(p + "c3", 8e8 * width, 2.4e5 * width * width, 1e8 / width);
-      add(p + "add", 2.5e7, 0, 1e8 / width);
-      spec.edges.push_back({prev, p + "c1", 0});
-      spec.edges.push_back({p + "c1", p + "c2", 0});
-      spec.edges.push_back({p + "c2", p + "c3", 0});
-      spec.edges.push_back({p + "c3", p + "add", 0});
-      spec.edges.push_back({prev, p + "add", 0});
-      prev = p + "add";
-    }
-  }
-  add("fc", 4e6, 8e6, 4e3);
-  spec.edges.push_back({prev, "fc", 0});
-  return spec;
-}
-
-std::optional<Cluster> ClusterFromJson(const std::string& file) {
-  std::optional<Json> json = ReadJson(file);
-  if (!json) return std::nullopt;
-  ClusterSpec cs;
-  for (const Json& d : json->arr("devices")) {
-    cs.devices.push_back({d.str("id"), d.str("host"), d.num("flops"), d.num("memory_bytes")});
-  }
-  cs.intra_host_bandwidth = json->num("intra_host_bandwidth");
-  cs.inter_host_bandwidth = json->num("inter_host_bandwidth");
-  auto cluster = Cluster::Build(cs);
-  if (!cluster.ok()) return std::nullopt;
-  return *std::move(cluster);
+// A bundled graph with a bundled cluster, validated as the planner would.
+PlanInputs LoadInputs(const std::string& graph, const std::string& cluster) {
+  v1::PlanRequest req;
+  *req.mutable_graph() = testing::ReadJson<v1::ModelGraph>(graph);
+  *req.mutable_cluster() = testing::ReadJson<v1::ClusterTopology>(cluster);
+  auto in = PlanInputs::FromRequest(req);
+  if (!in.ok()) std::abort();
+  return *std::move(in);
 }
 
 // The bench's setting (tests/data/cluster_2x8_h100.json, 1F1B memory): the
@@ -394,20 +219,9 @@ std::optional<Cluster> ClusterFromJson(const std::string& file) {
 // PIPEPLAN_MILP_K / PIPEPLAN_MILP_SECONDS / PIPEPLAN_MILP_GRAPH change the case.
 TEST(MilpTest, ResNet50ReturnsNearItsDeadline) {
   const char* graph_env = std::getenv("PIPEPLAN_MILP_GRAPH");
-  std::optional<Json> json = ReadJson(graph_env ? graph_env : "resnet50.json");
-  auto graph = Graph::Build(json ? GraphFromJson(*json) : ResNetLike());
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  std::optional<Cluster> cluster = ClusterFromJson("cluster_2x8_h100.json");
-  if (!cluster) {
-    ClusterSpec cs;
-    for (int d = 0; d < 16; ++d) {
-      cs.devices.push_back({absl::StrCat("gpu", d), absl::StrCat("node", d / 8), 4e14, 8e10});
-    }
-    cs.intra_host_bandwidth = 3e11;
-    cs.inter_host_bandwidth = 2.5e10;
-    cluster = *Cluster::Build(cs);
-  }
-  CostModel cost(*graph, *cluster, {});
+  PlanInputs in = LoadInputs(graph_env ? graph_env : "resnet50.json", "cluster_2x8_h100.json");
+  const Graph& graph = *in.graph;
+  CostModel cost(graph, *in.cluster, {});
   const char* k_env = std::getenv("PIPEPLAN_MILP_K");
   const char* s_env = std::getenv("PIPEPLAN_MILP_SECONDS");
   const int k = k_env ? std::atoi(k_env) : 8;
@@ -437,14 +251,13 @@ TEST(MilpTest, ResNet50ReturnsNearItsDeadline) {
     EXPECT_LT(seconds, 2 * budget) << m->note;
   }
   std::printf("%s k=%d budget %.2fs: %.3fs objective %.6g (dp %.6g) bound %.6g gap %.3g | %s\n",
-              graph->name().c_str(), k, budget, seconds, m->objective, dp->objective,
-              m->lower_bound, (m->objective - m->lower_bound) / m->objective, m->note.c_str());
+              graph.name().c_str(), k, budget, seconds, m->objective, dp->objective, m->lower_bound,
+              (m->objective - m->lower_bound) / m->objective, m->note.c_str());
 }
 
 TEST(MilpTest, ResNet50Measurement) {
-  std::optional<Json> json = ReadJson("resnet50.json");
-  auto graph = Graph::Build(json ? GraphFromJson(*json) : ResNetLike());
-  ASSERT_TRUE(graph.ok()) << graph.status();
+  PlanInputs in = LoadInputs("resnet50.json", "cluster_2x8_h100.json");
+  const Graph& graph = *in.graph;
   for (int k : {4, 8}) {
     for (CommModel comm : {CommModel::kDirect, CommModel::kRelay}) {
       for (bool hetero : {false, true}) {
@@ -458,7 +271,7 @@ TEST(MilpTest, ResNet50Measurement) {
         CostOptions co;
         co.comm_model = comm;
         co.optimizer_state_multiplier = 2;
-        CostModel cost(*graph, *cluster, co);
+        CostModel cost(graph, *cluster, co);
         PartitionProblem problem;
         problem.cost = &cost;
         for (int j = 0; j < k; ++j) {
@@ -475,16 +288,13 @@ TEST(MilpTest, ResNet50Measurement) {
         const auto m = MakeMilpPartitioner()->Solve(problem);
         const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
         ASSERT_TRUE(m.ok()) << m.status();
-        // Measurement only: HonoursDeadline checks the limit. Known issue: CBC
-        // checks its limit only between root cut passes and nodes and overshoots
-        // by a few seconds on the 8-stage models of this graph (more on a loaded
-        // machine), so no timing assertion here.
+        // Measurement only: ResNet50ReturnsNearItsDeadline checks the limit.
         EXPECT_LE(m->objective, dp->objective * (1 + 1e-12));
         EXPECT_LE(m->lower_bound, m->objective);
         std::printf(
             "%s k=%d %s %s: %.2fs objective %.6g (dp %.6g, -%.2f%%) bound %.6g gap %.3g%% "
             "nodes %lld | %s\n",
-            graph->name().c_str(), k, comm == CommModel::kRelay ? "relay" : "direct",
+            graph.name().c_str(), k, comm == CommModel::kRelay ? "relay" : "direct",
             hetero ? "hetero" : "homog", seconds, m->objective, dp->objective,
             100 * (dp->objective - m->objective) / dp->objective, m->lower_bound,
             100 * (m->objective - m->lower_bound) / m->objective,

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "support/test_data.h"
 
 namespace pipeplan {
 namespace {
@@ -18,21 +19,10 @@ using ::testing::HasSubstr;
 using testing::MakeRandomInstance;
 using testing::RandomInstanceOptions;
 
-std::string DataPath(const std::string& name) {
-  const char* dir = std::getenv("PIPEPLAN_TEST_DATA");
-  return std::string(dir ? dir : "tests/data") + "/" + name;
-}
-
 PlanInputs Load(const std::string& graph, const std::string& cluster) {
   v1::PlanRequest req;
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  EXPECT_TRUE(ParseJson(read(DataPath(graph)), req.mutable_graph()).ok()) << graph;
-  EXPECT_TRUE(ParseJson(read(DataPath(cluster)), req.mutable_cluster()).ok()) << cluster;
+  *req.mutable_graph() = testing::ReadJson<v1::ModelGraph>(graph);
+  *req.mutable_cluster() = testing::ReadJson<v1::ClusterTopology>(cluster);
   auto in = PlanInputs::FromRequest(req);
   EXPECT_TRUE(in.ok()) << in.status();
   return std::move(*in);

@@ -10,6 +10,7 @@
 
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/v1/planner_service.pb.h"
+#include "support/test_data.h"
 
 namespace pipeplan::server::testing {
 
@@ -30,21 +31,8 @@ class TempDir {
   std::string path_;
 };
 
-inline std::string DataPath(const std::string& name) {
-  const char* dir = std::getenv("PIPEPLAN_TEST_DATA");
-  return std::string(dir ? dir : "tests/data") + "/" + name;
-}
-
-template <typename Message>
-Message ReadJson(const std::string& name) {
-  std::ifstream in(DataPath(name));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Message m;
-  absl::Status s = ParseJson(ss.str(), &m);
-  if (!s.ok()) std::abort();
-  return m;
-}
+using ::pipeplan::testing::DataPath;
+using ::pipeplan::testing::ReadJson;
 
 // chain_small on 8xA100 with stages 4, 1F1B, 8 microbatches, method dp.
 inline v1::PlanRequest SmallRequest() {
