@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +16,7 @@
 #include "pipeplan/core/status_macros.h"
 #include "plan_table.h"
 #include "request_flags.h"
+#include "training_flags.h"
 
 namespace pipeplan::cli {
 
@@ -28,11 +31,20 @@ global flags (before the command):
 
 remote commands (need --planner):
   plan ...                      as above, solved by the planner
-  jobs create [--name N] <plan flags> [--json]
+  jobs create [--name N] <plan flags> [training flags] [--json]
                                 create a job; prints its id and plan version 1
+      training flags (workers with --executor torch train the model):
+        --model-package DIR     pipeplan_export.py --package output (checked against --graph)
+        --data tensors:FILE|synthetic:seed=N   --batch-size B (rows per step)
+        --optimizer sgd|adam|adamw (adamw)  --lr X (1e-3)  --weight-decay X
+        --momentum X (sgd)  --clip-grad-norm X  --loss cross_entropy|mse
+        --max-steps N  --checkpoint-dir DIR  --checkpoint-every N
+        --dtype float32|float64  --skip-nonfinite-steps
   jobs list [--json]
   jobs show ID [--version V] [--json]
                                 the job, its workers and current (or V-th) plan
+  jobs reports ID [--limit N] [--json]
+                                per step: step, plan version, loss, step seconds
   jobs delete ID
 )";
 
@@ -99,17 +111,48 @@ const char* StateName(v1::WorkerState s) {
       return "active";
     case v1::WORKER_LOST:
       return "lost";
+    case v1::WORKER_DONE:
+      return "done";
     default:
       return "unknown";
   }
 }
 
+const char* JobStateName(v1::JobState s) {
+  switch (s) {
+    case v1::JOB_RUNNING:
+      return "running";
+    case v1::JOB_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatTraining(const v1::TrainingSpec& t) {
+  return absl::StrCat(
+      "  training ", t.model_package(), "\n    ", t.optimizer(), " lr ", t.lr(), ", loss ",
+      t.loss(), ", data ", t.data(), ", batch ", t.batch_size(), ", max steps ", t.max_steps(),
+      t.checkpoint_dir().empty()
+          ? std::string()
+          : absl::StrCat(", checkpoints every ", t.checkpoint_every(), " in ", t.checkpoint_dir()),
+      "\n");
+}
+
 absl::Status JobsCreate(client::PlannerClient& c, const std::vector<std::string>& args) {
   std::set<std::string> valued = PlanRequestFlagNames();
   valued.insert("name");
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, {"json"}));
+  valued.insert(TrainingFlagNames().begin(), TrainingFlagNames().end());
+  std::set<std::string> switches = TrainingSwitchNames();
+  switches.insert("json");
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, switches));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, c.CreateJob(flags.Get("name").value_or(""), req));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::optional<v1::TrainingSpec> training,
+                            TrainingSpecFromFlags(flags, req.graph()));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, c.CreateJob(flags.Get("name").value_or(""), req,
+                                                     training.value_or(v1::TrainingSpec())));
   if (flags.Has("json")) {
     std::cout << ToJson(job) << "\n";
   } else {
@@ -162,14 +205,70 @@ absl::Status JobsShow(client::PlannerClient& c, const std::vector<std::string>& 
     return absl::OkStatus();
   }
   std::cout << "job " << job.id() << (job.name().empty() ? "" : " (" + job.name() + ")")
+            << "\n  state " << JobStateName(job.state())
+            << (job.failure_message().empty() ? "" : ": " + job.failure_message())
             << "\n  plan version " << job.plan_version() << "\n  created "
-            << FormatTime(job.create_time_unix_ms()) << "\n  workers " << job.num_workers() << "\n";
+            << FormatTime(job.create_time_unix_ms()) << "\n";
+  if (job.has_training()) std::cout << FormatTraining(job.training());
+  std::cout << "  workers " << job.num_workers() << "\n";
   for (const v1::WorkerStatus& w : job.workers()) {
     std::cout << absl::StrFormat("    %-20s %-10s rank %3d  %-7s host %s  last step %d\n",
                                  w.info().worker_id(), w.info().device_id(), w.rank(),
                                  StateName(w.state()), w.info().host(), w.last_step());
   }
   std::cout << "\n" << FormatPlanTable(job.plan());
+  return absl::OkStatus();
+}
+
+// One entry per step: a re-run step (after a restart from a checkpoint)
+// replaces the earlier run's entry. step_seconds is the slowest rank's.
+struct StepRow {
+  int64_t plan_version = 0;
+  double step_seconds = 0;
+  std::optional<double> loss;
+  int reports = 0;
+};
+
+std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) {
+  std::map<int64_t, StepRow> rows;
+  for (const v1::ReportStepRequest& r : reports.reports()) {  // oldest first
+    StepRow& row = rows[r.step()];
+    if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
+    row.step_seconds = std::max(row.step_seconds, r.step_seconds());
+    if (r.has_loss()) row.loss = r.loss();
+    ++row.reports;
+  }
+  return rows;
+}
+
+absl::Status JobsReports(client::PlannerClient& c, const std::vector<std::string>& args) {
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"limit"}, {"json"}));
+  if (flags.positionals().size() != 1) {
+    return absl::InvalidArgumentError("usage: pipeplan jobs reports ID [--limit N] [--json]");
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(int limit, flags.GetInt("limit", 10'000));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::ListStepReportsResponse reports,
+                            c.ListStepReports(flags.positionals()[0], limit));
+  const std::map<int64_t, StepRow> rows = StepRows(reports);
+  if (flags.Has("json")) {
+    std::cout << "[";
+    const char* sep = "";
+    for (const auto& [step, row] : rows) {
+      std::cout << sep << "\n  {\"step\": " << step << ", \"plan_version\": " << row.plan_version
+                << ", \"loss\": " << (row.loss ? absl::StrCat(*row.loss) : "null")
+                << ", \"step_seconds\": " << absl::StrCat(row.step_seconds)
+                << ", \"reports\": " << row.reports << "}";
+      sep = ",";
+    }
+    std::cout << (rows.empty() ? "]\n" : "\n]\n");
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat("%8s %8s %14s %12s\n", "STEP", "VERSION", "LOSS", "SECONDS");
+  for (const auto& [step, row] : rows) {
+    std::cout << absl::StrFormat("%8d %8d %14s %12.6f\n", step, row.plan_version,
+                                 row.loss ? absl::StrFormat("%.6g", *row.loss) : "-",
+                                 row.step_seconds);
+  }
   return absl::OkStatus();
 }
 
@@ -205,7 +304,7 @@ absl::Status RunRemotePlan(const GlobalFlags& global, const std::vector<std::str
 absl::Status RunJobs(const GlobalFlags& global, const std::vector<std::string>& args) {
   if (args.empty()) {
     return absl::InvalidArgumentError(
-        "usage: pipeplan --planner ADDR jobs create|list|show|delete");
+        "usage: pipeplan --planner ADDR jobs create|list|show|reports|delete");
   }
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(global));
   const std::string sub = args[0];
@@ -214,8 +313,9 @@ absl::Status RunJobs(const GlobalFlags& global, const std::vector<std::string>& 
   if (sub == "list") return JobsList(*c, rest);
   if (sub == "show") return JobsShow(*c, rest);
   if (sub == "delete") return JobsDelete(*c, rest);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown jobs subcommand \"", sub, "\"; want create, list, show or delete"));
+  if (sub == "reports") return JobsReports(*c, rest);
+  return absl::InvalidArgumentError(absl::StrCat("unknown jobs subcommand \"", sub,
+                                                 "\"; want create, list, show, reports or delete"));
 }
 
 }  // namespace pipeplan::cli

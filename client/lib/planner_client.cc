@@ -122,12 +122,14 @@ absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request,
 }
 
 absl::StatusOr<v1::Job> PlannerClient::CreateJob(const std::string& name,
-                                                 const v1::PlanRequest& request) {
+                                                 const v1::PlanRequest& request,
+                                                 const v1::TrainingSpec& training) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.timeout);
   v1::CreateJobRequest req;
   req.set_name(name);
   *req.mutable_request() = request;
+  if (training.ByteSizeLong() > 0) *req.mutable_training() = training;
   return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::CreateJob, req);
 }
 
@@ -189,6 +191,12 @@ absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(const std::string
   req.set_job_id(job_id);
   req.set_worker_id(worker_id);
   return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat, req);
+}
+
+absl::StatusOr<v1::Job> PlannerClient::FinishWorker(const v1::FinishWorkerRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::FinishWorker, request);
 }
 
 absl::Status PlannerClient::RendezvousSet(const std::string& job_id, const std::string& key,

@@ -104,6 +104,9 @@ v1::Job JobRegistry::ToProtoLocked(const Job& job, bool with_plan) const {
   out.set_plan_version(job.record.current_version);
   out.set_create_time_unix_ms(job.record.create_time_unix_ms);
   if (with_plan) *out.mutable_plan() = job.current->plan();
+  if (job.record.training.ByteSizeLong() > 0) *out.mutable_training() = job.record.training;
+  out.set_state(job.record.state);
+  out.set_failure_message(job.record.failure_message);
   std::vector<const Worker*> workers;
   for (const auto& [id, w] : job.workers) workers.push_back(&w);
   std::sort(workers.begin(), workers.end(), [](const Worker* a, const Worker* b) {
@@ -126,7 +129,8 @@ void JobRegistry::UpdateGaugesLocked() const {
   int active = 0, lost = 0;
   for (const auto& [id, job] : jobs_) {
     for (const auto& [wid, w] : job.workers) {
-      (w.record.state == v1::WORKER_LOST ? lost : active)++;
+      if (w.record.state == v1::WORKER_LOST) ++lost;
+      if (w.record.state == v1::WORKER_ACTIVE) ++active;
     }
   }
   metrics_->SetJobs(static_cast<int>(jobs_.size()));
@@ -134,8 +138,8 @@ void JobRegistry::UpdateGaugesLocked() const {
 }
 
 absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
-                                               const v1::PlanRequest& request,
-                                               const v1::Plan& plan) {
+                                               const v1::PlanRequest& request, const v1::Plan& plan,
+                                               const v1::TrainingSpec& training) {
   if (name.size() > kMaxIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat("name is longer than ", kMaxIdBytes, " bytes"));
   }
@@ -151,6 +155,7 @@ absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
   job.record.name = std::string(name);
   job.record.create_time_unix_ms = absl::ToUnixMillis(clock_->Now());
   job.record.current_version = 1;
+  job.record.training = training;
   v1::VersionedPlan first;
   first.set_job_id(job.record.id);
   first.set_version(1);
@@ -351,7 +356,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   const absl::Time now = clock_->Now();
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
-  if (w.record.state == v1::WORKER_LOST) {
+  if (w.record.state != v1::WORKER_ACTIVE) {
     w.record.state = v1::WORKER_ACTIVE;
     (void)store_->PutWorker(w.record);
     UpdateGaugesLocked();
@@ -402,6 +407,53 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   return r;
 }
 
+absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest& request) {
+  if (request.error().size() > 4096) {
+    return absl::InvalidArgumentError("error is longer than 4096 bytes");
+  }
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(request.job_id());
+  if (!job) return JobNotFound(request.job_id());
+  auto it = job->workers.find(request.worker_id());
+  if (it == job->workers.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker \"", request.worker_id(), "\" is not registered with job ", request.job_id()));
+  }
+  WorkerRecord rec = it->second.record;
+  rec.state = v1::WORKER_DONE;
+  rec.last_step = std::max(rec.last_step, request.step() - 1);
+  PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(rec));
+  it->second.record = rec;
+  v1::JobState next = job->record.state;
+  std::string message = job->record.failure_message;
+  if (!request.error().empty() && next != v1::JOB_FAILED) {
+    next = v1::JOB_FAILED;
+    message = absl::StrCat("worker ", request.worker_id(), " at step ", request.step(), ": ",
+                           request.error());
+  } else if (request.error().empty() && next == v1::JOB_RUNNING && AllRanksDoneLocked(*job)) {
+    next = v1::JOB_SUCCEEDED;
+  }
+  if (next != job->record.state) {
+    PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job->record.id, next, message));
+    job->record.state = next;
+    job->record.failure_message = message;
+    LogInfo("job_state",
+            {{"job", job->record.id}, {"state", v1::JobState_Name(next)}, {"message", message}});
+  }
+  UpdateGaugesLocked();
+  return ToProtoLocked(*job, /*with_plan=*/false);
+}
+
+bool JobRegistry::AllRanksDoneLocked(const Job& job) const {
+  int done = 0;
+  for (const auto& [id, w] : job.workers) {
+    if (RankOfDevice(job.current->plan(), w.record.info.device_id()) < 0) continue;
+    if (w.record.state != v1::WORKER_DONE) return false;
+    ++done;
+  }
+  return done > 0;
+}
+
 absl::StatusOr<std::vector<v1::ReportStepRequest>> JobRegistry::RecentStepReports(
     const std::string& job_id, int limit) const {
   {
@@ -450,7 +502,7 @@ int JobRegistry::CheckLeases() {
   int lost = 0;
   for (auto& [id, job] : jobs_) {
     for (auto& [wid, w] : job.workers) {
-      if (w.record.state != v1::WORKER_LOST && now >= w.lease_expiry) {
+      if (w.record.state == v1::WORKER_ACTIVE && now >= w.lease_expiry) {
         w.record.state = v1::WORKER_LOST;
         (void)store_->PutWorker(w.record);
         ++lost;

@@ -48,6 +48,16 @@ class MemoryStore : public Store {
     return absl::OkStatus();
   }
 
+  absl::Status SetJobState(const std::string& job_id, v1::JobState state,
+                           const std::string& failure_message) override {
+    absl::MutexLock l(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    it->second.job.state = state;
+    it->second.job.failure_message = failure_message;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override {
     absl::MutexLock l(&mu_);
     auto it = jobs_.find(std::string(job_id));

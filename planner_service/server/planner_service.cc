@@ -10,6 +10,7 @@
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
+#include "pipeplan/server/training_spec.h"
 
 namespace pipeplan::server {
 namespace {
@@ -130,10 +131,13 @@ void PlannerServiceImpl::HandleCreateJob(const v1::CreateJobRequest& request,
     return done(absl::InvalidArgumentError("name is longer than 256 bytes"));
   }
   auto req = std::make_shared<v1::CreateJobRequest>(request);
+  if (absl::Status s = ApplyTrainingSpec(req->training(), req->mutable_request()); !s.ok()) {
+    return done(s);
+  }
   absl::Status admitted = pool_.Submit([this, req, ctx, done]() {
     absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
     if (!plan.ok()) return done(plan.status());
-    done(registry_.CreateJob(req->name(), req->request(), *plan));
+    done(registry_.CreateJob(req->name(), req->request(), *plan, req->training()));
   });
   if (!admitted.ok()) return done(admitted);
   PublishSolveGauges();
@@ -188,6 +192,10 @@ absl::StatusOr<v1::Assignment> PlannerServiceImpl::RegisterWorker(
 absl::StatusOr<v1::HeartbeatResponse> PlannerServiceImpl::Heartbeat(
     const v1::HeartbeatRequest& request) {
   return registry_.Heartbeat(request.job_id(), request.worker_id());
+}
+
+absl::StatusOr<v1::Job> PlannerServiceImpl::FinishWorker(const v1::FinishWorkerRequest& request) {
+  return registry_.FinishWorker(request);
 }
 
 absl::StatusOr<v1::ReportStepResponse> PlannerServiceImpl::ReportStep(

@@ -215,6 +215,11 @@ class GrpcPlannerService final : public v1::PlannerService::CallbackService {
                                       v1::HeartbeatResponse* resp) override {
     return Unary(ctx, "Heartbeat", resp, [&] { return impl_->Heartbeat(*req); });
   }
+  grpc::ServerUnaryReactor* FinishWorker(grpc::CallbackServerContext* ctx,
+                                         const v1::FinishWorkerRequest* req,
+                                         v1::Job* resp) override {
+    return Unary(ctx, "FinishWorker", resp, [&] { return impl_->FinishWorker(*req); });
+  }
   grpc::ServerUnaryReactor* RendezvousSet(grpc::CallbackServerContext* ctx,
                                           const v1::RendezvousSetRequest* req,
                                           v1::RendezvousSetResponse* resp) override {

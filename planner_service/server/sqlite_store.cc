@@ -40,7 +40,10 @@ absl::Status MakeDirs(const std::string& dir) {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// Version 2 added job_training (the training spec and the job's state). A
+// version-1 directory is migrated at open: the table is created empty and
+// every existing job reads as RUNNING without a training spec.
+constexpr int kSchemaVersion = 2;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,6 +71,11 @@ CREATE TABLE IF NOT EXISTS step_reports (
   job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
   report BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS step_reports_by_job ON step_reports(job_id, seq);
+CREATE TABLE IF NOT EXISTS job_training (
+  job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+  spec BLOB NOT NULL,
+  state INTEGER NOT NULL,
+  failure TEXT NOT NULL);
 )sql";
 
 // A prepared statement; reset on destruction.
@@ -119,6 +127,7 @@ class Stmt {
              : std::string();
   }
   int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
 
  private:
   sqlite3* db_;
@@ -156,7 +165,26 @@ class SqliteStore : public Store {
       if (!s.ok()) {
         return absl::AlreadyExistsError(absl::StrCat("job ", job.id, ": ", s.message()));
       }
+      PIPEPLAN_RETURN_IF_ERROR(
+          PutJobTraining(job.id, job.training, job.state, job.failure_message));
       return InsertPlan(first);
+    });
+  }
+
+  absl::Status SetJobState(const std::string& job_id, v1::JobState state,
+                           const std::string& failure_message) override {
+    absl::MutexLock l(&mu_);
+    return Transaction([&]() -> absl::Status {
+      PIPEPLAN_RETURN_IF_ERROR(CurrentVersion(job_id).status());
+      Stmt q(db_, "SELECT spec FROM job_training WHERE job_id=?");
+      PIPEPLAN_RETURN_IF_ERROR(q.prepared());
+      q.Bind(1, job_id);
+      PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
+      v1::TrainingSpec spec;
+      if (row && !spec.ParseFromString(q.Blob(0))) {
+        return absl::DataLossError(absl::StrCat("job ", job_id, " training spec is corrupt"));
+      }
+      return PutJobTraining(job_id, spec, state, failure_message);
     });
   }
 
@@ -260,16 +288,28 @@ class SqliteStore : public Store {
     absl::MutexLock l(&mu_);
     std::vector<StoredJob> out;
     Stmt jobs(db_,
-              "SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record FROM jobs j "
-              "JOIN plans p ON p.job_id = j.id AND p.version = j.current_version ORDER BY j.id");
+              "SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, t.spec, "
+              "t.state, t.failure FROM jobs j "
+              "JOIN plans p ON p.job_id = j.id AND p.version = j.current_version "
+              "LEFT JOIN job_training t ON t.job_id = j.id ORDER BY j.id");
     PIPEPLAN_RETURN_IF_ERROR(jobs.prepared());
     while (true) {
       PIPEPLAN_ASSIGN_OR_RETURN(bool row, jobs.Step());
       if (!row) break;
       StoredJob sj;
-      sj.job = {jobs.Text(0), jobs.Text(1), jobs.Int(2), jobs.Int(3)};
+      sj.job.id = jobs.Text(0);
+      sj.job.name = jobs.Text(1);
+      sj.job.create_time_unix_ms = jobs.Int(2);
+      sj.job.current_version = jobs.Int(3);
       if (!sj.current.ParseFromString(jobs.Blob(4))) {
         return absl::DataLossError(absl::StrCat("job ", sj.job.id, " current plan is corrupt"));
+      }
+      if (!jobs.IsNull(5)) {
+        if (!sj.job.training.ParseFromString(jobs.Blob(5))) {
+          return absl::DataLossError(absl::StrCat("job ", sj.job.id, " training spec is corrupt"));
+        }
+        sj.job.state = static_cast<v1::JobState>(jobs.Int(6));
+        sj.job.failure_message = jobs.Text(7);
       }
       out.push_back(std::move(sj));
     }
@@ -332,6 +372,11 @@ class SqliteStore : public Store {
       return ins.Run();
     }
     const std::string v = q.Text(0);
+    if (v == "1") {  // kSchema created the version-2 table above
+      Stmt up(db_, "UPDATE meta SET value=? WHERE key='schema_version'");
+      up.Bind(1, std::to_string(kSchemaVersion));
+      return up.Run();
+    }
     if (v != std::to_string(kSchemaVersion)) {
       return absl::FailedPreconditionError(absl::StrCat("the data directory's schema version is ",
                                                         v, "; this planner reads version ",
@@ -348,6 +393,19 @@ class SqliteStore : public Store {
     PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
     return q.Int(0);
+  }
+
+  absl::Status PutJobTraining(const std::string& job_id, const v1::TrainingSpec& spec,
+                              v1::JobState state, const std::string& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stmt q(db_,
+           "INSERT OR REPLACE INTO job_training(job_id, spec, state, failure) VALUES(?,?,?,?)");
+    PIPEPLAN_RETURN_IF_ERROR(q.prepared());
+    q.Bind(1, job_id)
+        .BindBlob(2, spec.SerializeAsString())
+        .Bind(3, static_cast<int64_t>(state))
+        .Bind(4, failure);
+    return q.Run();
   }
 
   absl::Status InsertPlan(const v1::VersionedPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -196,6 +196,62 @@ TEST_F(JobRegistryTest, RecoverRestoresJobsWorkersAndRestartsLeases) {
   EXPECT_EQ(recovered.GetPlan(id, 1)->plan().graph_name(), "v1");
 }
 
+v1::FinishWorkerRequest Finish(const std::string& job, const std::string& worker, int64_t step,
+                               const std::string& error = "") {
+  v1::FinishWorkerRequest r;
+  r.set_job_id(job);
+  r.set_worker_id(worker);
+  r.set_step(step);
+  r.set_error(error);
+  return r;
+}
+
+TEST_F(JobRegistryTest, JobSucceedsWhenEveryRankIsDoneAndDoneWorkersHoldNoLease) {
+  const std::string id = NewJob();
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu0")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w2", "gpu1")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("idle", "gpu5")).ok());  // no rank
+  auto job = registry_->FinishWorker(Finish(id, "w1", 10));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_RUNNING);  // w2 still trains
+  EXPECT_EQ(job->workers(1).state(), v1::WORKER_DONE);
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(registry_->CheckLeases(), 2);  // w2 and idle, not the done w1
+  job = registry_->FinishWorker(Finish(id, "w2", 10));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_SUCCEEDED);
+  EXPECT_TRUE(job->failure_message().empty());
+  EXPECT_EQ(registry_->FinishWorker(Finish(id, "ghost", 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry_->FinishWorker(Finish("job-x", "w1", 1)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobRegistryTest, WorkerErrorFailsTheJobAndSurvivesRecovery) {
+  v1::TrainingSpec training;
+  training.set_model_package("/pkg");
+  auto created = registry_->CreateJob("t", request_, PlanOn({"gpu0", "gpu1"}, "v1"), training);
+  ASSERT_TRUE(created.ok());
+  const std::string id = created->id();
+  EXPECT_EQ(created->training().model_package(), "/pkg");
+  EXPECT_EQ(created->state(), v1::JOB_RUNNING);
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu0")).ok());
+  auto job = registry_->FinishWorker(Finish(id, "w1", 7, "loss is nan at step 7"));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_FAILED);
+  EXPECT_EQ(job->failure_message(), "worker w1 at step 7: loss is nan at step 7");
+  // The first failure is the one reported; a later success does not hide it.
+  ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w2", "gpu1")).ok());
+  ASSERT_TRUE(registry_->FinishWorker(Finish(id, "w2", 9)).ok());
+  JobRegistry recovered(store_.get(), &clock_, JobRegistry::Options{});
+  ASSERT_TRUE(recovered.Recover().ok());
+  auto again = recovered.GetJob(id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->state(), v1::JOB_FAILED);
+  EXPECT_EQ(again->failure_message(), "worker w1 at step 7: loss is nan at step 7");
+  EXPECT_EQ(again->training().model_package(), "/pkg");
+}
+
 TEST(RankOfDevice, DistinctDevicesInStageOrder) {
   v1::Plan p = PlanOn({"a", "b", "a", "b"}, "interleaved");
   EXPECT_EQ(RankOfDevice(p, "a"), 0);

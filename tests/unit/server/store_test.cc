@@ -90,6 +90,29 @@ TEST_P(StoreTest, SurvivesReopen) {
   EXPECT_TRUE(store_->GetPlan("j1", 1).ok());
 }
 
+TEST_P(StoreTest, TrainingSpecAndJobState) {
+  JobRecord job{"j1", "one", 100, 1};
+  job.training.set_model_package("/pkg");
+  job.training.set_optimizer("adamw");
+  job.training.set_batch_size(32);
+  ASSERT_TRUE(store_->CreateJob(job, Version("j1", 1)).ok());
+  ASSERT_TRUE(store_->CreateJob({"j2", "plain", 100, 1}, Version("j2", 1)).ok());
+  ASSERT_TRUE(store_->SetJobState("j1", v1::JOB_FAILED, "worker w0: bad data").ok());
+  EXPECT_EQ(store_->SetJobState("nope", v1::JOB_FAILED, "").code(), absl::StatusCode::kNotFound);
+  if (persistent()) Reopen();
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 2u);
+  const JobRecord& j1 = (*loaded)[0].job;
+  EXPECT_EQ(j1.training.model_package(), "/pkg");
+  EXPECT_EQ(j1.training.batch_size(), 32);
+  EXPECT_EQ(j1.state, v1::JOB_FAILED);
+  EXPECT_EQ(j1.failure_message, "worker w0: bad data");
+  EXPECT_EQ((*loaded)[1].job.state, v1::JOB_RUNNING);
+  EXPECT_FALSE((*loaded)[1].job.training.has_weight_decay());
+  EXPECT_TRUE((*loaded)[1].job.training.model_package().empty());
+}
+
 TEST_P(StoreTest, WorkersAndReportWindow) {
   ASSERT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
   EXPECT_EQ(store_->PutWorker(Worker("nope", "w")).code(), absl::StatusCode::kNotFound);
@@ -155,6 +178,46 @@ TEST(SqliteStore, UsesWalAndRejectsNewerSchema) {
   auto s = OpenSqliteStore(dir.path());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.status().message().find("schema version is 99"), std::string::npos);
+}
+
+// A data directory written by a version-1 planner (no job_training table)
+// opens: the table is added and its jobs read as RUNNING planning-only jobs.
+TEST(SqliteStore, MigratesSchemaVersion1) {
+  TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/pipeplan.db").c_str(), &db), SQLITE_OK);
+  const std::string plan = Version("old", 1).SerializeAsString();
+  const char* schema =
+      "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "INSERT INTO meta VALUES('schema_version', '1');"
+      "CREATE TABLE jobs (id TEXT PRIMARY KEY, name TEXT NOT NULL, create_time_ms INTEGER NOT "
+      "NULL, current_version INTEGER NOT NULL);"
+      "CREATE TABLE plans (job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, version "
+      "INTEGER NOT NULL, record BLOB NOT NULL, PRIMARY KEY (job_id, version));"
+      "INSERT INTO jobs VALUES('old', 'legacy', 5, 1);";
+  ASSERT_EQ(sqlite3_exec(db, schema, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO plans VALUES('old', 1, ?)", -1, &st, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_blob(st, 1, plan.data(), static_cast<int>(plan.size()), SQLITE_TRANSIENT);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto loaded = (*s)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].job.name, "legacy");
+  EXPECT_EQ((*loaded)[0].job.state, v1::JOB_RUNNING);
+  EXPECT_TRUE((*s)->SetJobState("old", v1::JOB_SUCCEEDED, "").ok());
+  s->reset();
+  auto again = OpenSqliteStore(dir.path());  // now at version 2: opens as is
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto reloaded = (*again)->Load();
+  ASSERT_TRUE(reloaded.ok());
+  EXPECT_EQ((*reloaded)[0].job.state, v1::JOB_SUCCEEDED);
 }
 
 TEST(SqliteStore, UnwritableDirectoryIsAnError) {

@@ -67,7 +67,8 @@ class PlannerClient {
   absl::StatusOr<v1::Plan> Plan(const v1::PlanRequest& request);
   absl::StatusOr<v1::Plan> Plan(const v1::PlanRequest& request, absl::Duration timeout);
 
-  absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request);
+  absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request,
+                                    const v1::TrainingSpec& training = v1::TrainingSpec());
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs();
   absl::Status DeleteJob(const std::string& job_id);
@@ -80,6 +81,8 @@ class PlannerClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
+  // The worker is done with the job (see FinishWorkerRequest).
+  absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);
   // Rendezvous key-value space of a job (see planner_service.proto).
   absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
                              const std::string& value);

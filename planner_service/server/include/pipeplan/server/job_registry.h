@@ -3,7 +3,8 @@
 // the store is the truth and a restart (Recover) rebuilds the same view.
 //
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
-// Heartbeat or ReportStep; CheckLeases marks expired ones lost. After
+// Heartbeat or ReportStep; CheckLeases marks expired ones lost. A worker that
+// called FinishWorker is DONE and holds no lease until it heartbeats again. After
 // Recover every worker's lease restarts, so workers that reconnect after a
 // planner restart are never declared lost for the planner's downtime.
 //
@@ -56,8 +57,10 @@ class JobRegistry {
   // Loads every job from the store. Call once, before serving.
   absl::Status Recover();
 
+  // `training` is stored with the job (empty for planning-only jobs).
   absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request,
-                                    const v1::Plan& plan);
+                                    const v1::Plan& plan,
+                                    const v1::TrainingSpec& training = v1::TrainingSpec());
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   std::vector<v1::Job> ListJobs() const;
   absl::Status DeleteJob(const std::string& job_id);
@@ -86,6 +89,11 @@ class JobRegistry {
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
                                                                        int limit) const;
+  // The worker is done (state DONE, no lease). With an error the job becomes
+  // FAILED with that message; without, the job SUCCEEDED once every worker
+  // holding a rank of the current plan is done. NOT_FOUND for an unknown job,
+  // FAILED_PRECONDITION for an unregistered worker.
+  absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);
 
   // Rendezvous key-value space of a job (memory only, dropped with the job).
   // INVALID_ARGUMENT for an empty or over-long key (256 bytes) or a value
@@ -136,6 +144,7 @@ class JobRegistry {
   const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool AllRanksDoneLocked(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job,
                                                   const std::string& worker_id) const;
 

@@ -75,6 +75,7 @@ class PlannerServiceImpl {
   absl::StatusOr<v1::VersionedPlan> GetPlan(const v1::GetPlanRequest& request);
   absl::StatusOr<v1::Assignment> RegisterWorker(const v1::RegisterWorkerRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& request);
   absl::Status WatchPlan(const v1::WatchPlanRequest& request, std::weak_ptr<PlanWatcher> watcher);
   absl::StatusOr<v1::RendezvousSetResponse> RendezvousSet(const v1::RendezvousSetRequest& request);

@@ -27,6 +27,10 @@ struct JobRecord {
   std::string name;
   int64_t create_time_unix_ms = 0;
   int64_t current_version = 0;
+  // Empty for planning-only jobs.
+  v1::TrainingSpec training;
+  v1::JobState state = v1::JOB_RUNNING;
+  std::string failure_message;
 };
 
 struct WorkerRecord {
@@ -57,6 +61,9 @@ class Store {
   virtual absl::Status AppendPlan(const v1::VersionedPlan& plan) = 0;
   // Deletes the job, its plans, workers and reports.
   virtual absl::Status DeleteJob(const std::string& job_id) = 0;
+  // NOT_FOUND for an unknown job.
+  virtual absl::Status SetJobState(const std::string& job_id, v1::JobState state,
+                                   const std::string& failure_message) = 0;
   virtual absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) = 0;
   // Inserts or replaces a worker registration.
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
