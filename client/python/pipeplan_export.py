@@ -76,6 +76,7 @@ import inspect
 import json
 import math
 import operator
+import os
 import re
 import sys
 
@@ -1118,6 +1119,8 @@ def _load(spec, shapes, dtype):
     mod_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit("--model must be a built-in (%s) or module:attr" % ", ".join(BUILTINS))
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(1, os.getcwd())  # the user's modules, as `python -m` finds them
     obj = importlib.import_module(mod_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

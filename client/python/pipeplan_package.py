@@ -36,8 +36,9 @@ import torch
 import torch.fx
 import torch.nn as nn
 
+from pipeplan_loss import LOSSES
+
 FORMAT = "pipeplan-model-package/1"
-LOSSES = ("cross_entropy", "mse")
 MANIFEST, GRAPH_MODULE, PARAMS = "manifest.json", "graph_module.pt", "params.pt"
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
