@@ -959,6 +959,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
                           "bytes": _edge_bytes(src, node)})
     graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
     if package is not None:
+        if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+            sys.path.append(os.path.dirname(os.path.abspath(__file__)))
         import pipeplan_package  # it imports this module back (ReloadTracer)
         pipeplan_package.write_package(gm, graph, example_inputs, package, loss)
     return graph

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from conftest import run_script
 import pipeplan_data
@@ -92,23 +93,52 @@ def test_gpt_tied_weight_in_first_and_last_stage(fixtures, tmp_path):
     assert {"name": "wte.weight", "path": "lm_head.weight"} in last["parameters"]
 
 
-def test_one_node_per_stage_relays_inputs_and_bakes_sizes(fixtures, tmp_path):
-    """skip: its input and first activation cross several stages; its batch size,
-    read by the first nodes, is baked into the last."""
-    fixture = fixtures["skip"]
+@pytest.mark.parametrize("name", ["skip", "gpt"])
+def test_one_node_per_stage(fixtures, tmp_path, name):
+    """Every cut there is. skip: its input and first activation cross several
+    stages, its batch size (read by the first nodes) is baked into the last. gpt:
+    idx.device, read a stage before torch.arange uses it, crosses as a device."""
+    fixture = fixtures[name]
     package = pp.load_package(fixture["package"])
+    loss = package.manifest["loss"]
     n = len(package.manifest["nodes"])
     manifest, modules = compile_to(fixture, list(range(n)), 2, str(tmp_path / "st"))
-    carrying_x = [s["index"] for s in manifest["stages"]
-                  if any(x["name"] == "x" for x in s["outputs"])]
-    assert len(carrying_x) > 3  # relayed
-    assert not any(x["name"] == "size" for s in manifest["stages"] for x in s["outputs"])
+    first_input = package.manifest["inputs"][0]["name"]
+    relaying = [s["index"] for s in manifest["stages"]
+                if any(x["name"] == first_input for x in s["outputs"])]
+    assert len(relaying) > 3
+    assert not any(x["name"].startswith("size") for s in manifest["stages"]
+                   for x in s["outputs"])
     batches = pipeplan_data.microbatches(
         *pipeplan_data.open_data("tensors:" + fixture["data"], package.manifest,
-                                 "mse").batch(0, 4), 2)
-    got, _ = stage_chain.run_step(manifest, modules, "mse", batches)
-    want, _ = whole_model_step(fixture, batches, "mse")
-    assert abs(got - want) <= 1e-5 * abs(want)
+                                 loss).batch(0, 4), 2)
+    got_loss, got_grads = stage_chain.run_step(manifest, modules, loss, batches)
+    want_loss, want_grads = whole_model_step(fixture, batches, loss)
+    assert abs(got_loss - want_loss) <= 1e-5 * abs(want_loss)
+    for key, want in want_grads.items():
+        assert_close(got_grads[key], want)
+
+
+def test_defaulted_inputs_are_not_stage_inputs(tmp_path):
+    """nn.TransformerEncoder's mask arguments keep their default (None): baked,
+    not inputs."""
+    import pipeplan_export
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    module = torch.nn.TransformerEncoder(layer, 2)
+    package = str(tmp_path / "enc.ptpkg")
+    pipeplan_export.export(module, (torch.randn(2, 5, 16),), package=package)
+    loaded = pp.load_package(package)
+    assert [x["name"] for x in loaded.manifest["inputs"]] == ["src"]
+    n = len(loaded.manifest["nodes"])
+    manifest, modules = compile_to({"package": package}, even_split(n, 3), 2,
+                                   str(tmp_path / "st"))
+    assert [x["name"] for x in manifest["stages"][0]["inputs"]] == ["src"]
+    inputs = sc.example_inputs(loaded.manifest, 2)
+    acts = inputs
+    for m in modules:
+        acts = m(*acts)
+    assert_close(acts[0], loaded.module(*inputs))
 
 
 def test_cache_and_cli(fixtures, tmp_path):
