@@ -52,6 +52,9 @@ Usage:
        needs --input-shape, e.g. --input-shape 8,1024 --input-dtype float32)
   ... --leaf-module mypkg.layers.FancyBlock --leaf-name encoder.layers.3
   ... --transformer-layers-as-leaves
+  ... --package model.ptpkg [--loss cross_entropy|mse]
+      (also writes the model package the torch executor trains: pipeplan_package.py,
+       docs/model-package.md)
 
 Edges carry the bytes the consumer reads: one element of a tuple output when the
 consumer is a getitem on it, 1 byte (nothing) into a shape query (`x.shape`,
@@ -59,7 +62,8 @@ consumer is a getitem on it, 1 byte (nothing) into a shape query (`x.shape`,
 
 API:
   export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
-         leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False) -> dict
+         leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
+         package=None, loss=None) -> dict
   trace(module, ...) -> torch.fx.GraphModule   (raises ExportError)
   write_graph(graph, path)
 """
@@ -72,6 +76,7 @@ import inspect
 import json
 import math
 import operator
+import os
 import re
 import sys
 
@@ -855,7 +860,8 @@ def _get_attr(module, target):
 
 
 def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
-           leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False):
+           leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
+           package=None, loss=None):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
@@ -863,6 +869,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     `leaf_modules` (classes or "pkg.mod.Class" strings), `leaf_names` (qualified module
     names), `default_leaves` and `transformer_layers_as_leaves` choose the modules kept
     as single nodes (see PipeplanTracer). Raises ExportError when tracing fails.
+    With `package` (a directory) it also writes the model package
+    (pipeplan_package.write_package, docs/model-package.md) with default loss `loss`.
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -949,7 +957,13 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
                 continue
             edges.append({"src": src.name, "dst": node.name,
                           "bytes": _edge_bytes(src, node)})
-    return {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
+    graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
+    if package is not None:
+        if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+            sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+        import pipeplan_package  # it imports this module back (ReloadTracer)
+        pipeplan_package.write_package(gm, graph, example_inputs, package, loss)
+    return graph
 
 
 _SHAPE_QUERIES = {"shape", "size", "dim", "dtype", "device", "ndim", "numel"}
@@ -1107,6 +1121,8 @@ def _load(spec, shapes, dtype):
     mod_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit("--model must be a built-in (%s) or module:attr" % ", ".join(BUILTINS))
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(1, os.getcwd())  # the user's modules, as `python -m` finds them
     obj = importlib.import_module(mod_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
@@ -1151,6 +1167,11 @@ def main(argv=None):
     parser.add_argument("--transformer-layers-as-leaves", action="store_true",
                         help="one node per nn.TransformerEncoderLayer/DecoderLayer "
                              "instead of its attention, linear and norm nodes")
+    parser.add_argument("--package", metavar="DIR",
+                        help="also write the model package (docs/model-package.md)")
+    parser.add_argument("--loss", choices=("cross_entropy", "mse"),
+                        help="the package's default loss (default: mse when the output "
+                             "has the first input's shape, else cross_entropy)")
     parser.add_argument("--no-default-leaves", action="store_true",
                         help="do not add nn.MultiheadAttention and the RNN modules to "
                              "the leaves (torch.fx's own rule still applies)")
@@ -1165,8 +1186,9 @@ def main(argv=None):
         graph = export(module, inputs, name=args.name or args.model,
                        batch_size=args.batch_size, leaf_modules=args.leaf_module,
                        leaf_names=args.leaf_name, default_leaves=not args.no_default_leaves,
-                       transformer_layers_as_leaves=args.transformer_layers_as_leaves)
-    except ExportError as e:
+                       transformer_layers_as_leaves=args.transformer_layers_as_leaves,
+                       package=args.package, loss=args.loss)
+    except (ExportError, ValueError) as e:  # pipeplan_package.PackageError is a ValueError
         print("pipeplan_export: %s" % e, file=sys.stderr)
         return 2
     write_graph(graph, args.out)
