@@ -107,7 +107,8 @@ const char* StateName(v1::WorkerState s) {
 absl::Status JobsCreate(client::PlannerClient& c, const std::vector<std::string>& args) {
   std::set<std::string> valued = PlanRequestFlagNames();
   valued.insert("name");
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, {"json"}));
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags,
+                            Flags::Parse(args, valued, {"json"}, DeprecatedPlanFlagNames()));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, c.CreateJob(flags.Get("name").value_or(""), req));
   if (flags.Has("json")) {
@@ -187,7 +188,8 @@ absl::Status JobsDelete(client::PlannerClient& c, const std::vector<std::string>
 
 absl::Status RunRemotePlan(const GlobalFlags& global, const std::vector<std::string>& args) {
   std::set<std::string> valued = PlanRequestFlagNames();
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, {"json"}));
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags,
+                            Flags::Parse(args, valued, {"json"}, DeprecatedPlanFlagNames()));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(global));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, c->Plan(req));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/csv.h"
@@ -21,6 +22,7 @@
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
 #include "pipeplan/core/status_macros.h"
+#include "request_flags.h"
 
 namespace pipeplan::cli {
 
@@ -29,7 +31,9 @@ const char kSimulateUsage[] =
             --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
                                 InterleavedZeroBubble, ZBVZeroBubble, DualPipeV
                                 (any letter case), with
-              --ranks P --microbatches M [--chunks V]   (V: stages per rank, 2)
+              --ranks P --microbatches M [--chunks-per-rank V]
+                                (V: stages per rank of the looped schedules, 2;
+                                --chunks is a deprecated alias)
             --csv FILE          a user schedule in PyTorch's CSV layout instead
             --plan FILE         a Plan as printed by `plan --json`: its schedule
                                 with the plan's stage times
@@ -52,7 +56,7 @@ struct Scenario {
   std::string source;  // schedule name, "csv" or "plan"
   PipelineSchedule schedule;
   StageCosts costs;
-  int chunks = 1;
+  int chunks_per_rank = 1;
 };
 
 std::string JsonString(std::string_view s) {
@@ -133,7 +137,7 @@ absl::StatusOr<Scenario> FromPlan(const v1::Plan& plan) {
   }
   Scenario sc;
   sc.source = "plan";
-  sc.chunks = chunks;
+  sc.chunks_per_rank = chunks;
   PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
                             schedule::BuildSchedule(kind, ranks, plan.microbatches(), chunks));
   for (const v1::Stage& st : plan.stages()) {
@@ -173,7 +177,7 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
       return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
     sc.source = "csv";
     sc.schedule = *std::move(s);
-    sc.chunks = sc.schedule.num_stages / sc.schedule.num_ranks;
+    sc.chunks_per_rank = sc.schedule.num_stages / sc.schedule.num_ranks;
   } else {
     if (!flags.Has("schedule")) {
       return absl::InvalidArgumentError(
@@ -184,14 +188,15 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, schedule::ParseScheduleKind(name));
     PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
     PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
-    PIPEPLAN_ASSIGN_OR_RETURN(int chunks, flags.GetInt("chunks", 2));
+    PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank,
+                              flags.GetInt("chunks-per-rank", kDefaultChunksPerRank));
     if (ranks < 1 || microbatches < 1) {
       return absl::InvalidArgumentError("--schedule needs --ranks P and --microbatches M (>= 1)");
     }
     sc.source = std::string(schedule::ScheduleKindName(kind));
-    sc.chunks = schedule::StagesPerRank(kind, chunks);
+    sc.chunks_per_rank = schedule::StagesPerRank(kind, chunks_per_rank);
     PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
-                              schedule::BuildSchedule(kind, ranks, microbatches, chunks));
+                              schedule::BuildSchedule(kind, ranks, microbatches, chunks_per_rank));
   }
   // Unit stage times: F = I = W = 1, so a full backward B takes 2.
   sc.costs = StageCosts::Uniform(sc.schedule.num_stages, 1, 1, 1);
@@ -214,13 +219,13 @@ absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
 absl::Status RunSimulate(const std::vector<std::string>& args,
                          const PlanFromFlagsFn& plan_from_flags) {
   PIPEPLAN_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args,
-                   {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches", "chunks",
-                    // `plan` flags, for --graph/--cluster:
-                    "graph", "cluster", "stages", "global-batch", "method", "comm",
-                    "optimizer-multiplier", "time-limit", "gap"},
-                   {"unit-time", "json"}));
+      Flags flags, Flags::Parse(args,
+                                {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches",
+                                 "chunks-per-rank",
+                                 // `plan` flags, for --graph/--cluster:
+                                 "graph", "cluster", "global-batch", "method", "comm",
+                                 "optimizer-multiplier", "time-limit", "gap"},
+                                {"unit-time", "json"}, DeprecatedPlanFlagNames()));
   if (!flags.positionals().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument \"", flags.positionals().front(), "\""));

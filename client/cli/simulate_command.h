@@ -1,6 +1,6 @@
 // `pipeplan simulate`: runs the schedule simulators from the command line.
 //
-//   pipeplan simulate --schedule 1F1B --ranks 4 --microbatches 8 [--chunks V]
+//   pipeplan simulate --schedule 1F1B --ranks 4 --microbatches 8 [--chunks-per-rank V]
 //   pipeplan simulate --csv schedule.csv [--unit-time]
 //   pipeplan simulate --plan plan.json
 //   pipeplan simulate --graph model.json --cluster cluster.json [plan flags]

@@ -36,8 +36,8 @@ std::string Ratio(double rel) {
 
 // The job's request with the calibrated cluster: flops divided by the
 // factors, `excluded` devices (and their links) removed, measured node
-// seconds rescaled to the new fastest device, num_stages capped at the
-// devices left.
+// seconds rescaled to the new fastest device. The options stay as requested
+// (Evaluate caps the ranks at the devices left).
 absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal,
                                                   const std::map<std::string, double>& factors,
                                                   double default_factor,
@@ -75,9 +75,6 @@ absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal
       if (n.has_forward_seconds()) n.set_forward_seconds(n.forward_seconds() * scale);
       if (n.has_backward_seconds()) n.set_backward_seconds(n.backward_seconds() * scale);
     }
-  }
-  if (!excluded.empty() && out.options().num_stages() > c->devices_size()) {
-    out.mutable_options()->set_num_stages(c->devices_size());
   }
   return out;
 }
@@ -272,6 +269,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest calibrated,
                             CalibratedRequest(vp.request(), factors, default_factor, excluded));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options_.limits));
+  in.options.num_ranks = std::min(in.options.num_ranks, in.cluster->num_devices());
   const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
   in.options.time_limit_seconds = std::max(0.01, std::min(limit, options_.max_solve_seconds));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);

@@ -92,7 +92,7 @@ TEST_F(PlannerServiceTest, BadInputsKeepTheCoresFieldLevelMessages) {
   EXPECT_NE(s.status().message().find("needs about"), std::string::npos) << s.status();
 
   req = testing::SmallRequest();
-  req.mutable_options()->set_num_stages(-3);
+  req.mutable_options()->set_num_ranks(-3);
   EXPECT_EQ(Plan(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -123,14 +123,14 @@ TEST_F(PlannerServiceTest, JobsAndReplan) {
     v1::ReplanJobRequest r;
     r.set_job_id(job->id());
     *r.mutable_options() = testing::SmallRequest().options();
-    r.mutable_options()->set_num_stages(2);
+    r.mutable_options()->set_num_ranks(2);
     r.set_reason("fewer stages");
     service_->HandleReplanJob(r, {}, cb);
   });
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->version(), 2);
   EXPECT_EQ(v2->plan().stages_size(), 2);
-  EXPECT_EQ(v2->request().options().num_stages(), 2);
+  EXPECT_EQ(v2->request().options().num_ranks(), 2);
   EXPECT_EQ(v2->reason(), "fewer stages");
 
   v1::GetPlanRequest g;
