@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
@@ -50,14 +51,6 @@ namespace {
 using schedule::PipelineSchedule;
 using schedule::ScheduleKind;
 using schedule::StageCosts;
-
-// What gets simulated: a schedule, its stage times and where they came from.
-struct Scenario {
-  std::string source;  // schedule name, "csv" or "plan"
-  PipelineSchedule schedule;
-  StageCosts costs;
-  int chunks_per_rank = 1;
-};
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -109,47 +102,26 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<ScheduleKind> KindFromProto(v1::Schedule s) {
-  for (ScheduleKind kind : schedule::kAllScheduleKinds) {
-    if (ScheduleToProto(kind) == s) return kind;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("the plan names no concrete schedule (",
-                                                 v1::Schedule_Name(s), "); cannot simulate it"));
-}
+}  // namespace
 
-// The plan's schedule with its stage times. Communication is folded into the
-// stage times as the planner does (half on the forward, half on the
-// backward-input); the Plan does not carry the weight-gradient share, so W is
-// taken as half of the backward.
-absl::StatusOr<Scenario> FromPlan(const v1::Plan& plan) {
-  PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, KindFromProto(plan.schedule()));
-  const int stages = plan.stages_size();
-  const int chunks = std::max(1, plan.chunks_per_rank());
-  if (stages < 1 || stages % chunks != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan has %d stages, not a positive multiple of chunks_per_rank=%d", stages, chunks));
-  }
-  const int ranks = stages / chunks;
-  if (schedule::StagesPerRank(kind, chunks) != chunks) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan's %s schedule places %d stages per rank, but chunks_per_rank is %d",
-        schedule::ScheduleKindName(kind), schedule::StagesPerRank(kind, chunks), chunks));
-  }
+absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(plan));
   Scenario sc;
   sc.source = "plan";
-  sc.chunks_per_rank = chunks;
-  PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
-                            schedule::BuildSchedule(kind, ranks, plan.microbatches(), chunks));
-  for (const v1::Stage& st : plan.stages()) {
-    const double comm_half = st.comm_seconds() / 2;
-    sc.costs.forward.push_back(st.forward_seconds() + comm_half);
-    sc.costs.backward_input.push_back(st.backward_seconds() / 2 + comm_half);
-    sc.costs.backward_weight.push_back(st.backward_seconds() / 2);
-    sc.costs.param_bytes.push_back(st.param_bytes());
-    sc.costs.activation_bytes.push_back(st.activation_bytes());
+  sc.chunks_per_rank = decoded.chunks_per_rank;
+  sc.schedule = std::move(decoded.compute_schedule);
+  for (const DecodedStage& st : decoded.stages) {
+    const double comm_half = st.comm_seconds / 2;
+    sc.costs.forward.push_back(st.forward_seconds + comm_half);
+    sc.costs.backward_input.push_back(st.backward_seconds / 2 + comm_half);
+    sc.costs.backward_weight.push_back(st.backward_seconds / 2);
+    sc.costs.param_bytes.push_back(st.param_bytes);
+    sc.costs.activation_bytes.push_back(st.activation_bytes);
   }
   return sc;
 }
+
+namespace {
 
 absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& plan_from_flags) {
   const int sources = flags.Has("plan") + flags.Has("graph") + flags.Has("csv");
@@ -163,11 +135,11 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     if (absl::Status s = ParseJson(text, &plan); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
     }
-    return FromPlan(plan);
+    return ScenarioFromPlan(plan);
   }
   if (flags.Has("graph") || flags.Has("cluster")) {
     PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, plan_from_flags(flags));
-    return FromPlan(plan);
+    return ScenarioFromPlan(plan);
   }
   Scenario sc;
   if (flags.Has("csv")) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
@@ -36,17 +37,6 @@ absl::Status JobNotFound(const std::string& job_id) {
 }
 
 }  // namespace
-
-int RankOfDevice(const v1::Plan& plan, std::string_view device_id) {
-  std::vector<std::string_view> devices;
-  for (const v1::Stage& s : plan.stages()) {
-    if (std::find(devices.begin(), devices.end(), s.device_id()) == devices.end()) {
-      devices.push_back(s.device_id());
-    }
-  }
-  auto it = std::find(devices.begin(), devices.end(), device_id);
-  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
-}
 
 JobRegistry::JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics)
     : store_(store), clock_(clock), options_(options), metrics_(metrics) {}

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/planner.h"
@@ -170,7 +171,6 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
                                                      ReplanTrigger trigger) {
   PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, registry_->GetPlan(job_id, 0));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, registry_->GetJob(job_id));
-  const v1::Plan& current = vp.plan();
   const std::string version = absl::StrCat(vp.version());
   ReplanOutcome outcome;
   std::string factors_text;  // "gpu0:1.00,gpu1:2.01" once estimated
@@ -203,23 +203,19 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     return no_change("no lost worker left");
   }
 
+  // The current plan, read as every other reader reads it. One that does not
+  // decode cannot be calibrated, but a lost worker is still replanned.
+  absl::StatusOr<DecodedPlan> current = DecodePlan(vp.plan());
+  if (!current.ok() && trigger == ReplanTrigger::kCalibration) {
+    return no_change(absl::StrCat("cannot read the current plan: ", current.status().message()));
+  }
+  const bool readable = current.ok();
+  const DecodedPlan decoded = readable ? *std::move(current) : DecodedPlan{};
   // Factors from the reports of the current version.
-  std::map<std::string, double> prior;
-  for (const v1::DeviceFactor& f : current.calibration().devices()) {
-    if (f.time_factor() > 0 && std::isfinite(f.time_factor())) {
-      prior[f.device_id()] = f.time_factor();
-    }
-  }
-  std::vector<PlannedStage> stages;
-  std::set<std::string> plan_devices;
-  for (const v1::Stage& s : current.stages()) {
-    auto it = prior.find(s.device_id());
-    stages.push_back({.device_id = s.device_id(),
-                      .forward_seconds = s.forward_seconds(),
-                      .backward_seconds = s.backward_seconds(),
-                      .time_factor = it == prior.end() ? 1.0 : it->second});
-    plan_devices.insert(s.device_id());
-  }
+  const std::map<std::string, double>& prior = decoded.time_factors;
+  const std::vector<PlannedStage> stages = decoded.PlannedStages();
+  const std::set<std::string> plan_devices(decoded.rank_devices.begin(),
+                                           decoded.rank_devices.end());
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
                             registry_->RecentStepReports(job_id, options_.report_window));
   std::vector<StepSample> samples;
@@ -287,39 +283,14 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   // The current plan under the same model (infeasible when it uses a device
   // that is gone).
   outcome.current_step_seconds = kInf;
-  {
-    FixedPlan fixed;
-    fixed.node_stage.assign(current.node_stage().begin(), current.node_stage().end());
-    std::vector<std::string> ranks;
-    bool runnable = true;
-    for (const v1::Stage& s : current.stages()) {
-      int index = -1;
-      for (int d = 0; d < in.cluster->num_devices(); ++d) {
-        if (in.cluster->device(d).id == s.device_id()) index = d;
-      }
-      if (index < 0) runnable = false;
-      fixed.stage_device.push_back(index);
-      if (std::find(ranks.begin(), ranks.end(), s.device_id()) == ranks.end()) {
-        ranks.push_back(s.device_id());
-      }
-    }
-    absl::StatusOr<std::optional<schedule::ScheduleKind>> kind =
-        ScheduleFromProto(current.schedule());
-    if (runnable && kind.ok() && kind->has_value()) {
-      fixed.schedule = **kind;
-      fixed.ranks = static_cast<int>(ranks.size());
-      fixed.microbatches = current.microbatches();
-      fixed.chunks_per_rank = std::max(1, current.chunks_per_rank());
-      fixed.comm_model =
-          current.comm_model() == v1::COMM_RELAY ? CommModel::kRelay : CommModel::kDirect;
-      fixed.global_batch = in.options.global_batch;
-      fixed.optimizer_state_multiplier = in.options.optimizer_state_multiplier;
-      absl::StatusOr<FixedPlanScore> score = SimulateFixedPlan(*in.graph, *in.cluster, fixed);
-      if (score.ok()) {
-        outcome.current_step_seconds = score->step_seconds;
-      } else if (trigger == ReplanTrigger::kCalibration) {
-        return no_change(absl::StrCat("cannot score the current plan: ", score.status().message()));
-      }
+  if (absl::StatusOr<FixedPlan> fixed =
+          readable ? FixedPlanOf(decoded, *in.cluster, in.options) : current.status();
+      fixed.ok()) {
+    absl::StatusOr<FixedPlanScore> score = SimulateFixedPlan(*in.graph, *in.cluster, *fixed);
+    if (score.ok()) {
+      outcome.current_step_seconds = score->step_seconds;
+    } else if (trigger == ReplanTrigger::kCalibration) {
+      return no_change(absl::StrCat("cannot score the current plan: ", score.status().message()));
     }
   }
   const double cur = outcome.current_step_seconds;

@@ -196,12 +196,5 @@ TEST_F(JobRegistryTest, RecoverRestoresJobsWorkersAndRestartsLeases) {
   EXPECT_EQ(recovered.GetPlan(id, 1)->plan().graph_name(), "v1");
 }
 
-TEST(RankOfDevice, DistinctDevicesInStageOrder) {
-  v1::Plan p = PlanOn({"a", "b", "a", "b"}, "interleaved");
-  EXPECT_EQ(RankOfDevice(p, "a"), 0);
-  EXPECT_EQ(RankOfDevice(p, "b"), 1);
-  EXPECT_EQ(RankOfDevice(p, "c"), -1);
-}
-
 }  // namespace
 }  // namespace pipeplan::server

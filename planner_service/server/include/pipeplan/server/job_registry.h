@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -146,10 +145,6 @@ class JobRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
 };
-
-// The rank (position among the plan's distinct devices, in stage order) of
-// `device_id`, or -1 when the plan gives it no stage.
-int RankOfDevice(const v1::Plan& plan, std::string_view device_id);
 
 }  // namespace pipeplan::server
 
