@@ -82,6 +82,12 @@ JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
+absl::Status JobRegistry::UpdateWorkerLocked(Worker& w, WorkerRecord next) {
+  PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(next));
+  w.record = std::move(next);
+  return absl::OkStatus();
+}
+
 const JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
@@ -339,16 +345,18 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   }
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
-  w.lease_expiry = now + options_.lease;
-  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   if (w.record.state == v1::WORKER_LOST) {
-    w.record.state = v1::WORKER_ACTIVE;
-    (void)store_->PutWorker(w.record);
+    WorkerRecord back = w.record;
+    back.state = v1::WORKER_ACTIVE;
+    back.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+    PIPEPLAN_RETURN_IF_ERROR(UpdateWorkerLocked(w, std::move(back)));
     UpdateGaugesLocked();
     LogInfo("worker_recovered", {{"job", job->record.id},
                                  {"plan_version", absl::StrCat(job->record.current_version)},
                                  {"worker", std::string(worker_id)}});
   }
+  w.lease_expiry = now + options_.lease;
+  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   v1::HeartbeatResponse r;
   r.set_current_plan_version(job->record.current_version);
   r.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
@@ -376,17 +384,19 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   if (report.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
   }
-  PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
+  if (w.record.state == v1::WORKER_LOST) {
+    WorkerRecord back = w.record;
+    back.state = v1::WORKER_ACTIVE;
+    back.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+    PIPEPLAN_RETURN_IF_ERROR(UpdateWorkerLocked(w, std::move(back)));
+    UpdateGaugesLocked();
+  }
+  PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   w.record.last_step = std::max(w.record.last_step, report.step());
-  if (w.record.state == v1::WORKER_LOST) {
-    w.record.state = v1::WORKER_ACTIVE;
-    (void)store_->PutWorker(w.record);
-    UpdateGaugesLocked();
-  }
   v1::ReportStepResponse r;
   r.set_current_plan_version(job->record.current_version);
   return r;
@@ -441,8 +451,14 @@ int JobRegistry::CheckLeases() {
   for (auto& [id, job] : jobs_) {
     for (auto& [wid, w] : job.workers) {
       if (w.record.state != v1::WORKER_LOST && now >= w.lease_expiry) {
-        w.record.state = v1::WORKER_LOST;
-        (void)store_->PutWorker(w.record);
+        WorkerRecord gone = w.record;
+        gone.state = v1::WORKER_LOST;
+        if (absl::Status saved = UpdateWorkerLocked(w, std::move(gone)); !saved.ok()) {
+          // Still expired: the next check tries again.
+          LogWarn("worker_lost_not_saved",
+                  {{"job", id}, {"worker", wid}, {"error", std::string(saved.message())}});
+          continue;
+        }
         ++lost;
         LogWarn("worker_lost",
                 {{"job", id},

@@ -1,6 +1,11 @@
 // Jobs, their versioned plans, and the workers attached to them. The
-// registry is the in-memory view; every change goes to the Store first, so
-// the store is the truth and a restart (Recover) rebuilds the same view.
+// registry is the in-memory view; every change is written to the Store
+// first and applied to memory only once the store accepted it, so the store
+// is the truth and a restart (Recover) rebuilds the same view. When a store
+// write fails the call returns its error and memory is unchanged (a lease
+// check that cannot record a lost worker leaves it active and tries again on
+// the next check). Leases, heartbeat times of active workers and the
+// rendezvous key-value space live in memory only.
 //
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
 // Heartbeat or ReportStep; CheckLeases marks expired ones lost. After
@@ -132,6 +137,9 @@ class JobRegistry {
   };
 
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `next` as `w`'s record, then sets it in memory; on a store error
+  // `w` is unchanged.
+  absl::Status UpdateWorkerLocked(Worker& w, WorkerRecord next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
