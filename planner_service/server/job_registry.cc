@@ -16,11 +16,14 @@ namespace {
 
 constexpr size_t kMaxIdBytes = 256;
 
+// Job ids come from one random generator shared by every registry.
+ABSL_CONST_INIT absl::Mutex g_id_mu(absl::kConstInit);
+std::mt19937_64* g_id_rng ABSL_PT_GUARDED_BY(g_id_mu) = nullptr;
+
 std::string NewJobId() {
-  static absl::Mutex mu(absl::kConstInit);
-  static std::mt19937_64* rng = new std::mt19937_64(std::random_device{}());
-  absl::MutexLock l(&mu);
-  return absl::StrFormat("job-%016x", (*rng)());
+  absl::MutexLock l(&g_id_mu);
+  if (g_id_rng == nullptr) g_id_rng = new std::mt19937_64(std::random_device{}());
+  return absl::StrFormat("job-%016x", (*g_id_rng)());
 }
 
 absl::Status CheckId(const std::string& field, const std::string& id) {

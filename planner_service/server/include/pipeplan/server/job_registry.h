@@ -144,7 +144,8 @@ class JobRegistry {
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job,
-                                                  const std::string& worker_id) const;
+                                                  const std::string& worker_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   const Clock* const clock_;
