@@ -52,6 +52,42 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string&
   return ss.str();
 }
 
+// TLS (mutual when a client CA is given) or insecure credentials.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsFor(
+    const ServerConfig& config) {
+  if (config.tls_cert_file.empty() && config.tls_key_file.empty()) {
+    if (!config.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (config.tls_cert_file.empty() || config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert_file, "TLS certificate"));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key_file, "TLS key"));
+  grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!config.tls_client_ca_file.empty()) {
+    PIPEPLAN_ASSIGN_OR_RETURN(opts.pem_root_certs,
+                              ReadFile(config.tls_client_ca_file, "TLS client CA"));
+    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  opts.pem_key_cert_pairs.push_back({key, cert});
+  return grpc::SslServerCredentials(opts);
+}
+
+// The first line of the token file; empty when no token is configured.
+absl::StatusOr<std::string> BearerToken(const ServerConfig& config) {
+  if (config.auth_token_file.empty()) return std::string();
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(config.auth_token_file, "token file"));
+  std::string token(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file ", config.auth_token_file, " has an empty first line"));
+  }
+  return token;
+}
+
 }  // namespace
 
 struct PlannerServer::Impl {
@@ -89,33 +125,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   Impl& impl = *s->impl_;
 
   // Credentials and token first: bad files fail before anything binds.
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!config.tls_cert_file.empty() || !config.tls_key_file.empty()) {
-    if (config.tls_cert_file.empty() || config.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
-    }
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string cert, ReadFile(config.tls_cert_file, "TLS certificate"));
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string key, ReadFile(config.tls_key_file, "TLS key"));
-    grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    if (!config.tls_client_ca_file.empty()) {
-      PIPEPLAN_ASSIGN_OR_RETURN(opts.pem_root_certs,
-                                ReadFile(config.tls_client_ca_file, "TLS client CA"));
-      opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    opts.pem_key_cert_pairs.push_back({key, cert});
-    creds = grpc::SslServerCredentials(opts);
-  } else if (!config.tls_client_ca_file.empty()) {
-    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
-  }
-  std::string token;
-  if (!config.auth_token_file.empty()) {
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(config.auth_token_file, "token file"));
-    token = std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
-    if (token.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token file ", config.auth_token_file, " has an empty first line"));
-    }
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CredentialsFor(config));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string token, BearerToken(config));
 
   PIPEPLAN_ASSIGN_OR_RETURN(impl.metrics, Metrics::Create(config.metrics_listen));
   if (!store) {
