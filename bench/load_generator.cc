@@ -262,14 +262,14 @@ int main(int argc, char** argv) {
   v1::PlanRequest small;
   *small.mutable_graph() = ReadJson<v1::ModelGraph>(o.data + "/chain_small.json");
   *small.mutable_cluster() = ReadJson<v1::ClusterTopology>(o.data + "/cluster_8xa100.json");
-  small.mutable_options()->set_num_stages(4);
+  small.mutable_options()->set_num_ranks(4);
   small.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   small.mutable_options()->set_microbatches(8);
   small.mutable_options()->set_method(v1::METHOD_DP);
   v1::PlanRequest gpt;
   *gpt.mutable_graph() = ReadJson<v1::ModelGraph>(o.data + "/gpt_1k.json");
   *gpt.mutable_cluster() = ReadJson<v1::ClusterTopology>(o.data + "/cluster_8xa100.json");
-  gpt.mutable_options()->set_num_stages(8);
+  gpt.mutable_options()->set_num_ranks(8);
   gpt.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   gpt.mutable_options()->set_microbatches(16);
   gpt.mutable_options()->set_method(v1::METHOD_DP);

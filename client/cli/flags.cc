@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include <iostream>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -8,8 +10,10 @@ namespace pipeplan::cli {
 
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
                                    const std::set<std::string>& valued,
-                                   const std::set<std::string>& switches) {
+                                   const std::set<std::string>& switches,
+                                   const Aliases& deprecated) {
   Flags flags;
+  std::map<std::string, std::string> spelled;  // flag -> the name it was given under
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg.size() < 3 || arg.rfind("--", 0) != 0) {
@@ -21,6 +25,17 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
+    }
+    const std::string typed = name;
+    if (auto alias = deprecated.find(name);
+        alias != deprecated.end() && valued.count(alias->second) > 0) {
+      std::cerr << "pipeplan: --" << name << " is deprecated; use --" << alias->second << "\n";
+      name = alias->second;
+    }
+    if (auto [it, first] = spelled.emplace(name, typed); !first && it->second != typed) {
+      return absl::InvalidArgumentError(absl::StrCat("give --", name,
+                                                     " or its deprecated alias, not both (--",
+                                                     it->second, " and --", typed, ")"));
     }
     if (switches.count(name)) {
       if (value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));

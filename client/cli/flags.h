@@ -15,11 +15,18 @@ namespace pipeplan::cli {
 
 class Flags {
  public:
+  // Old flag name -> the valued flag that replaced it.
+  using Aliases = std::map<std::string, std::string>;
+
   // `valued` flags take a value (`--graph f.json` or `--graph=f.json`);
   // `switches` take none. Non-flag arguments are collected as positionals.
+  // A `deprecated` alias sets the flag it names and prints a note on stderr
+  // (so scripts written for the old name keep working); giving both the
+  // alias and the flag is INVALID_ARGUMENT.
   static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
                                      const std::set<std::string>& valued,
-                                     const std::set<std::string>& switches);
+                                     const std::set<std::string>& switches,
+                                     const Aliases& deprecated = {});
 
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   std::optional<std::string> Get(const std::string& name) const;

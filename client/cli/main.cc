@@ -1,6 +1,6 @@
 // `pipeplan`: plans pipeline-parallel training from the command line.
 //
-//   pipeplan plan --graph model.json --cluster cluster.json [--stages K] ...
+//   pipeplan plan --graph model.json --cluster cluster.json [--ranks P] ...
 //   pipeplan --planner 127.0.0.1:7600 plan|jobs ...
 //
 // Offline (no --planner) the CLI runs the planning core in-process, the same
@@ -33,12 +33,14 @@ commands:
   plan      split a model graph into pipeline stages and pick a schedule
             --graph FILE        model graph JSON (docs/graph-format.md)
             --cluster FILE      cluster topology JSON
-            --stages K          pipeline ranks (0 or absent: planner chooses)
+            --ranks P           pipeline ranks (0 or absent: planner chooses);
+                                --stages is a deprecated alias
             --microbatches M    (0 or absent: planner chooses)
             --global-batch B    samples per step (rescales per-microbatch costs)
             --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
                                 InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, auto
-            --chunks V          stages per rank for interleaved schedules (2)
+            --chunks-per-rank V stages per rank for interleaved schedules (2);
+                                --chunks is a deprecated alias
             --method M          auto, dp, ideal_dp, milp, uniform, params, time
             --comm MODEL        direct (default) or relay
             --optimizer-multiplier X  optimizer bytes per parameter byte (0)
@@ -54,7 +56,8 @@ absl::StatusOr<v1::Plan> PlanOffline(const v1::PlanRequest& req) {
 }
 
 absl::Status RunPlan(const std::vector<std::string>& args) {
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, PlanRequestFlagNames(), {"json"}));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, PlanRequestFlagNames(), {"json"}, DeprecatedPlanFlagNames()));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, PlanOffline(req));
   if (flags.Has("json")) {

@@ -67,7 +67,7 @@ std::string FormatPlanTable(const v1::Plan& plan) {
       absl::StrAppendFormat(&out,
                             "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
                             "peak memory %s\n",
-                            name.substr(name.find('_') + 1), a.num_stages(), a.microbatches(),
+                            name.substr(name.find('_') + 1), a.num_ranks(), a.microbatches(),
                             HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
                             HumanBytes(a.peak_memory_bytes()));
     }

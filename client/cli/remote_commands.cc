@@ -147,7 +147,8 @@ absl::Status JobsCreate(client::PlannerClient& c, const std::vector<std::string>
   valued.insert(TrainingFlagNames().begin(), TrainingFlagNames().end());
   std::set<std::string> switches = TrainingSwitchNames();
   switches.insert("json");
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, switches));
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags,
+                            Flags::Parse(args, valued, switches, DeprecatedPlanFlagNames()));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
   PIPEPLAN_ASSIGN_OR_RETURN(std::optional<v1::TrainingSpec> training,
                             TrainingSpecFromFlags(flags, req.graph()));
@@ -286,7 +287,8 @@ absl::Status JobsDelete(client::PlannerClient& c, const std::vector<std::string>
 
 absl::Status RunRemotePlan(const GlobalFlags& global, const std::vector<std::string>& args) {
   std::set<std::string> valued = PlanRequestFlagNames();
-  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, valued, {"json"}));
+  PIPEPLAN_ASSIGN_OR_RETURN(Flags flags,
+                            Flags::Parse(args, valued, {"json"}, DeprecatedPlanFlagNames()));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(global));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, c->Plan(req));

@@ -13,9 +13,15 @@ namespace pipeplan::cli {
 
 const std::set<std::string>& PlanRequestFlagNames() {
   static const std::set<std::string>* names = new std::set<std::string>{
-      "graph",  "cluster", "stages", "microbatches",         "global-batch", "schedule",
-      "chunks", "method",  "comm",   "optimizer-multiplier", "time-limit",   "gap"};
+      "graph",           "cluster", "ranks", "microbatches",         "global-batch", "schedule",
+      "chunks-per-rank", "method",  "comm",  "optimizer-multiplier", "time-limit",   "gap"};
   return *names;
+}
+
+const Flags::Aliases& DeprecatedPlanFlagNames() {
+  static const Flags::Aliases* aliases =
+      new Flags::Aliases{{"stages", "ranks"}, {"chunks", "chunks-per-rank"}};
+  return *aliases;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -44,17 +50,17 @@ absl::StatusOr<v1::PlanRequest> RequestFromFlags(const Flags& flags) {
   PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(graph_path, req.mutable_graph()));
   PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(cluster_path, req.mutable_cluster()));
   v1::PlanOptions* o = req.mutable_options();
-  PIPEPLAN_ASSIGN_OR_RETURN(int stages, flags.GetInt("stages", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(int global_batch, flags.GetInt("global-batch", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(int chunks, flags.GetInt("chunks", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank, flags.GetInt("chunks-per-rank", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(double multiplier, flags.GetDouble("optimizer-multiplier", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(double time_limit, flags.GetDouble("time-limit", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(double gap, flags.GetDouble("gap", 0));
-  o->set_num_stages(stages);
+  o->set_num_ranks(ranks);
   o->set_microbatches(microbatches);
   o->set_global_batch(global_batch);
-  o->set_chunks_per_rank(chunks);
+  o->set_chunks_per_rank(chunks_per_rank);
   o->set_optimizer_state_multiplier(multiplier);
   o->set_time_limit_seconds(time_limit);
   o->set_relative_gap(gap);

@@ -15,6 +15,9 @@ namespace pipeplan::cli {
 
 // Valued flags RequestFromFlags reads.
 const std::set<std::string>& PlanRequestFlagNames();
+// Their old names, still accepted with a deprecation note: --stages (which
+// always counted ranks) for --ranks, --chunks for --chunks-per-rank.
+const Flags::Aliases& DeprecatedPlanFlagNames();
 
 // Reads --graph and --cluster JSON and the option flags. Errors name the file
 // or flag.

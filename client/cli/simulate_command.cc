@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/csv.h"
@@ -21,6 +23,7 @@
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
 #include "pipeplan/core/status_macros.h"
+#include "request_flags.h"
 
 namespace pipeplan::cli {
 
@@ -29,7 +32,9 @@ const char kSimulateUsage[] =
             --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
                                 InterleavedZeroBubble, ZBVZeroBubble, DualPipeV
                                 (any letter case), with
-              --ranks P --microbatches M [--chunks V]   (V: stages per rank, 2)
+              --ranks P --microbatches M [--chunks-per-rank V]
+                                (V: stages per rank of the looped schedules, 2;
+                                --chunks is a deprecated alias)
             --csv FILE          a user schedule in PyTorch's CSV layout instead
             --plan FILE         a Plan as printed by `plan --json`: its schedule
                                 with the plan's stage times
@@ -46,14 +51,6 @@ namespace {
 using schedule::PipelineSchedule;
 using schedule::ScheduleKind;
 using schedule::StageCosts;
-
-// What gets simulated: a schedule, its stage times and where they came from.
-struct Scenario {
-  std::string source;  // schedule name, "csv" or "plan"
-  PipelineSchedule schedule;
-  StageCosts costs;
-  int chunks = 1;
-};
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -105,47 +102,26 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<ScheduleKind> KindFromProto(v1::Schedule s) {
-  for (ScheduleKind kind : schedule::kAllScheduleKinds) {
-    if (ScheduleToProto(kind) == s) return kind;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("the plan names no concrete schedule (",
-                                                 v1::Schedule_Name(s), "); cannot simulate it"));
-}
+}  // namespace
 
-// The plan's schedule with its stage times. Communication is folded into the
-// stage times as the planner does (half on the forward, half on the
-// backward-input); the Plan does not carry the weight-gradient share, so W is
-// taken as half of the backward.
-absl::StatusOr<Scenario> FromPlan(const v1::Plan& plan) {
-  PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, KindFromProto(plan.schedule()));
-  const int stages = plan.stages_size();
-  const int chunks = std::max(1, plan.chunks_per_rank());
-  if (stages < 1 || stages % chunks != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan has %d stages, not a positive multiple of chunks_per_rank=%d", stages, chunks));
-  }
-  const int ranks = stages / chunks;
-  if (schedule::StagesPerRank(kind, chunks) != chunks) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the plan's %s schedule places %d stages per rank, but chunks_per_rank is %d",
-        schedule::ScheduleKindName(kind), schedule::StagesPerRank(kind, chunks), chunks));
-  }
+absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(plan));
   Scenario sc;
   sc.source = "plan";
-  sc.chunks = chunks;
-  PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
-                            schedule::BuildSchedule(kind, ranks, plan.microbatches(), chunks));
-  for (const v1::Stage& st : plan.stages()) {
-    const double comm_half = st.comm_seconds() / 2;
-    sc.costs.forward.push_back(st.forward_seconds() + comm_half);
-    sc.costs.backward_input.push_back(st.backward_seconds() / 2 + comm_half);
-    sc.costs.backward_weight.push_back(st.backward_seconds() / 2);
-    sc.costs.param_bytes.push_back(st.param_bytes());
-    sc.costs.activation_bytes.push_back(st.activation_bytes());
+  sc.chunks_per_rank = decoded.chunks_per_rank;
+  sc.schedule = std::move(decoded.compute_schedule);
+  for (const DecodedStage& st : decoded.stages) {
+    const double comm_half = st.comm_seconds / 2;
+    sc.costs.forward.push_back(st.forward_seconds + comm_half);
+    sc.costs.backward_input.push_back(st.backward_seconds / 2 + comm_half);
+    sc.costs.backward_weight.push_back(st.backward_seconds / 2);
+    sc.costs.param_bytes.push_back(st.param_bytes);
+    sc.costs.activation_bytes.push_back(st.activation_bytes);
   }
   return sc;
 }
+
+namespace {
 
 absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& plan_from_flags) {
   const int sources = flags.Has("plan") + flags.Has("graph") + flags.Has("csv");
@@ -159,11 +135,11 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     if (absl::Status s = ParseJson(text, &plan); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
     }
-    return FromPlan(plan);
+    return ScenarioFromPlan(plan);
   }
   if (flags.Has("graph") || flags.Has("cluster")) {
     PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, plan_from_flags(flags));
-    return FromPlan(plan);
+    return ScenarioFromPlan(plan);
   }
   Scenario sc;
   if (flags.Has("csv")) {
@@ -173,7 +149,7 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
       return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
     sc.source = "csv";
     sc.schedule = *std::move(s);
-    sc.chunks = sc.schedule.num_stages / sc.schedule.num_ranks;
+    sc.chunks_per_rank = sc.schedule.num_stages / sc.schedule.num_ranks;
   } else {
     if (!flags.Has("schedule")) {
       return absl::InvalidArgumentError(
@@ -184,14 +160,15 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, schedule::ParseScheduleKind(name));
     PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
     PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
-    PIPEPLAN_ASSIGN_OR_RETURN(int chunks, flags.GetInt("chunks", 2));
+    PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank,
+                              flags.GetInt("chunks-per-rank", kDefaultChunksPerRank));
     if (ranks < 1 || microbatches < 1) {
       return absl::InvalidArgumentError("--schedule needs --ranks P and --microbatches M (>= 1)");
     }
     sc.source = std::string(schedule::ScheduleKindName(kind));
-    sc.chunks = schedule::StagesPerRank(kind, chunks);
+    sc.chunks_per_rank = schedule::StagesPerRank(kind, chunks_per_rank);
     PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
-                              schedule::BuildSchedule(kind, ranks, microbatches, chunks));
+                              schedule::BuildSchedule(kind, ranks, microbatches, chunks_per_rank));
   }
   // Unit stage times: F = I = W = 1, so a full backward B takes 2.
   sc.costs = StageCosts::Uniform(sc.schedule.num_stages, 1, 1, 1);
@@ -214,13 +191,13 @@ absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
 absl::Status RunSimulate(const std::vector<std::string>& args,
                          const PlanFromFlagsFn& plan_from_flags) {
   PIPEPLAN_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args,
-                   {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches", "chunks",
-                    // `plan` flags, for --graph/--cluster:
-                    "graph", "cluster", "stages", "global-batch", "method", "comm",
-                    "optimizer-multiplier", "time-limit", "gap"},
-                   {"unit-time", "json"}));
+      Flags flags, Flags::Parse(args,
+                                {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches",
+                                 "chunks-per-rank",
+                                 // `plan` flags, for --graph/--cluster:
+                                 "graph", "cluster", "global-batch", "method", "comm",
+                                 "optimizer-multiplier", "time-limit", "gap"},
+                                {"unit-time", "json"}, DeprecatedPlanFlagNames()));
   if (!flags.positionals().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument \"", flags.positionals().front(), "\""));

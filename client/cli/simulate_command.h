@@ -1,6 +1,6 @@
 // `pipeplan simulate`: runs the schedule simulators from the command line.
 //
-//   pipeplan simulate --schedule 1F1B --ranks 4 --microbatches 8 [--chunks V]
+//   pipeplan simulate --schedule 1F1B --ranks 4 --microbatches 8 [--chunks-per-rank V]
 //   pipeplan simulate --csv schedule.csv [--unit-time]
 //   pipeplan simulate --plan plan.json
 //   pipeplan simulate --graph model.json --cluster cluster.json [plan flags]
@@ -17,12 +17,29 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "flags.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/v1/plan.pb.h"
 
 namespace pipeplan::cli {
 
 // Usage text of the command, for the CLI's help.
 extern const char kSimulateUsage[];
+
+// What gets simulated: a compute-only schedule, its stage times and where
+// they came from.
+struct Scenario {
+  std::string source;  // schedule name, "csv" or "plan"
+  schedule::PipelineSchedule schedule;
+  schedule::StageCosts costs;
+  int chunks_per_rank = 1;
+};
+
+// A Plan's schedule (read by the one plan decoder, DecodePlan) with its stage
+// times. Communication is folded into the stage times as the planner does
+// (half on the forward, half on the backward-input); the Plan does not carry
+// the weight-gradient share, so W is taken as half of the backward.
+absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan);
 
 // Plans from --graph/--cluster and the `plan` flags; main.cc supplies the same
 // code path `pipeplan plan` uses.

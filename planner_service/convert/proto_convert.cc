@@ -74,14 +74,35 @@ ClusterSpec ClusterSpecFromProto(const v1::ClusterTopology& cluster) {
   return spec;
 }
 
+// PlanOptions.num_stages and Alternative.num_stages are deprecated aliases of
+// num_ranks (plan.proto); this file is the only code that touches them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+absl::StatusOr<int> NumRanksFromProto(const v1::PlanOptions& o) {
+  if (o.num_ranks() != 0 && o.num_stages() != 0 && o.num_ranks() != o.num_stages()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.num_ranks is ", o.num_ranks(), " but its deprecated alias ",
+                     "options.num_stages is ", o.num_stages(), "; set only options.num_ranks"));
+  }
+  return o.num_ranks() != 0 ? o.num_ranks() : o.num_stages();
+}
+
+namespace {
+void SetAlternativeRanks(int num_ranks, v1::Alternative* alt) {
+  alt->set_num_ranks(num_ranks);
+  alt->set_num_stages(num_ranks);  // for clients that predate num_ranks
+}
+}  // namespace
+#pragma GCC diagnostic pop
+
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
-  PlanOptions out{.num_stages = o.num_stages(),
-                  .microbatches = o.microbatches(),
+  PlanOptions out{.microbatches = o.microbatches(),
                   .global_batch = o.global_batch(),
                   .optimizer_state_multiplier = o.optimizer_state_multiplier(),
                   .chunks_per_rank = o.chunks_per_rank(),
                   .time_limit_seconds = o.time_limit_seconds(),
                   .relative_gap = o.relative_gap()};
+  PIPEPLAN_ASSIGN_OR_RETURN(out.num_ranks, NumRanksFromProto(o));
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
   switch (o.method()) {
     case v1::METHOD_AUTO:
@@ -215,7 +236,7 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
     v1::Alternative* alt = out.add_alternatives();
     alt->set_schedule(ScheduleToProto(a.schedule));
     alt->set_microbatches(a.microbatches);
-    alt->set_num_stages(a.num_stages);
+    SetAlternativeRanks(a.num_ranks, alt);
     alt->set_step_seconds(a.step_seconds);
     alt->set_peak_memory_bytes(a.peak_memory_bytes);
     alt->set_bubble_ratio(a.bubble_ratio);

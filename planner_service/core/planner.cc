@@ -21,19 +21,18 @@ using schedule::ScheduleKind;
 
 constexpr double kDefaultTimeLimitSeconds = 10;
 constexpr double kDefaultRelativeGap = 0.01;
-constexpr int kDefaultChunks = 2;
 constexpr size_t kMaxAlternatives = 8;
 
 absl::Status ValidateOptions(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (o.num_stages < 0) return bad("options.num_stages must be >= 0, got ", o.num_stages);
-  if (o.num_stages > cluster.num_devices()) {
-    return bad("options.num_stages is ", o.num_stages, " but the cluster has only ",
+  if (o.num_ranks < 0) return bad("options.num_ranks must be >= 0, got ", o.num_ranks);
+  if (o.num_ranks > cluster.num_devices()) {
+    return bad("options.num_ranks is ", o.num_ranks, " but the cluster has only ",
                cluster.num_devices(), " devices");
   }
-  if (o.num_stages > graph.num_nodes()) {
-    return bad("options.num_stages is ", o.num_stages, " but the graph has only ",
-               graph.num_nodes(), " nodes");
+  if (o.num_ranks > graph.num_nodes()) {
+    return bad("options.num_ranks is ", o.num_ranks, " but the graph has only ", graph.num_nodes(),
+               " nodes");
   }
   if (o.microbatches < 0) return bad("options.microbatches must be >= 0, got ", o.microbatches);
   if (o.global_batch < 0) return bad("options.global_batch must be >= 0, got ", o.global_batch);
@@ -83,7 +82,7 @@ double Gap(double objective, double lower_bound) {
 struct Candidate {
   ScheduleKind kind;
   int ranks;
-  int chunks;  // stages per rank
+  int chunks_per_rank;
   int microbatches;
 };
 
@@ -104,7 +103,7 @@ std::vector<ScheduleKind> KindsToTry(const PlanOptions& o) {
 }
 
 std::vector<int> RanksToTry(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
-  if (o.num_stages > 0) return {o.num_stages};
+  if (o.num_ranks > 0) return {o.num_ranks};
   const int most = std::min(cluster.num_devices(), graph.num_nodes());
   std::set<int> ranks = {most};
   for (int p = 1; p < most; p *= 2) ranks.insert(p);
@@ -279,27 +278,28 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
       options.time_limit_seconds > 0 ? options.time_limit_seconds : kDefaultTimeLimitSeconds;
   const absl::Time deadline = std::min(options.deadline, start + absl::Seconds(limit));
   const double gap = options.relative_gap > 0 ? options.relative_gap : kDefaultRelativeGap;
-  const int interleave = options.chunks_per_rank > 0 ? options.chunks_per_rank : kDefaultChunks;
-  const bool fixed = options.schedule && options.num_stages > 0 && options.microbatches > 0;
+  const int interleave =
+      options.chunks_per_rank > 0 ? options.chunks_per_rank : kDefaultChunksPerRank;
+  const bool fixed = options.schedule && options.num_ranks > 0 && options.microbatches > 0;
 
   // Enumerate candidates; each gets its own cost model (the microbatch size
   // changes per-microbatch costs) and a fast partition, then a simulation.
   std::vector<Candidate> candidates;
   for (int ranks : RanksToTry(graph, cluster, options)) {
     for (ScheduleKind kind : KindsToTry(options)) {
-      const int chunks = schedule::StagesPerRank(kind, interleave);
-      if (ranks * chunks > graph.num_nodes()) continue;
-      if (ranks == 1 && chunks > 1 && !options.schedule) continue;  // same as GPipe
+      const int chunks_per_rank = schedule::StagesPerRank(kind, interleave);
+      if (ranks * chunks_per_rank > graph.num_nodes()) continue;
+      if (ranks == 1 && chunks_per_rank > 1 && !options.schedule) continue;  // same as GPipe
       for (int m : MicrobatchesToTry(options, ranks))
-        candidates.push_back({kind, ranks, chunks, m});
+        candidates.push_back({kind, ranks, chunks_per_rank, m});
     }
   }
 
   std::vector<Scored> scored;
   absl::Status first_error = absl::OkStatus();
   auto evaluate = [&](const Candidate& c, PartitionMethod method) -> absl::StatusOr<PlanResult> {
-    PIPEPLAN_ASSIGN_OR_RETURN(auto sched,
-                              schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
     PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
     const CostOptions co =
         CostOptionsFor(graph, options.comm_model, options.optimizer_state_multiplier,
@@ -314,14 +314,14 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     for (int s = 0; s < sched.num_stages; ++s) {
       const int device = sched.stage_to_rank[s];  // rank r runs on device r
       problem.stage_device.push_back(device);
-      problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks);
+      problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks_per_rank);
     }
     PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
     PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
                               schedule::Simulate(sched, SimulatorCosts(plan.partition.stages)));
     plan.num_ranks = c.ranks;
     plan.schedule = c.kind;
-    plan.chunks_per_rank = c.chunks;
+    plan.chunks_per_rank = c.chunks_per_rank;
     plan.microbatches = c.microbatches;
     plan.comm_model = options.comm_model;
     plan.sample_scale = co.sample_scale;
@@ -400,7 +400,7 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
     const PlanResult& alt = scored[i].plan;
     best.alternatives.push_back({.schedule = alt.schedule,
                                  .microbatches = alt.microbatches,
-                                 .num_stages = alt.num_ranks,
+                                 .num_ranks = alt.num_ranks,
                                  .step_seconds = alt.step_seconds,
                                  .peak_memory_bytes = *std::max_element(
                                      alt.stage_peak_memory.begin(), alt.stage_peak_memory.end()),

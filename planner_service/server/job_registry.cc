@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
@@ -15,11 +16,14 @@ namespace {
 
 constexpr size_t kMaxIdBytes = 256;
 
+// Job ids come from one random generator shared by every registry.
+ABSL_CONST_INIT absl::Mutex g_id_mu(absl::kConstInit);
+std::mt19937_64* g_id_rng ABSL_PT_GUARDED_BY(g_id_mu) = nullptr;
+
 std::string NewJobId() {
-  static absl::Mutex mu(absl::kConstInit);
-  static std::mt19937_64* rng = new std::mt19937_64(std::random_device{}());
-  absl::MutexLock l(&mu);
-  return absl::StrFormat("job-%016x", (*rng)());
+  absl::MutexLock l(&g_id_mu);
+  if (g_id_rng == nullptr) g_id_rng = new std::mt19937_64(std::random_device{}());
+  return absl::StrFormat("job-%016x", (*g_id_rng)());
 }
 
 absl::Status CheckId(const std::string& field, const std::string& id) {
@@ -36,17 +40,6 @@ absl::Status JobNotFound(const std::string& job_id) {
 }
 
 }  // namespace
-
-int RankOfDevice(const v1::Plan& plan, std::string_view device_id) {
-  std::vector<std::string_view> devices;
-  for (const v1::Stage& s : plan.stages()) {
-    if (std::find(devices.begin(), devices.end(), s.device_id()) == devices.end()) {
-      devices.push_back(s.device_id());
-    }
-  }
-  auto it = std::find(devices.begin(), devices.end(), device_id);
-  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
-}
 
 JobRegistry::JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics)
     : store_(store), clock_(clock), options_(options), metrics_(metrics) {}
@@ -90,6 +83,12 @@ absl::Status JobRegistry::Recover() {
 JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::Status JobRegistry::UpdateWorkerLocked(Worker& w, WorkerRecord next) {
+  PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(next));
+  w.record = std::move(next);
+  return absl::OkStatus();
 }
 
 const JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) const {
@@ -354,16 +353,18 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   }
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
-  w.lease_expiry = now + options_.lease;
-  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   if (w.record.state != v1::WORKER_ACTIVE) {
-    w.record.state = v1::WORKER_ACTIVE;
-    (void)store_->PutWorker(w.record);
+    WorkerRecord back = w.record;
+    back.state = v1::WORKER_ACTIVE;
+    back.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+    PIPEPLAN_RETURN_IF_ERROR(UpdateWorkerLocked(w, std::move(back)));
     UpdateGaugesLocked();
     LogInfo("worker_recovered", {{"job", job->record.id},
                                  {"plan_version", absl::StrCat(job->record.current_version)},
                                  {"worker", std::string(worker_id)}});
   }
+  w.lease_expiry = now + options_.lease;
+  w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   v1::HeartbeatResponse r;
   r.set_current_plan_version(job->record.current_version);
   r.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
@@ -391,17 +392,19 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   if (report.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
   }
-  PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
+  if (w.record.state == v1::WORKER_LOST) {
+    WorkerRecord back = w.record;
+    back.state = v1::WORKER_ACTIVE;
+    back.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+    PIPEPLAN_RETURN_IF_ERROR(UpdateWorkerLocked(w, std::move(back)));
+    UpdateGaugesLocked();
+  }
+  PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   w.record.last_step = std::max(w.record.last_step, report.step());
-  if (w.record.state == v1::WORKER_LOST) {
-    w.record.state = v1::WORKER_ACTIVE;
-    (void)store_->PutWorker(w.record);
-    UpdateGaugesLocked();
-  }
   v1::ReportStepResponse r;
   r.set_current_plan_version(job->record.current_version);
   return r;
@@ -503,8 +506,14 @@ int JobRegistry::CheckLeases() {
   for (auto& [id, job] : jobs_) {
     for (auto& [wid, w] : job.workers) {
       if (w.record.state == v1::WORKER_ACTIVE && now >= w.lease_expiry) {
-        w.record.state = v1::WORKER_LOST;
-        (void)store_->PutWorker(w.record);
+        WorkerRecord gone = w.record;
+        gone.state = v1::WORKER_LOST;
+        if (absl::Status saved = UpdateWorkerLocked(w, std::move(gone)); !saved.ok()) {
+          // Still expired: the next check tries again.
+          LogWarn("worker_lost_not_saved",
+                  {{"job", id}, {"worker", wid}, {"error", std::string(saved.message())}});
+          continue;
+        }
         ++lost;
         LogWarn("worker_lost",
                 {{"job", id},

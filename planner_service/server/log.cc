@@ -13,7 +13,8 @@
 namespace pipeplan::server {
 namespace {
 std::atomic<bool> g_enabled{true};
-absl::Mutex g_mu;
+// Serializes whole lines on stderr (it guards the stream, not data).
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
 
 void AppendValue(std::string* out, std::string_view v) {
   const bool quote = v.empty() || v.find_first_of(" \t\"=\n") != std::string_view::npos;

@@ -101,21 +101,21 @@ bool ParseFlags(int argc, char** argv, pipeplan::server::ServerConfig* c, double
     } else if (name == "auth-token-file") {
       c->auth_token_file = value;
     } else if (name == "max-nodes") {
-      if (!num(&c->service.limits.max_nodes)) return false;
+      if (!num(&c->handlers.limits.max_nodes)) return false;
     } else if (name == "max-edges") {
-      if (!num(&c->service.limits.max_edges)) return false;
+      if (!num(&c->handlers.limits.max_edges)) return false;
     } else if (name == "max-message-bytes") {
       if (!num(&c->max_message_bytes)) return false;
     } else if (name == "max-concurrent-solves") {
-      if (!num(&c->service.max_concurrent_solves)) return false;
+      if (!num(&c->handlers.max_concurrent_solves)) return false;
     } else if (name == "solver-threads") {
-      if (!num(&c->service.solver_threads)) return false;
+      if (!num(&c->handlers.solver_threads)) return false;
     } else if (name == "lease-seconds") {
       if (!secs(&d)) return false;
-      c->service.registry.lease = absl::Seconds(d);
+      c->handlers.registry.lease = absl::Seconds(d);
     } else if (name == "cache-ttl-seconds") {
       if (!secs(&d)) return false;
-      c->service.cache.ttl = absl::Seconds(d);
+      c->handlers.cache.ttl = absl::Seconds(d);
     } else if (name == "drain-seconds") {
       if (!secs(drain)) return false;
     } else if (name == "replan") {
@@ -123,16 +123,16 @@ bool ParseFlags(int argc, char** argv, pipeplan::server::ServerConfig* c, double
         std::cerr << "pipeplan-planner: --replan wants on or off, got \"" << value << "\"\n";
         return false;
       }
-      c->service.replan.enabled = value == "on";
+      c->handlers.replan.enabled = value == "on";
     } else if (name == "replan-min-gain") {
-      if (!secs(&c->service.replan.min_gain)) return false;
+      if (!secs(&c->handlers.replan.min_gain)) return false;
     } else if (name == "replan-min-interval-seconds") {
       if (!secs(&d)) return false;
-      c->service.replan.min_interval = absl::Seconds(d);
+      c->handlers.replan.min_interval = absl::Seconds(d);
     } else if (name == "replan-min-steps") {
-      if (!num(&c->service.replan.min_steps)) return false;
+      if (!num(&c->handlers.replan.min_steps)) return false;
     } else if (name == "replan-warmup-steps") {
-      if (!num(&c->service.replan.warmup_steps)) return false;
+      if (!num(&c->handlers.replan.warmup_steps)) return false;
     } else {
       std::cerr << "pipeplan-planner: unknown flag --" << name << "\n" << kUsage;
       return false;

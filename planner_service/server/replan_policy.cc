@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/planner.h"
@@ -36,8 +37,8 @@ std::string Ratio(double rel) {
 
 // The job's request with the calibrated cluster: flops divided by the
 // factors, `excluded` devices (and their links) removed, measured node
-// seconds rescaled to the new fastest device, num_stages capped at the
-// devices left.
+// seconds rescaled to the new fastest device. The options stay as requested
+// (Evaluate caps the ranks at the devices left).
 absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal,
                                                   const std::map<std::string, double>& factors,
                                                   double default_factor,
@@ -76,10 +77,241 @@ absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal
       if (n.has_backward_seconds()) n.set_backward_seconds(n.backward_seconds() * scale);
     }
   }
-  if (!excluded.empty() && out.options().num_stages() > c->devices_size()) {
-    out.mutable_options()->set_num_stages(c->devices_size());
+  return out;
+}
+
+// Devices whose every worker is lost (sorted), and those workers.
+struct LostDevices {
+  std::vector<std::string> devices;
+  std::vector<std::string> workers;
+};
+
+LostDevices FindLostDevices(const v1::Job& job) {
+  std::set<std::string> active_devices;
+  std::map<std::string, std::vector<std::string>> lost_by_device;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
+  }
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.state() == v1::WORKER_LOST && !active_devices.contains(w.info().device_id())) {
+      lost_by_device[w.info().device_id()].push_back(w.info().worker_id());
+    }
+  }
+  LostDevices lost;
+  for (const auto& [device, workers] : lost_by_device) {
+    lost.devices.push_back(device);
+    lost.workers.insert(lost.workers.end(), workers.begin(), workers.end());
+  }
+  return lost;
+}
+
+// Devices with a rank whose every worker is lost: what Tick replans without.
+std::set<std::string> LostRankDevices(const v1::Job& job) {
+  std::set<std::string> active_devices, lost_devices;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
+  }
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.state() == v1::WORKER_LOST && w.rank() >= 0 &&
+        !active_devices.contains(w.info().device_id())) {
+      lost_devices.insert(w.info().device_id());
+    }
+  }
+  return lost_devices;
+}
+
+const char* TriggerName(ReplanTrigger trigger) {
+  return trigger == ReplanTrigger::kWorkerLost ? "worker_lost" : "calibration";
+}
+
+// No plan fits (memory) or the solve failed: the current plan stays.
+void LogReplanFailed(const std::string& job_id, const std::string& version, ReplanTrigger trigger,
+                     const absl::Status& error) {
+  LogWarn("replan_failed", {{"job", job_id},
+                            {"plan_version", version},
+                            {"trigger", TriggerName(trigger)},
+                            {"error", std::string(error.message())}});
+}
+
+// The job's reports of plan `version`, as calibration samples.
+absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry,
+                                                  const std::string& job_id, int64_t version,
+                                                  int window) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
+                            registry.RecentStepReports(job_id, window));
+  std::vector<StepSample> samples;
+  for (const v1::ReportStepRequest& r : reports) {
+    if (r.plan_version() != version) continue;
+    StepSample s{.worker_id = r.worker_id(), .step = r.step(), .timings = {}};
+    s.timings.reserve(r.timings_size());
+    for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+// "gpu0:1.000,gpu1:2.010": what a replan_skipped log line carries.
+std::string FactorsText(const CalibrationResult& est) {
+  std::string text;
+  for (const DeviceFactor& f : est.devices) {
+    absl::StrAppendFormat(&text, "%s%s:%.3f", text.empty() ? "" : ",", f.device_id, f.time_factor);
+  }
+  return text;
+}
+
+// A device of the plan without an estimate yet (lost ones need none).
+std::optional<std::string> DeviceWithoutFactor(const DecodedPlan& plan,
+                                               const CalibrationResult& est,
+                                               const LostDevices& lost) {
+  const std::set<std::string> plan_devices(plan.rank_devices.begin(), plan.rank_devices.end());
+  for (const std::string& d : plan_devices) {
+    const bool is_lost =
+        std::find(lost.devices.begin(), lost.devices.end(), d) != lost.devices.end();
+    if (!est.Find(d) && !is_lost) return d;
+  }
+  return std::nullopt;
+}
+
+// Calibration from the reports of the current plan version: the estimate,
+// and, when calibrating, why it cannot go on (reports that do not match the
+// plan, a device without enough reports).
+struct Estimate {
+  CalibrationResult result;
+  std::string skip;
+};
+
+absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const std::string& job_id,
+                                         int64_t version, const DecodedPlan& current,
+                                         const LostDevices& lost, bool calibrating,
+                                         const ReplanPolicyOptions& options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
+                            SamplesOf(registry, job_id, version, options.report_window));
+  absl::StatusOr<CalibrationResult> est = EstimateDeviceFactors(
+      samples, current.PlannedStages(),
+      {.warmup_steps = options.warmup_steps, .min_samples = std::max(1, options.min_steps)});
+  if (!est.ok()) {
+    if (!calibrating) return Estimate{};
+    return Estimate{.skip =
+                        absl::StrCat("reports do not match the plan: ", est.status().message())};
+  }
+  Estimate out{.result = *std::move(est)};
+  if (calibrating) {
+    if (std::optional<std::string> d = DeviceWithoutFactor(current, out.result, lost)) {
+      out.skip = absl::StrCat("not enough reports for device ", *d);
+    }
   }
   return out;
+}
+
+// The factors a replan plans with: the current plan's own, updated by the
+// estimate; devices with neither get `default_factor`.
+struct DeviceFactors {
+  std::map<std::string, double> by_device;
+  std::map<std::string, int> samples;
+  double default_factor = 1;
+};
+
+DeviceFactors MergeFactors(const std::map<std::string, double>& prior,
+                           const CalibrationResult& est) {
+  DeviceFactors out{.by_device = prior};
+  for (const DeviceFactor& f : est.devices) {
+    out.by_device[f.device_id] = f.time_factor;
+    out.samples[f.device_id] = f.samples;
+  }
+  if (!est.devices.empty()) {
+    out.default_factor = est.median_factor;
+  } else if (!prior.empty()) {
+    std::vector<double> v;
+    for (const auto& [d, f] : prior) v.push_back(f);
+    out.default_factor = MedianOf(std::move(v));
+  }
+  return out;
+}
+
+// The job's request as MakePlan inputs under the calibrated cluster, ranks
+// capped at the devices left, the solve time capped by the policy.
+absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
+                                            const DeviceFactors& factors, const LostDevices& lost,
+                                            const ReplanPolicyOptions& options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      v1::PlanRequest calibrated,
+      CalibratedRequest(request, factors.by_device, factors.default_factor, lost.devices));
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options.limits));
+  in.options.num_ranks = std::min(in.options.num_ranks, in.cluster->num_devices());
+  const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
+  in.options.time_limit_seconds = std::max(0.01, std::min(limit, options.max_solve_seconds));
+  return in;
+}
+
+// Step seconds of the current plan under the calibrated model: infinite when
+// it cannot run there (unreadable, or a stage on a device that is gone).
+absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in) {
+  if (!readable) return kInf;
+  absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
+  if (!fixed.ok() && fixed.status().code() == absl::StatusCode::kNotFound) return kInf;
+  PIPEPLAN_RETURN_IF_ERROR(fixed.status());
+  PIPEPLAN_ASSIGN_OR_RETURN(FixedPlanScore score,
+                            SimulateFixedPlan(*in.graph, *in.cluster, *fixed));
+  return score.step_seconds;
+}
+
+double PredictedGain(const ReplanOutcome& o) {
+  const double cur = o.current_step_seconds;
+  return std::isinf(cur) ? 1.0 : (cur - o.new_step_seconds) / cur;
+}
+
+std::string LostReason(const LostDevices& lost) {
+  return absl::StrCat(lost.workers.size() == 1 ? "worker " : "workers ",
+                      absl::StrJoin(lost.workers, ", "), " lost (device",
+                      lost.devices.size() == 1 ? " " : "s ", absl::StrJoin(lost.devices, ", "),
+                      ")");
+}
+
+// The device furthest from the median, named against the model when the
+// median matches it and against the median device otherwise.
+std::string CalibrationReason(const CalibrationResult& est) {
+  const DeviceFactor* worst = nullptr;
+  double worst_dev = -1;
+  for (const DeviceFactor& f : est.devices) {
+    const double dev = std::abs(std::log(f.time_factor / est.median_factor));
+    if (dev > worst_dev) {
+      worst_dev = dev;
+      worst = &f;
+    }
+  }
+  const double median = est.median_factor;
+  if (worst == nullptr) return "calibration";
+  if (std::abs(std::log(median)) < std::log(1.05)) {
+    return absl::StrCat("calibration: device ", worst->device_id, " is ", Ratio(worst->time_factor),
+                        " than modelled");
+  }
+  if (worst_dev < std::log(1.05)) {
+    return absl::StrFormat("calibration: devices run %.2fx the modelled time", median);
+  }
+  return absl::StrFormat(
+      "calibration: device %s is %s than the median device (which runs "
+      "%.2fx the modelled time)",
+      worst->device_id, Ratio(worst->time_factor / median), median);
+}
+
+// `next` with the calibration it was planned under (Plan.calibration).
+v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFactors& factors,
+                         const LostDevices& lost, const ReplanOutcome& outcome) {
+  v1::PlanCalibration* cal = next.mutable_calibration();
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    const std::string& id = cluster.device(d).id;
+    v1::DeviceFactor* f = cal->add_devices();
+    f->set_device_id(id);
+    auto it = factors.by_device.find(id);
+    f->set_time_factor(it == factors.by_device.end() ? factors.default_factor : it->second);
+    auto samples = factors.samples.find(id);
+    f->set_samples(samples == factors.samples.end() ? 0 : samples->second);
+  }
+  for (const std::string& d : lost.devices) cal->add_excluded_devices(d);
+  const double cur = outcome.current_step_seconds;
+  cal->set_previous_step_seconds(std::isinf(cur) ? 0 : cur);
+  cal->set_step_seconds(outcome.new_step_seconds);
+  return next;
 }
 
 }  // namespace
@@ -118,16 +350,7 @@ int ReplanPolicy::Tick() {
       }
     }
     if (st.in_flight) continue;
-    std::set<std::string> active_devices, lost_devices;
-    for (const v1::WorkerStatus& w : job.workers()) {
-      if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
-    }
-    for (const v1::WorkerStatus& w : job.workers()) {
-      if (w.state() == v1::WORKER_LOST && w.rank() >= 0 &&
-          !active_devices.contains(w.info().device_id())) {
-        lost_devices.insert(w.info().device_id());
-      }
-    }
+    const std::set<std::string> lost_devices = LostRankDevices(job);
     std::optional<ReplanTrigger> trigger;
     const bool lost_new = std::any_of(lost_devices.begin(), lost_devices.end(), [&](auto& d) {
       return std::find(st.lost_tried.begin(), st.lost_tried.end(), d) == st.lost_tried.end();
@@ -173,10 +396,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
                                                      ReplanTrigger trigger) {
   PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, registry_->GetPlan(job_id, 0));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, registry_->GetJob(job_id));
-  const v1::Plan& current = vp.plan();
   const std::string version = absl::StrCat(vp.version());
+  const bool calibrating = trigger == ReplanTrigger::kCalibration;
   ReplanOutcome outcome;
-  std::string factors_text;  // "gpu0:1.00,gpu1:2.01" once estimated
+  std::string factors_text;  // "gpu0:1.000,gpu1:2.010" once estimated
   auto no_change = [&](std::string why) {
     outcome.reason = std::move(why);
     LogInfo("replan_skipped", {{"job", job_id},
@@ -186,214 +409,72 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     return outcome;
   };
 
-  // Devices whose every worker is lost.
-  std::set<std::string> active_devices;
-  std::map<std::string, std::vector<std::string>> lost_by_device;
-  for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
+  const LostDevices lost = FindLostDevices(job);
+  if (!calibrating && lost.devices.empty()) return no_change("no lost worker left");
+  // The current plan, read as every other reader reads it. One that does not
+  // decode cannot be calibrated, but a lost worker is still replanned.
+  absl::StatusOr<DecodedPlan> read = DecodePlan(vp.plan());
+  if (!read.ok() && calibrating) {
+    return no_change(absl::StrCat("cannot read the current plan: ", read.status().message()));
   }
-  for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() == v1::WORKER_LOST && !active_devices.contains(w.info().device_id())) {
-      lost_by_device[w.info().device_id()].push_back(w.info().worker_id());
-    }
-  }
-  std::vector<std::string> excluded, lost_workers;
-  for (const auto& [device, workers] : lost_by_device) {
-    excluded.push_back(device);
-    lost_workers.insert(lost_workers.end(), workers.begin(), workers.end());
-  }
-  if (trigger == ReplanTrigger::kWorkerLost && excluded.empty()) {
-    return no_change("no lost worker left");
-  }
+  const bool readable = read.ok();
+  const DecodedPlan current = readable ? *std::move(read) : DecodedPlan{};
 
-  // Factors from the reports of the current version.
-  std::map<std::string, double> prior;
-  for (const v1::DeviceFactor& f : current.calibration().devices()) {
-    if (f.time_factor() > 0 && std::isfinite(f.time_factor())) {
-      prior[f.device_id()] = f.time_factor();
+  // Step 1: device factors from the reports of the current version.
+  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job_id, vp.version(), current,
+                                                          lost, calibrating, options_));
+  factors_text = FactorsText(est.result);
+  if (metrics_) {
+    for (const DeviceFactor& f : est.result.devices) {
+      metrics_->SetCalibrationFactor(job_id, f.device_id, f.time_factor);
     }
   }
-  std::vector<PlannedStage> stages;
-  std::set<std::string> plan_devices;
-  for (const v1::Stage& s : current.stages()) {
-    auto it = prior.find(s.device_id());
-    stages.push_back({.device_id = s.device_id(),
-                      .forward_seconds = s.forward_seconds(),
-                      .backward_seconds = s.backward_seconds(),
-                      .time_factor = it == prior.end() ? 1.0 : it->second});
-    plan_devices.insert(s.device_id());
-  }
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry_->RecentStepReports(job_id, options_.report_window));
-  std::vector<StepSample> samples;
-  for (const v1::ReportStepRequest& r : reports) {
-    if (r.plan_version() != vp.version()) continue;
-    StepSample s{.worker_id = r.worker_id(), .step = r.step(), .timings = {}};
-    s.timings.reserve(r.timings_size());
-    for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
-    samples.push_back(std::move(s));
-  }
-  CalibrationOptions co{.warmup_steps = options_.warmup_steps,
-                        .min_samples = std::max(1, options_.min_steps)};
-  absl::StatusOr<CalibrationResult> est = EstimateDeviceFactors(samples, stages, co);
-  if (!est.ok()) {
-    if (trigger == ReplanTrigger::kCalibration) {
-      return no_change(absl::StrCat("reports do not match the plan: ", est.status().message()));
-    }
-    est = CalibrationResult{};
-  }
-  for (const DeviceFactor& f : est->devices) {
-    if (metrics_) metrics_->SetCalibrationFactor(job_id, f.device_id, f.time_factor);
-    absl::StrAppendFormat(&factors_text, "%s%s:%.3f", factors_text.empty() ? "" : ",", f.device_id,
-                          f.time_factor);
-  }
-  if (trigger == ReplanTrigger::kCalibration) {
-    for (const std::string& d : plan_devices) {
-      if (!est->Find(d) && !lost_by_device.contains(d)) {
-        return no_change(absl::StrCat("not enough reports for device ", d));
-      }
-    }
-  }
-  std::map<std::string, double> factors = prior;
-  std::map<std::string, int> samples_of;
-  for (const DeviceFactor& f : est->devices) {
-    factors[f.device_id] = f.time_factor;
-    samples_of[f.device_id] = f.samples;
-  }
-  double default_factor = 1;
-  if (!est->devices.empty()) {
-    default_factor = est->median_factor;
-  } else if (!prior.empty()) {
-    std::vector<double> v;
-    for (const auto& [d, f] : prior) v.push_back(f);
-    default_factor = MedianOf(std::move(v));
-  }
+  if (!est.skip.empty()) return no_change(est.skip);
+  const DeviceFactors factors = MergeFactors(current.time_factors, est.result);
 
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest calibrated,
-                            CalibratedRequest(vp.request(), factors, default_factor, excluded));
-  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options_.limits));
-  const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
-  in.options.time_limit_seconds = std::max(0.01, std::min(limit, options_.max_solve_seconds));
+  // Step 2: a new plan under the calibrated model, without lost devices.
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, CalibratedInputs(vp.request(), factors, lost, options_));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
   if (!result.ok()) {
-    LogWarn("replan_failed",
-            {{"job", job_id},
-             {"plan_version", version},
-             {"trigger", trigger == ReplanTrigger::kWorkerLost ? "worker_lost" : "calibration"},
-             {"error", std::string(result.status().message())}});
+    LogReplanFailed(job_id, version, trigger, result.status());
     outcome.reason = absl::StrCat("no plan: ", result.status().message());
     return outcome;
   }
   outcome.new_step_seconds = result->step_seconds;
 
-  // The current plan under the same model (infeasible when it uses a device
-  // that is gone).
-  outcome.current_step_seconds = kInf;
-  {
-    FixedPlan fixed;
-    fixed.node_stage.assign(current.node_stage().begin(), current.node_stage().end());
-    std::vector<std::string> ranks;
-    bool runnable = true;
-    for (const v1::Stage& s : current.stages()) {
-      int index = -1;
-      for (int d = 0; d < in.cluster->num_devices(); ++d) {
-        if (in.cluster->device(d).id == s.device_id()) index = d;
-      }
-      if (index < 0) runnable = false;
-      fixed.stage_device.push_back(index);
-      if (std::find(ranks.begin(), ranks.end(), s.device_id()) == ranks.end()) {
-        ranks.push_back(s.device_id());
-      }
-    }
-    absl::StatusOr<std::optional<schedule::ScheduleKind>> kind =
-        ScheduleFromProto(current.schedule());
-    if (runnable && kind.ok() && kind->has_value()) {
-      fixed.schedule = **kind;
-      fixed.ranks = static_cast<int>(ranks.size());
-      fixed.microbatches = current.microbatches();
-      fixed.chunks_per_rank = std::max(1, current.chunks_per_rank());
-      fixed.comm_model =
-          current.comm_model() == v1::COMM_RELAY ? CommModel::kRelay : CommModel::kDirect;
-      fixed.global_batch = in.options.global_batch;
-      fixed.optimizer_state_multiplier = in.options.optimizer_state_multiplier;
-      absl::StatusOr<FixedPlanScore> score = SimulateFixedPlan(*in.graph, *in.cluster, fixed);
-      if (score.ok()) {
-        outcome.current_step_seconds = score->step_seconds;
-      } else if (trigger == ReplanTrigger::kCalibration) {
-        return no_change(absl::StrCat("cannot score the current plan: ", score.status().message()));
-      }
-    }
+  // Step 3: the current plan under the same model; publish when it pays.
+  absl::StatusOr<double> cur = ScoreUnder(current, readable, in);
+  if (!cur.ok() && calibrating) {
+    return no_change(absl::StrCat("cannot score the current plan: ", cur.status().message()));
   }
-  const double cur = outcome.current_step_seconds;
-  const double gain = std::isinf(cur) ? 1.0 : (cur - outcome.new_step_seconds) / cur;
+  outcome.current_step_seconds = cur.ok() ? *cur : kInf;
+  const double gain = PredictedGain(outcome);
   if (!(gain > options_.min_gain)) {
     return no_change(absl::StrFormat("predicted gain %.1f%% (%.4g s -> %.4g s) is not above %.1f%%",
-                                     gain * 100, cur, outcome.new_step_seconds,
-                                     options_.min_gain * 100));
+                                     gain * 100, outcome.current_step_seconds,
+                                     outcome.new_step_seconds, options_.min_gain * 100));
   }
+  const std::string reason =
+      absl::StrCat(calibrating ? CalibrationReason(est.result) : LostReason(lost),
+                   absl::StrFormat("; predicted step %.4g s -> %.4g s",
+                                   outcome.current_step_seconds, outcome.new_step_seconds));
+  const v1::Plan next = WithCalibration(PlanToProto(*in.graph, *in.cluster, *result), *in.cluster,
+                                        factors, lost, outcome);
+  absl::StatusOr<ReplanOutcome> published = Publish(job_id, vp, next, reason, trigger, outcome);
+  if (!published.ok() && published.status().code() == absl::StatusCode::kAborted) {
+    return no_change(std::string(published.status().message()));
+  }
+  return published;
+}
 
-  std::string reason;
-  if (trigger == ReplanTrigger::kWorkerLost) {
-    reason = absl::StrCat(lost_workers.size() == 1 ? "worker " : "workers ",
-                          absl::StrJoin(lost_workers, ", "), " lost (device",
-                          excluded.size() == 1 ? " " : "s ", absl::StrJoin(excluded, ", "), ")");
-  } else {
-    // The device furthest from the median, named against the model when the
-    // median matches it and against the median device otherwise.
-    const DeviceFactor* worst = nullptr;
-    double worst_dev = -1;
-    for (const DeviceFactor& f : est->devices) {
-      const double dev = std::abs(std::log(f.time_factor / est->median_factor));
-      if (dev > worst_dev) {
-        worst_dev = dev;
-        worst = &f;
-      }
-    }
-    const double median = est->median_factor;
-    if (worst == nullptr) {
-      reason = "calibration";
-    } else if (std::abs(std::log(median)) < std::log(1.05)) {
-      reason = absl::StrCat("calibration: device ", worst->device_id, " is ",
-                            Ratio(worst->time_factor), " than modelled");
-    } else if (worst_dev < std::log(1.05)) {
-      reason = absl::StrFormat("calibration: devices run %.2fx the modelled time", median);
-    } else {
-      reason = absl::StrFormat(
-          "calibration: device %s is %s than the median device (which runs "
-          "%.2fx the modelled time)",
-          worst->device_id, Ratio(worst->time_factor / median), median);
-    }
-  }
-  absl::StrAppendFormat(&reason, "; predicted step %.4g s -> %.4g s", cur,
-                        outcome.new_step_seconds);
-
-  v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
-  v1::PlanCalibration* cal = next.mutable_calibration();
-  for (int d = 0; d < in.cluster->num_devices(); ++d) {
-    const std::string& id = in.cluster->device(d).id;
-    v1::DeviceFactor* f = cal->add_devices();
-    f->set_device_id(id);
-    auto it = factors.find(id);
-    f->set_time_factor(it == factors.end() ? default_factor : it->second);
-    f->set_samples(samples_of.contains(id) ? samples_of[id] : 0);
-  }
-  for (const std::string& d : excluded) cal->add_excluded_devices(d);
-  cal->set_previous_step_seconds(std::isinf(cur) ? 0 : cur);
-  cal->set_step_seconds(outcome.new_step_seconds);
-
-  absl::StatusOr<int64_t> published =
-      registry_->PublishPlan(job_id, vp.request(), next, reason, vp.version());
-  if (!published.ok()) {
-    if (published.status().code() == absl::StatusCode::kAborted) {
-      return no_change(std::string(published.status().message()));
-    }
-    return published.status();
-  }
-  if (metrics_) {
-    metrics_->CountReplan(trigger == ReplanTrigger::kWorkerLost ? "worker_lost" : "calibration");
-  }
+absl::StatusOr<ReplanOutcome> ReplanPolicy::Publish(const std::string& job_id,
+                                                    const v1::VersionedPlan& current,
+                                                    const v1::Plan& next, const std::string& reason,
+                                                    ReplanTrigger trigger, ReplanOutcome outcome) {
+  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version, registry_->PublishPlan(job_id, current.request(), next,
+                                                                    reason, current.version()));
+  if (metrics_) metrics_->CountReplan(TriggerName(trigger));
   outcome.published = true;
-  outcome.version = *published;
   outcome.reason = reason;
   return outcome;
 }

@@ -154,7 +154,7 @@ class SqliteStore : public Store {
 
   absl::Status CreateJob(const JobRecord& job, const v1::VersionedPlan& first) override {
     absl::MutexLock l(&mu_);
-    return Transaction([&]() -> absl::Status {
+    return Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       Stmt ins(db_, "INSERT INTO jobs(id, name, create_time_ms, current_version) VALUES(?,?,?,?)");
       PIPEPLAN_RETURN_IF_ERROR(ins.prepared());
       ins.Bind(1, job.id)
@@ -190,7 +190,7 @@ class SqliteStore : public Store {
 
   absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
     absl::MutexLock l(&mu_);
-    return Transaction([&]() -> absl::Status {
+    return Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       PIPEPLAN_ASSIGN_OR_RETURN(int64_t current, CurrentVersion(plan.job_id()));
       if (plan.version() != current + 1) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -205,7 +205,7 @@ class SqliteStore : public Store {
 
   absl::Status DeleteJob(const std::string& job_id) override {
     absl::MutexLock l(&mu_);
-    return Transaction([&]() -> absl::Status {
+    return Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       PIPEPLAN_RETURN_IF_ERROR(CurrentVersion(job_id).status());
       Stmt del(db_, "DELETE FROM jobs WHERE id=?");
       del.Bind(1, job_id);
@@ -421,7 +421,8 @@ class SqliteStore : public Store {
   }
 
   absl::Mutex mu_;
-  sqlite3* const db_;
+  // One connection, used by one statement at a time.
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   const SqliteStoreOptions options_;
   int appends_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
 };

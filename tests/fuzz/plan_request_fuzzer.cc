@@ -93,7 +93,7 @@ void Structured(Bytes& in) {
     l->set_latency_seconds(in.Number());
   }
   auto* o = req.mutable_options();
-  o->set_num_stages(in.Int(-1, 6));
+  o->set_num_ranks(in.Int(-1, 6));
   o->set_microbatches(in.Int(-1, 9));
   o->set_global_batch(in.Int(-1, 16));
   o->set_optimizer_state_multiplier(in.Byte() % 4 == 0 ? in.Number() : 2);

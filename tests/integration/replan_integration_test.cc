@@ -43,7 +43,7 @@ v1::PlanRequest ChainJob() {
     dev->set_flops(100e12);
     dev->set_memory_bytes(80e9);
   }
-  r.mutable_options()->set_num_stages(4);
+  r.mutable_options()->set_num_ranks(4);
   r.mutable_options()->set_microbatches(4);
   r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   r.mutable_options()->set_method(v1::METHOD_DP);

@@ -233,7 +233,7 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
   v1::ReplanJobRequest replan;
   replan.set_job_id(job.id());
   *replan.mutable_options() = SmallRequest().options();
-  replan.mutable_options()->set_num_stages(2);
+  replan.mutable_options()->set_num_ranks(2);
   replan.set_reason("test replan");
   ASSERT_OK_AND_ASSIGN(v2, c->ReplanJob(replan));
   EXPECT_EQ(v2.version(), 2);
@@ -256,7 +256,7 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
   EXPECT_EQ(shown.workers(0).last_step(), 2);
   ASSERT_OK_AND_ASSIGN(old, c->GetPlan(job.id(), 1));
   EXPECT_EQ(old.plan().stages_size(), 4);
-  EXPECT_EQ(old.request().options().num_stages(), 4);
+  EXPECT_EQ(old.request().options().num_ranks(), 4);
 
   ASSERT_OK_AND_ASSIGN(metrics, ScrapeMetrics(planner->metrics_port()));
   EXPECT_TRUE(
@@ -319,7 +319,7 @@ TEST(PlannerService, Sigkill_RestartRecoversEveryJobAndVersion) {
     v1::ReplanJobRequest replan;
     replan.set_job_id(job1);
     *replan.mutable_options() = SmallRequest().options();
-    replan.mutable_options()->set_num_stages(2);
+    replan.mutable_options()->set_num_ranks(2);
     ASSERT_TRUE(c->ReplanJob(replan).ok());
     ASSERT_TRUE(c->RegisterWorker(job1, Worker("w1", "gpu0")).ok());
     v1::ReportStepRequest r;
@@ -471,7 +471,7 @@ TEST(PlannerService, CliRemotePlanAndJobs) {
   const std::string cli = PIPEPLAN_CLI_BIN;
   const std::vector<std::string> plan_flags = {"--graph",        DataPath("chain_small.json"),
                                                "--cluster",      DataPath("cluster_8xa100.json"),
-                                               "--stages",       "4",
+                                               "--ranks",        "4",
                                                "--schedule",     "1F1B",
                                                "--microbatches", "8"};
   std::string out;

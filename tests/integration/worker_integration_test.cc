@@ -26,7 +26,7 @@ namespace {
 
 v1::PlanRequest JobRequest(int stages, int microbatches) {
   v1::PlanRequest r = SmallRequest();
-  r.mutable_options()->set_num_stages(stages);
+  r.mutable_options()->set_num_ranks(stages);
   r.mutable_options()->set_microbatches(microbatches);
   return r;
 }

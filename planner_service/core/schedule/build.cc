@@ -255,28 +255,29 @@ class DualPipeVRank {
 
 namespace internal {
 
-absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches, int chunks) {
+absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches,
+                                  int chunks_per_rank) {
   const std::string_view name = ScheduleKindName(kind);
   if (ranks < 1 || microbatches < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s needs ranks >= 1 and microbatches >= 1, got ranks=%d microbatches=%d",
                         name, ranks, microbatches));
   }
-  const int per_rank = StagesPerRank(kind, chunks);
+  const int per_rank = StagesPerRank(kind, chunks_per_rank);
   if (per_rank < 1) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s needs chunks >= 1, got %d", name, chunks));
+        absl::StrFormat("%s needs chunks_per_rank >= 1, got %d", name, chunks_per_rank));
   }
   // Keeps every stage*microbatch index and action count well inside int.
   if (int64_t{ranks} * per_rank * microbatches > (int64_t{1} << 26)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s with ranks=%d chunks=%d microbatches=%d is too large to plan", name,
-                        ranks, per_rank, microbatches));
+        absl::StrFormat("%s with ranks=%d chunks_per_rank=%d microbatches=%d is too large to plan",
+                        name, ranks, per_rank, microbatches));
   }
   if (int64_t{ranks} * per_rank > kMaxStages) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s with ranks=%d chunks=%d has %d stages; at most %d are supported", name,
-                        ranks, per_rank, int64_t{ranks} * per_rank, kMaxStages));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s with ranks=%d chunks_per_rank=%d has %d stages; at most %d are supported", name, ranks,
+        per_rank, int64_t{ranks} * per_rank, kMaxStages));
   }
   if (kind == ScheduleKind::kInterleaved1F1B || kind == ScheduleKind::kInterleavedZeroBubble) {
     const int rounds = std::max(1, microbatches / ranks);
@@ -296,19 +297,19 @@ absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches
   return absl::OkStatus();
 }
 
-RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks,
-                             RankProgram reuse) {
+RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches,
+                             int chunks_per_rank, RankProgram reuse) {
   switch (kind) {
     case ScheduleKind::kGPipe:
       return GPipeRank(rank, microbatches, std::move(reuse));
     case ScheduleKind::k1F1B:
       return OneFOneBRank(rank, ranks, microbatches, std::move(reuse));
     case ScheduleKind::kInterleaved1F1B:
-      return InterleavedRank(rank, ranks, microbatches, chunks, false, std::move(reuse));
+      return InterleavedRank(rank, ranks, microbatches, chunks_per_rank, false, std::move(reuse));
     case ScheduleKind::kInterleavedZeroBubble:
-      return InterleavedRank(rank, ranks, microbatches, chunks, true, std::move(reuse));
+      return InterleavedRank(rank, ranks, microbatches, chunks_per_rank, true, std::move(reuse));
     case ScheduleKind::kLoopedBFS:
-      return LoopedBfsRank(rank, ranks, microbatches, chunks, std::move(reuse));
+      return LoopedBfsRank(rank, ranks, microbatches, chunks_per_rank, std::move(reuse));
     case ScheduleKind::kZBVZeroBubble:
       return ZbvRank(rank, ranks, microbatches, std::move(reuse));
     case ScheduleKind::kDualPipeV:
@@ -319,13 +320,13 @@ RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microba
 
 }  // namespace internal
 
-absl::Status BuildSchedule(ScheduleKind kind, int ranks, int microbatches, int chunks,
+absl::Status BuildSchedule(ScheduleKind kind, int ranks, int microbatches, int chunks_per_rank,
                            PipelineSchedule* out) {
-  if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks);
+  if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks_per_rank);
       !st.ok()) {
     return st;
   }
-  const int per_rank = StagesPerRank(kind, chunks);
+  const int per_rank = StagesPerRank(kind, chunks_per_rank);
   out->num_ranks = ranks;
   out->num_stages = ranks * per_rank;
   out->num_microbatches = microbatches;
@@ -333,16 +334,17 @@ absl::Status BuildSchedule(ScheduleKind kind, int ranks, int microbatches, int c
       IsVShaped(kind) ? VShapeStageToRank(ranks) : LoopedStageToRank(ranks, out->num_stages);
   out->programs.resize(ranks);
   for (int r = 0; r < ranks; ++r) {
-    out->programs[r] = internal::BuildRankProgram(kind, r, ranks, microbatches, chunks,
+    out->programs[r] = internal::BuildRankProgram(kind, r, ranks, microbatches, chunks_per_rank,
                                                   std::move(out->programs[r]));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<PipelineSchedule> BuildSchedule(ScheduleKind kind, int ranks, int microbatches,
-                                               int chunks) {
+                                               int chunks_per_rank) {
   PipelineSchedule schedule;
-  if (absl::Status st = BuildSchedule(kind, ranks, microbatches, chunks, &schedule); !st.ok()) {
+  if (absl::Status st = BuildSchedule(kind, ranks, microbatches, chunks_per_rank, &schedule);
+      !st.ok()) {
     return st;
   }
   return schedule;

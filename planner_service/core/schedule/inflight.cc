@@ -10,19 +10,19 @@
 namespace pipeplan::schedule {
 
 absl::StatusOr<int> PeakInflightMicrobatches(ScheduleKind kind, int stage, int num_stages,
-                                             int microbatches, int chunks) {
-  const int per_rank = StagesPerRank(kind, chunks);
+                                             int microbatches, int chunks_per_rank) {
+  const int per_rank = StagesPerRank(kind, chunks_per_rank);
   if (per_rank < 1 || num_stages < 1 || num_stages % per_rank != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s with chunks=%d places %d stages per rank; %d stages is not a multiple",
-                        ScheduleKindName(kind), chunks, per_rank, num_stages));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s with chunks_per_rank=%d places %d stages per rank; %d stages is not a multiple",
+        ScheduleKindName(kind), chunks_per_rank, per_rank, num_stages));
   }
   const int ranks = num_stages / per_rank;
   if (stage < 0 || stage >= num_stages) {
     return absl::InvalidArgumentError(
         absl::StrFormat("stage %d is out of range [0, %d)", stage, num_stages));
   }
-  if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks);
+  if (absl::Status st = internal::CheckBuildParameters(kind, ranks, microbatches, chunks_per_rank);
       !st.ok()) {
     return st;
   }
@@ -48,7 +48,7 @@ absl::StatusOr<int> PeakInflightMicrobatches(ScheduleKind kind, int stage, int n
     }
   };
   for (const std::optional<Action>& slot :
-       internal::BuildRankProgram(kind, rank, ranks, microbatches, chunks)) {
+       internal::BuildRankProgram(kind, rank, ranks, microbatches, chunks_per_rank)) {
     if (!slot) continue;
     if (slot->type == ActionType::kOverlapFB) {
       apply(ForwardHalf(*slot));

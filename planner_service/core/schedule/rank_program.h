@@ -10,13 +10,14 @@
 namespace pipeplan::schedule::internal {
 
 // The parameter rules documented in build.h.
-absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches, int chunks);
+absl::Status CheckBuildParameters(ScheduleKind kind, int ranks, int microbatches,
+                                  int chunks_per_rank);
 
 // Compute-only program of `rank`; parameters must pass CheckBuildParameters.
 // The result is built in `reuse`'s storage (cleared first), so callers that
 // rebuild schedules in a loop need not allocate.
-RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches, int chunks,
-                             RankProgram reuse = {});
+RankProgram BuildRankProgram(ScheduleKind kind, int rank, int ranks, int microbatches,
+                             int chunks_per_rank, RankProgram reuse = {});
 
 }  // namespace pipeplan::schedule::internal
 

@@ -45,7 +45,7 @@ bool IsVShaped(ScheduleKind kind) {
   return kind == ScheduleKind::kZBVZeroBubble || kind == ScheduleKind::kDualPipeV;
 }
 
-int StagesPerRank(ScheduleKind kind, int chunks) {
+int StagesPerRank(ScheduleKind kind, int chunks_per_rank) {
   switch (kind) {
     case ScheduleKind::kGPipe:
     case ScheduleKind::k1F1B:
@@ -53,7 +53,7 @@ int StagesPerRank(ScheduleKind kind, int chunks) {
     case ScheduleKind::kInterleaved1F1B:
     case ScheduleKind::kLoopedBFS:
     case ScheduleKind::kInterleavedZeroBubble:
-      return chunks;
+      return chunks_per_rank;
     case ScheduleKind::kZBVZeroBubble:
     case ScheduleKind::kDualPipeV:
       return 2;

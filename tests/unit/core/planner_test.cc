@@ -36,8 +36,8 @@ TEST(PlannerOptionsTest, RejectsBadOptionsNamingTheField) {
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(plan.status().message()), HasSubstr(message));
   };
-  expect({.num_stages = -1}, "options.num_stages must be >= 0");
-  expect({.num_stages = 9}, "options.num_stages is 9 but the cluster has only 8 devices");
+  expect({.num_ranks = -1}, "options.num_ranks must be >= 0");
+  expect({.num_ranks = 9}, "options.num_ranks is 9 but the cluster has only 8 devices");
   expect({.microbatches = -2}, "options.microbatches");
   expect({.microbatches = 3, .global_batch = 8}, "not divisible by options.microbatches");
   expect({.optimizer_state_multiplier = -1}, "options.optimizer_state_multiplier");
@@ -54,7 +54,7 @@ TEST(PlannerTest, FixedCandidateIsOptimalOnChains) {
     // holds min(4, 3 - j) on stage j, as the random instance assumes.
     const auto best = BruteForce(inst.problem);
     auto plan = MakePlan(*inst.graph, *inst.cluster,
-                         {.num_stages = 3,
+                         {.num_ranks = 3,
                           .microbatches = 4,
                           .optimizer_state_multiplier = 2,
                           .schedule = ScheduleKind::k1F1B,
@@ -132,7 +132,7 @@ TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
   PlanInputs in = Load("gpt_1k.json", "cluster_8xa100.json");
   auto plan_for = [&](int m) {
     return MakePlan(*in.graph, *in.cluster,
-                    {.num_stages = 4,
+                    {.num_ranks = 4,
                      .microbatches = m,
                      .global_batch = 16,
                      .schedule = ScheduleKind::kGPipe,
@@ -152,7 +152,7 @@ TEST(PlannerTest, MemoryBindsTheChoice) {
   PlanInputs in = Load("gpt_4k.json", "cluster_16_small_mem.json");
   auto plan =
       MakePlan(*in.graph, *in.cluster,
-               {.num_stages = 16, .optimizer_state_multiplier = 6, .method = PartitionMethod::kDp});
+               {.num_ranks = 16, .optimizer_state_multiplier = 6, .method = PartitionMethod::kDp});
   if (plan.ok()) {
     for (size_t s = 0; s < plan->stage_peak_memory.size(); ++s) {
       EXPECT_LE(plan->stage_peak_memory[s],
@@ -163,7 +163,7 @@ TEST(PlannerTest, MemoryBindsTheChoice) {
   }
   // Far more optimizer state than any device holds: refused, naming the need.
   auto impossible = MakePlan(*in.graph, *in.cluster,
-                             {.num_stages = 16,
+                             {.num_ranks = 16,
                               .microbatches = 16,
                               .optimizer_state_multiplier = 1000,
                               .schedule = ScheduleKind::k1F1B});
@@ -176,7 +176,7 @@ TEST(PlannerTest, TimeLimitIsHonouredWithAnIncumbent) {
   PlanInputs in = Load("resnet50.json", "cluster_2x8_h100.json");
   const absl::Time start = absl::Now();
   auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.num_stages = 8,
+                       {.num_ranks = 8,
                         .microbatches = 32,
                         .schedule = ScheduleKind::k1F1B,
                         .time_limit_seconds = 1,
@@ -193,7 +193,7 @@ TEST(PlannerTest, CancelledBeforeStartStillAnswersQuickly) {
   std::atomic<bool> cancelled{true};
   const absl::Time start = absl::Now();
   auto plan = MakePlan(*in.graph, *in.cluster,
-                       {.num_stages = 8,
+                       {.num_ranks = 8,
                         .microbatches = 16,
                         .schedule = ScheduleKind::k1F1B,
                         .cancelled = &cancelled});

@@ -198,7 +198,7 @@ TEST(Calibration, FixedPlanScoreMatchesThePlannerAndSeesTheStraggler) {
   auto cluster = Cluster::Build(FourDevices());
   ASSERT_TRUE(cluster.ok());
   PlanOptions o;
-  o.num_stages = 4;
+  o.num_ranks = 4;
   o.microbatches = 4;
   o.schedule = schedule::ScheduleKind::k1F1B;
   o.method = PartitionMethod::kDp;

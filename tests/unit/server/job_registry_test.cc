@@ -39,6 +39,45 @@ v1::WorkerInfo Worker(const std::string& id, const std::string& device) {
   return w;
 }
 
+// The in-memory store with a switch that makes every write fail, as a full
+// disk or a lost database connection would (reads keep working).
+class FailingWritesStore : public Store {
+ public:
+  bool fail = false;
+
+  absl::Status CreateJob(const JobRecord& job, const v1::VersionedPlan& first) override {
+    return fail ? Unavailable() : store_->CreateJob(job, first);
+  }
+  absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
+    return fail ? Unavailable() : store_->AppendPlan(plan);
+  }
+  absl::Status DeleteJob(const std::string& job_id) override {
+    return fail ? Unavailable() : store_->DeleteJob(job_id);
+  }
+  absl::Status SetJobState(const std::string& job_id, v1::JobState state,
+                           const std::string& message) override {
+    return fail ? Unavailable() : store_->SetJobState(job_id, state, message);
+  }
+  absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override {
+    return store_->GetPlan(job_id, version);
+  }
+  absl::Status PutWorker(const WorkerRecord& worker) override {
+    return fail ? Unavailable() : store_->PutWorker(worker);
+  }
+  absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
+    return fail ? Unavailable() : store_->AppendStepReport(report);
+  }
+  absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
+                                                                       int limit) override {
+    return store_->RecentStepReports(job_id, limit);
+  }
+  absl::StatusOr<std::vector<StoredJob>> Load() override { return store_->Load(); }
+
+ private:
+  static absl::Status Unavailable() { return absl::UnavailableError("store is down"); }
+  std::unique_ptr<Store> store_ = NewMemoryStore();
+};
+
 class JobRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -252,11 +291,68 @@ TEST_F(JobRegistryTest, WorkerErrorFailsTheJobAndSurvivesRecovery) {
   EXPECT_EQ(again->training().model_package(), "/pkg");
 }
 
-TEST(RankOfDevice, DistinctDevicesInStageOrder) {
-  v1::Plan p = PlanOn({"a", "b", "a", "b"}, "interleaved");
-  EXPECT_EQ(RankOfDevice(p, "a"), 0);
-  EXPECT_EQ(RankOfDevice(p, "b"), 1);
-  EXPECT_EQ(RankOfDevice(p, "c"), -1);
+// Store first, then memory: a write the store refuses changes nothing the
+// registry reports, and a registry recovered from the store sees the same.
+TEST(JobRegistryStoreFirst, AFailingStoreLeavesMemoryUnchanged) {
+  SetLogEnabled(false);
+  FailingWritesStore store;
+  FakeClock clock;
+  JobRegistry registry(&store, &clock, {.lease = absl::Seconds(10)});
+  const v1::PlanRequest request = testing::SmallRequest();
+  store.fail = true;
+  EXPECT_EQ(registry.CreateJob("j", request, PlanOn({"gpu0"}, "v1")).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(registry.ListJobs().empty());
+
+  store.fail = false;
+  auto job = registry.CreateJob("j", request, PlanOn({"gpu0", "gpu1"}, "v1"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(registry.RegisterWorker(id, Worker("w0", "gpu0")).ok());
+  auto watcher = std::make_shared<RecordingWatcher>();
+  ASSERT_TRUE(registry.Watch(id, "w0", 1, watcher).ok());
+
+  store.fail = true;
+  EXPECT_FALSE(registry.PublishPlan(id, request, PlanOn({"gpu1"}, "v2"), "x").ok());
+  EXPECT_FALSE(registry.RegisterWorker(id, Worker("w1", "gpu1")).ok());
+  v1::ReportStepRequest report;
+  report.set_job_id(id);
+  report.set_worker_id("w0");
+  report.set_plan_version(1);
+  report.set_step(3);
+  EXPECT_FALSE(registry.ReportStep(report).ok());
+  EXPECT_FALSE(registry.DeleteJob(id).ok());
+  clock.Advance(absl::Seconds(11));
+  EXPECT_EQ(registry.CheckLeases(), 0);  // cannot record the loss: w0 stays active
+  auto seen = registry.GetJob(id);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->plan_version(), 1);
+  EXPECT_EQ(seen->plan().graph_name(), "v1");
+  ASSERT_EQ(seen->workers_size(), 1);
+  EXPECT_EQ(seen->workers(0).state(), v1::WORKER_ACTIVE);
+  EXPECT_EQ(seen->workers(0).last_step(), -1);
+  EXPECT_TRUE(watcher->updates.empty());
+
+  // The store is back: the loss is recorded; a heartbeat the store refuses
+  // does not revive the worker.
+  store.fail = false;
+  EXPECT_EQ(registry.CheckLeases(), 1);
+  store.fail = true;
+  EXPECT_EQ(registry.Heartbeat(id, "w0").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry.ReportStep(report).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry.GetJob(id)->workers(0).state(), v1::WORKER_LOST);
+  EXPECT_EQ(registry.counts().lost_workers, 1);
+
+  store.fail = false;
+  JobRegistry recovered(&store, &clock, {.lease = absl::Seconds(10)});
+  ASSERT_TRUE(recovered.Recover().ok());
+  auto restored = recovered.GetJob(id);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(restored->plan_version(), 1);
+  ASSERT_EQ(restored->workers_size(), 1);
+  EXPECT_EQ(restored->workers(0).state(), v1::WORKER_LOST);
+  EXPECT_EQ(restored->workers(0).last_step(), -1);
+  SetLogEnabled(true);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ v1::PlanRequest ChainRequest(double memory_bytes = 80e9, double param_bytes = 1e
     dev->set_flops(100e12);
     dev->set_memory_bytes(memory_bytes);
   }
-  r.mutable_options()->set_num_stages(4);
+  r.mutable_options()->set_num_ranks(4);
   r.mutable_options()->set_microbatches(4);
   r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   r.mutable_options()->set_method(v1::METHOD_DP);

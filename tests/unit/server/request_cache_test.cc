@@ -12,7 +12,7 @@ v1::PlanRequest Request(int stages) {
   n->set_id("a");
   n->set_forward_flops(1e9);
   r.mutable_cluster()->add_devices()->set_id("gpu0");
-  r.mutable_options()->set_num_stages(stages);
+  r.mutable_options()->set_num_ranks(stages);
   return r;
 }
 

@@ -18,7 +18,7 @@ v1::VersionedPlan Version(const std::string& job, int64_t v) {
   p.set_version(v);
   p.mutable_plan()->set_graph_name("g" + std::to_string(v));
   p.mutable_plan()->set_microbatches(static_cast<int>(v));
-  p.mutable_request()->mutable_options()->set_num_stages(static_cast<int>(v));
+  p.mutable_request()->mutable_options()->set_num_ranks(static_cast<int>(v));
   p.set_reason(v == 1 ? "created" : "replan");
   return p;
 }
@@ -63,7 +63,7 @@ TEST_P(StoreTest, JobsAndVersions) {
   auto v1 = store_->GetPlan("j1", 1);
   ASSERT_TRUE(v1.ok());
   EXPECT_EQ(v1->plan().graph_name(), "g1");
-  EXPECT_EQ(v1->request().options().num_stages(), 1);
+  EXPECT_EQ(v1->request().options().num_ranks(), 1);
   EXPECT_EQ(store_->GetPlan("j1", 3).status().code(), absl::StatusCode::kNotFound);
 
   auto loaded = store_->Load();

@@ -34,12 +34,12 @@ class TempDir {
 using ::pipeplan::testing::DataPath;
 using ::pipeplan::testing::ReadJson;
 
-// chain_small on 8xA100 with stages 4, 1F1B, 8 microbatches, method dp.
+// chain_small on 8xA100 with 4 ranks, 1F1B, 8 microbatches, method dp.
 inline v1::PlanRequest SmallRequest() {
   v1::PlanRequest r;
   *r.mutable_graph() = ReadJson<v1::ModelGraph>("chain_small.json");
   *r.mutable_cluster() = ReadJson<v1::ClusterTopology>("cluster_8xa100.json");
-  r.mutable_options()->set_num_stages(4);
+  r.mutable_options()->set_num_ranks(4);
   r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   r.mutable_options()->set_microbatches(8);
   r.mutable_options()->set_method(v1::METHOD_DP);

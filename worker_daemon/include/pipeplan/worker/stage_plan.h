@@ -1,7 +1,8 @@
 // What a worker needs from a plan version: the schedule lowered for every
 // rank, per-stage compute times and the bytes that cross each stage
-// boundary. This is the one place that reads pipeplan.v1.Plan; the runtime
-// only sees the result.
+// boundary. Built on the one plan decoder (pipeplan/convert/plan_decoder.h),
+// so the worker reads ranks, stages per rank and the schedule exactly as the
+// planner and the CLI do; the runtime only sees the result.
 #ifndef PIPEPLAN_WORKER_STAGE_PLAN_H_
 #define PIPEPLAN_WORKER_STAGE_PLAN_H_
 
@@ -23,9 +24,9 @@ struct StagePlan {
   int ranks = 0;
   int num_stages = 0;
   int microbatches = 0;
-  int chunks = 1;
-  // Device id of every rank: the plan's distinct devices in stage order (the
-  // planner's RankOfDevice).
+  int chunks_per_rank = 1;
+  // Device id of every rank: the plan's distinct devices in stage order
+  // (DecodedPlan::rank_devices).
   std::vector<std::string> rank_devices;
   // BuildSchedule + InsertSendRecv.
   schedule::PipelineSchedule lowered;
@@ -49,9 +50,10 @@ struct StagePlan {
   int RankOf(std::string_view device_id) const;
 };
 
-// `graph` (the plan's request graph) may be null. INVALID_ARGUMENT when the
-// plan is not runnable: no stages, an unknown schedule, a stage count that is
-// not ranks x stages-per-rank, microbatches BuildSchedule rejects.
+// `graph` (the plan's request graph) may be null. INVALID_ARGUMENT naming the
+// field when the plan is not runnable (DecodePlan): no stages, a schedule
+// that is not concrete, a stage count or placement that is not the
+// schedule's ranks x chunks_per_rank, microbatches BuildSchedule rejects.
 absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t version,
                                              const v1::ModelGraph* graph);
 

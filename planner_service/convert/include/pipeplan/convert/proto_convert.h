@@ -33,6 +33,9 @@ struct PlanInputs {
 GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph);
 ClusterSpec ClusterSpecFromProto(const v1::ClusterTopology& cluster);
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& options);
+// options.num_ranks, or its deprecated alias options.num_stages when
+// num_ranks is 0; INVALID_ARGUMENT when both are set and differ.
+absl::StatusOr<int> NumRanksFromProto(const v1::PlanOptions& options);
 
 // SCHEDULE_AUTO maps to nullopt; unknown values are INVALID_ARGUMENT.
 absl::StatusOr<std::optional<schedule::ScheduleKind>> ScheduleFromProto(v1::Schedule s);

@@ -32,16 +32,20 @@ enum class PartitionMethod { kAuto, kDp, kMilp, kUniform, kParams, kTime, kIdeal
 std::string_view PartitionMethodName(PartitionMethod method);
 absl::StatusOr<PartitionMethod> ParsePartitionMethod(std::string_view name);
 
+// Stages per rank of the looped/interleaved schedules when the request leaves
+// PlanOptions::chunks_per_rank at 0; plan readers use the same default.
+inline constexpr int kDefaultChunksPerRank = 2;
+
 struct PlanOptions {
   // Pipeline ranks (devices used, in cluster order); 0 lets the planner
   // choose. Schedules with several stages per rank split the graph into
-  // ranks x stages-per-rank stages.
-  int num_stages = 0;
+  // ranks x chunks_per_rank stages.
+  int num_ranks = 0;
   int microbatches = 0;  // 0: chosen by the planner
   int global_batch = 0;  // 0: graph costs are per microbatch
   double optimizer_state_multiplier = 0;
   std::optional<schedule::ScheduleKind> schedule;  // nullopt: chosen by the planner
-  int chunks_per_rank = 0;                         // 0: 2
+  int chunks_per_rank = 0;                         // 0: kDefaultChunksPerRank
   PartitionMethod method = PartitionMethod::kAuto;
   CommModel comm_model = CommModel::kDirect;
   double time_limit_seconds = 0;  // 0: 10 s
@@ -61,7 +65,7 @@ struct MethodOutcome {
 struct PlanAlternative {
   schedule::ScheduleKind schedule;
   int microbatches = 0;
-  int num_stages = 0;  // ranks
+  int num_ranks = 0;
   double step_seconds = 0;
   double peak_memory_bytes = 0;
   double bubble_ratio = 0;
@@ -102,7 +106,7 @@ CostOptions CostOptionsFor(const Graph& graph, CommModel comm, double optimizer_
 // split by simulation uses this, so scores agree.
 schedule::StageCosts SimulatorCosts(std::span<const StageCost> stages);
 
-// INVALID_ARGUMENT names the offending option ("options.num_stages ...");
+// INVALID_ARGUMENT names the offending option ("options.num_ranks ...");
 // FAILED_PRECONDITION when no candidate fits in memory (with the memory the
 // best split would need); DEADLINE_EXCEEDED / CANCELLED when stopped before
 // any plan was found.

@@ -1,6 +1,11 @@
 // Jobs, their versioned plans, and the workers attached to them. The
-// registry is the in-memory view; every change goes to the Store first, so
-// the store is the truth and a restart (Recover) rebuilds the same view.
+// registry is the in-memory view; every change is written to the Store
+// first and applied to memory only once the store accepted it, so the store
+// is the truth and a restart (Recover) rebuilds the same view. When a store
+// write fails the call returns its error and memory is unchanged (a lease
+// check that cannot record a lost worker leaves it active and tries again on
+// the next check). Leases, heartbeat times of active workers and the
+// rendezvous key-value space live in memory only.
 //
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
 // Heartbeat or ReportStep; CheckLeases marks expired ones lost. A worker that
@@ -17,7 +22,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -141,12 +145,16 @@ class JobRegistry {
   };
 
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `next` as `w`'s record, then sets it in memory; on a store error
+  // `w` is unchanged.
+  absl::Status UpdateWorkerLocked(Worker& w, WorkerRecord next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool AllRanksDoneLocked(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job,
-                                                  const std::string& worker_id) const;
+                                                  const std::string& worker_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   const Clock* const clock_;
@@ -155,10 +163,6 @@ class JobRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
 };
-
-// The rank (position among the plan's distinct devices, in stage order) of
-// `device_id`, or -1 when the plan gives it no stage.
-int RankOfDevice(const v1::Plan& plan, std::string_view device_id);
 
 }  // namespace pipeplan::server
 

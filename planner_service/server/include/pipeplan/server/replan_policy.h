@@ -102,6 +102,12 @@ class ReplanPolicy {
     std::vector<std::string> lost_tried;
   };
 
+  // Publishes `next` as the version after `current` with `reason`; ABORTED
+  // (the registry's) when `current` has been replaced meanwhile.
+  absl::StatusOr<ReplanOutcome> Publish(const std::string& job_id, const v1::VersionedPlan& current,
+                                        const v1::Plan& next, const std::string& reason,
+                                        ReplanTrigger trigger, ReplanOutcome outcome);
+
   JobRegistry* const registry_;
   SolvePool* const pool_;
   const Clock* const clock_;

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "pipeplan/server/planner_service.h"
+#include "pipeplan/server/planner_handlers.h"
 #include "pipeplan/server/store.h"
 
 namespace pipeplan::server {
@@ -38,15 +38,13 @@ struct ServerConfig {
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
   absl::Duration lease_check_period = absl::Milliseconds(250);
-  // How often the replanning policy looks at the jobs (service.replan).
+  // How often the replanning policy looks at the jobs (handlers.replan).
   absl::Duration replan_check_period = absl::Milliseconds(500);
-  ServiceOptions service;
+  HandlerOptions handlers;
 };
 
 // $XDG_STATE_HOME/pipeplan, else $HOME/.local/state/pipeplan, else ./pipeplan-data.
 std::string DefaultDataDir();
-
-class GrpcPlannerService;
 
 class PlannerServer {
  public:
@@ -66,7 +64,7 @@ class PlannerServer {
   // Drains, waits `grace` for in-flight calls, then stops. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
-  PlannerServiceImpl& service();
+  PlannerHandlers& handlers();
 
  private:
   PlannerServer();

@@ -13,15 +13,15 @@
 
 namespace pipeplan::schedule {
 
-// `num_stages` must equal ranks * StagesPerRank(kind, chunks) for some number
-// of ranks, and (microbatches, chunks) must satisfy BuildSchedule's rules.
+// `num_stages` must equal ranks * StagesPerRank(kind, chunks_per_rank) for
+// some number of ranks, and (microbatches, chunks_per_rank) must satisfy BuildSchedule's rules.
 // GPipe and LoopedBFS hold all m; 1F1B holds min(m, p - s) in closed form.
 // For the interleaved and V-shaped families the warm-up depth depends on
 // PyTorch's round structure (m / p rounds, with remainders), so the value is
 // computed by replaying only that stage's rank's order: O(StagesPerRank * m)
 // time, no schedule or simulation.
 absl::StatusOr<int> PeakInflightMicrobatches(ScheduleKind kind, int stage, int num_stages,
-                                             int microbatches, int chunks = 1);
+                                             int microbatches, int chunks_per_rank = 1);
 
 }  // namespace pipeplan::schedule
 

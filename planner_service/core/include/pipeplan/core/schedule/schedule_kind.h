@@ -18,7 +18,7 @@ enum class ScheduleKind {
   k1F1B,
   kInterleaved1F1B,
   kLoopedBFS,
-  kInterleavedZeroBubble,  // ZB-H1 when chunks == 1.
+  kInterleavedZeroBubble,  // ZB-H1 when chunks_per_rank == 1.
   kZBVZeroBubble,
   kDualPipeV,
 };
@@ -40,9 +40,9 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name);
 // PyTorch's spelling, e.g. "Interleaved1F1B".
 std::string_view ScheduleKindName(ScheduleKind kind);
 
-// Stages per rank: 1 for GPipe and 1F1B, `chunks` for the looped/interleaved
+// Stages per rank: 1 for GPipe and 1F1B, `chunks_per_rank` for the looped/interleaved
 // families, 2 for the V-shaped ones (ZBVZeroBubble, DualPipeV).
-int StagesPerRank(ScheduleKind kind, int chunks);
+int StagesPerRank(ScheduleKind kind, int chunks_per_rank);
 
 // True for the V-shaped families, whose stage s lives on rank s for s < p and
 // on rank 2p-1-s otherwise; all others place stage s on rank s % p.

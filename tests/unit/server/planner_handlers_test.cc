@@ -1,4 +1,4 @@
-#include "pipeplan/server/planner_service.h"
+#include "pipeplan/server/planner_handlers.h"
 
 #include <gtest/gtest.h>
 
@@ -26,29 +26,29 @@ absl::StatusOr<T> Await(F start) {
   return *result;
 }
 
-class PlannerServiceTest : public ::testing::Test {
+class PlannerHandlersTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogEnabled(false);
     store_ = NewMemoryStore();
-    ServiceOptions o;
+    HandlerOptions o;
     o.solver_threads = 2;
     o.limits.max_nodes = 1000;
     o.limits.max_edges = 5000;
-    service_ = std::make_unique<PlannerServiceImpl>(o, store_.get(), RealClock());
+    handlers_ = std::make_unique<PlannerHandlers>(o, store_.get(), RealClock());
   }
   void TearDown() override {
-    service_.reset();
+    handlers_.reset();
     SetLogEnabled(true);
   }
   absl::StatusOr<v1::Plan> Plan(const v1::PlanRequest& r, CallContext ctx = {}) {
-    return Await<v1::Plan>([&](Callback<v1::Plan> cb) { service_->HandlePlan(r, ctx, cb); });
+    return Await<v1::Plan>([&](Callback<v1::Plan> cb) { handlers_->HandlePlan(r, ctx, cb); });
   }
   std::unique_ptr<Store> store_;
-  std::unique_ptr<PlannerServiceImpl> service_;
+  std::unique_ptr<PlannerHandlers> handlers_;
 };
 
-TEST_F(PlannerServiceTest, PlanEqualsLibraryAndSecondCallIsCached) {
+TEST_F(PlannerHandlersTest, PlanEqualsLibraryAndSecondCallIsCached) {
   const v1::PlanRequest req = testing::SmallRequest();
   auto in = PlanInputs::FromRequest(req);
   ASSERT_TRUE(in.ok());
@@ -61,16 +61,16 @@ TEST_F(PlannerServiceTest, PlanEqualsLibraryAndSecondCallIsCached) {
   EXPECT_EQ(std::vector<int>(got->node_stage().begin(), got->node_stage().end()),
             std::vector<int>(want.node_stage().begin(), want.node_stage().end()));
   EXPECT_DOUBLE_EQ(got->solver().objective(), want.solver().objective());
-  EXPECT_EQ(service_->cache().hits(), 0u);
+  EXPECT_EQ(handlers_->cache().hits(), 0u);
 
   auto again = Plan(req);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(service_->cache().hits(), 1u);
+  EXPECT_EQ(handlers_->cache().hits(), 1u);
   EXPECT_EQ(again->SerializeAsString(), got->SerializeAsString());
-  EXPECT_TRUE(service_->pool().WaitIdle(absl::Seconds(5)));
+  EXPECT_TRUE(handlers_->pool().WaitIdle(absl::Seconds(5)));
 }
 
-TEST_F(PlannerServiceTest, BadInputsKeepTheCoresFieldLevelMessages) {
+TEST_F(PlannerHandlersTest, BadInputsKeepTheCoresFieldLevelMessages) {
   v1::PlanRequest req = testing::SmallRequest();
   req.mutable_graph()->mutable_edges(3)->set_dst("fc9");
   auto s = Plan(req);
@@ -92,11 +92,11 @@ TEST_F(PlannerServiceTest, BadInputsKeepTheCoresFieldLevelMessages) {
   EXPECT_NE(s.status().message().find("needs about"), std::string::npos) << s.status();
 
   req = testing::SmallRequest();
-  req.mutable_options()->set_num_stages(-3);
+  req.mutable_options()->set_num_ranks(-3);
   EXPECT_EQ(Plan(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(PlannerServiceTest, CancelledAndExpiredCallsDoNotSolve) {
+TEST_F(PlannerHandlersTest, CancelledAndExpiredCallsDoNotSolve) {
   v1::PlanRequest req = testing::SmallRequest();
   req.mutable_options()->set_microbatches(9);  // not cached
   CallContext cancelled;
@@ -105,15 +105,15 @@ TEST_F(PlannerServiceTest, CancelledAndExpiredCallsDoNotSolve) {
   CallContext expired;
   expired.deadline = absl::Now() - absl::Seconds(1);
   EXPECT_EQ(Plan(req, expired).status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(service_->pool().WaitIdle(absl::Seconds(5)));
+  EXPECT_TRUE(handlers_->pool().WaitIdle(absl::Seconds(5)));
 }
 
-TEST_F(PlannerServiceTest, JobsAndReplan) {
+TEST_F(PlannerHandlersTest, JobsAndReplan) {
   auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
     v1::CreateJobRequest r;
     r.set_name("j");
     *r.mutable_request() = testing::SmallRequest();
-    service_->HandleCreateJob(r, {}, cb);
+    handlers_->HandleCreateJob(r, {}, cb);
   });
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->plan_version(), 1);
@@ -123,36 +123,36 @@ TEST_F(PlannerServiceTest, JobsAndReplan) {
     v1::ReplanJobRequest r;
     r.set_job_id(job->id());
     *r.mutable_options() = testing::SmallRequest().options();
-    r.mutable_options()->set_num_stages(2);
+    r.mutable_options()->set_num_ranks(2);
     r.set_reason("fewer stages");
-    service_->HandleReplanJob(r, {}, cb);
+    handlers_->HandleReplanJob(r, {}, cb);
   });
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->version(), 2);
   EXPECT_EQ(v2->plan().stages_size(), 2);
-  EXPECT_EQ(v2->request().options().num_stages(), 2);
+  EXPECT_EQ(v2->request().options().num_ranks(), 2);
   EXPECT_EQ(v2->reason(), "fewer stages");
 
   v1::GetPlanRequest g;
   g.set_job_id(job->id());
   g.set_version(1);
-  auto v1p = service_->GetPlan(g);
+  auto v1p = handlers_->GetPlan(g);
   ASSERT_TRUE(v1p.ok());
   EXPECT_EQ(v1p->plan().stages_size(), 4);
 
   auto missing = Await<v1::VersionedPlan>([&](Callback<v1::VersionedPlan> cb) {
     v1::ReplanJobRequest r;
     r.set_job_id("job-none");
-    service_->HandleReplanJob(r, {}, cb);
+    handlers_->HandleReplanJob(r, {}, cb);
   });
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(PlannerServiceTest, FullPoolAnswersResourceExhausted) {
-  ServiceOptions o;
+TEST_F(PlannerHandlersTest, FullPoolAnswersResourceExhausted) {
+  HandlerOptions o;
   o.solver_threads = 1;
   o.max_concurrent_solves = 1;
-  PlannerServiceImpl small(o, store_.get(), RealClock());
+  PlannerHandlers small(o, store_.get(), RealClock());
   absl::Notification release;
   ASSERT_TRUE(small.pool().Submit([&] { release.WaitForNotification(); }).ok());
   auto s = Await<v1::Plan>(

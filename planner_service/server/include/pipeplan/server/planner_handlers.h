@@ -1,6 +1,10 @@
-// The planner service's logic, independent of gRPC (Ray's HandleX(request,
-// reply, callback) shape): tests drive it without a socket, and the gRPC
-// adapter (grpc_service.h) only translates calls and statuses.
+// The planner's request handlers: everything pipeplan.v1.PlannerService
+// does, with plain C++ types and no gRPC (Ray's HandleX(request, reply,
+// callback) shape), so tests drive it without a socket. PlannerHandlers owns
+// the job registry, the solver pool, the request cache and the replan
+// policy. The gRPC adapter (planner_service/server/grpc_adapter.h) only
+// admits calls and translates them and their statuses; PlannerServer
+// (server.h) wires both to a listening port.
 //
 // Solves (Plan, CreateJob, ReplanJob) run on the SolvePool, never on the
 // caller's thread; their callback runs on a pool thread, or inline when the
@@ -8,8 +12,8 @@
 // handler is synchronous and cheap.
 //
 // Thread safety: all methods may be called from any thread.
-#ifndef PIPEPLAN_SERVER_PLANNER_SERVICE_H_
-#define PIPEPLAN_SERVER_PLANNER_SERVICE_H_
+#ifndef PIPEPLAN_SERVER_PLANNER_HANDLERS_H_
+#define PIPEPLAN_SERVER_PLANNER_HANDLERS_H_
 
 #include <atomic>
 #include <functional>
@@ -32,7 +36,7 @@ namespace pipeplan::server {
 
 class Metrics;
 
-struct ServiceOptions {
+struct HandlerOptions {
   GraphLimits limits;                // max nodes / edges (RESOURCE_EXHAUSTED above)
   int max_cluster_devices = 65'536;  // RESOURCE_EXHAUSTED above
   int solver_threads = 0;            // 0: hardware concurrency (at least 2)
@@ -54,12 +58,12 @@ struct CallContext {
 template <typename T>
 using Callback = std::function<void(absl::StatusOr<T>)>;
 
-class PlannerServiceImpl {
+class PlannerHandlers {
  public:
-  // `store`, `clock` must outlive the service; `metrics` may be null.
-  PlannerServiceImpl(ServiceOptions options, Store* store, const Clock* clock,
-                     Metrics* metrics = nullptr);
-  ~PlannerServiceImpl();
+  // `store`, `clock` must outlive the handlers; `metrics` may be null.
+  PlannerHandlers(HandlerOptions options, Store* store, const Clock* clock,
+                  Metrics* metrics = nullptr);
+  ~PlannerHandlers();
 
   absl::Status Recover() { return registry_.Recover(); }
 
@@ -100,7 +104,7 @@ class PlannerServiceImpl {
   absl::Status CheckLimits(const v1::PlanRequest& request) const;
   void PublishSolveGauges();
 
-  const ServiceOptions options_;
+  const HandlerOptions options_;
   const Clock* const clock_;
   Metrics* const metrics_;
   RequestCache cache_;
@@ -111,4 +115,4 @@ class PlannerServiceImpl {
 
 }  // namespace pipeplan::server
 
-#endif  // PIPEPLAN_SERVER_PLANNER_SERVICE_H_
+#endif  // PIPEPLAN_SERVER_PLANNER_HANDLERS_H_

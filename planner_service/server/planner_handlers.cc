@@ -1,4 +1,4 @@
-#include "pipeplan/server/planner_service.h"
+#include "pipeplan/server/planner_handlers.h"
 
 #include <algorithm>
 #include <thread>
@@ -20,7 +20,7 @@ int SolverThreads(int requested) {
   return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-ReplanPolicyOptions ReplanOptions(const ServiceOptions& o) {
+ReplanPolicyOptions ReplanOptions(const HandlerOptions& o) {
   ReplanPolicyOptions r = o.replan;
   r.limits = o.limits;
   return r;
@@ -28,8 +28,8 @@ ReplanPolicyOptions ReplanOptions(const ServiceOptions& o) {
 
 }  // namespace
 
-PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, const Clock* clock,
-                                       Metrics* metrics)
+PlannerHandlers::PlannerHandlers(HandlerOptions options, Store* store, const Clock* clock,
+                                 Metrics* metrics)
     : options_(std::move(options)),
       clock_(clock),
       metrics_(metrics),
@@ -42,14 +42,14 @@ PlannerServiceImpl::PlannerServiceImpl(ServiceOptions options, Store* store, con
   }
 }
 
-PlannerServiceImpl::~PlannerServiceImpl() { Shutdown(); }
+PlannerHandlers::~PlannerHandlers() { Shutdown(); }
 
-void PlannerServiceImpl::Shutdown() {
+void PlannerHandlers::Shutdown() {
   registry_.CloseAllWatchers(absl::OkStatus());
   pool_.Shutdown();
 }
 
-absl::Status PlannerServiceImpl::CheckLimits(const v1::PlanRequest& request) const {
+absl::Status PlannerHandlers::CheckLimits(const v1::PlanRequest& request) const {
   if (static_cast<size_t>(request.graph().nodes_size()) > options_.limits.max_nodes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("graph.nodes has ", request.graph().nodes_size(),
@@ -68,12 +68,12 @@ absl::Status PlannerServiceImpl::CheckLimits(const v1::PlanRequest& request) con
   return absl::OkStatus();
 }
 
-void PlannerServiceImpl::PublishSolveGauges() {
+void PlannerHandlers::PublishSolveGauges() {
   if (metrics_) metrics_->SetSolves(pool_.running(), pool_.queued());
 }
 
-absl::StatusOr<v1::Plan> PlannerServiceImpl::Solve(const v1::PlanRequest& request,
-                                                   const CallContext& ctx) {
+absl::StatusOr<v1::Plan> PlannerHandlers::Solve(const v1::PlanRequest& request,
+                                                const CallContext& ctx) {
   if (ctx.cancelled->load()) return absl::CancelledError("the call was cancelled before solving");
   const absl::Time start = clock_->Now();
   if (start >= ctx.deadline) {
@@ -98,8 +98,8 @@ absl::StatusOr<v1::Plan> PlannerServiceImpl::Solve(const v1::PlanRequest& reques
   return PlanToProto(*in.graph, *in.cluster, *result);
 }
 
-void PlannerServiceImpl::HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
-                                    Callback<v1::Plan> done) {
+void PlannerHandlers::HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
+                                 Callback<v1::Plan> done) {
   if (absl::Status s = CheckLimits(request); !s.ok()) return done(s);
   auto key = std::make_shared<std::string>(CanonicalBytes(request));
   if (auto hit = cache_.Lookup(*key)) {
@@ -124,8 +124,8 @@ void PlannerServiceImpl::HandlePlan(const v1::PlanRequest& request, const CallCo
   PublishSolveGauges();
 }
 
-void PlannerServiceImpl::HandleCreateJob(const v1::CreateJobRequest& request,
-                                         const CallContext& ctx, Callback<v1::Job> done) {
+void PlannerHandlers::HandleCreateJob(const v1::CreateJobRequest& request, const CallContext& ctx,
+                                      Callback<v1::Job> done) {
   if (absl::Status s = CheckLimits(request.request()); !s.ok()) return done(s);
   if (request.name().size() > 256) {
     return done(absl::InvalidArgumentError("name is longer than 256 bytes"));
@@ -143,8 +143,8 @@ void PlannerServiceImpl::HandleCreateJob(const v1::CreateJobRequest& request,
   PublishSolveGauges();
 }
 
-void PlannerServiceImpl::HandleReplanJob(const v1::ReplanJobRequest& request,
-                                         const CallContext& ctx, Callback<v1::VersionedPlan> done) {
+void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const CallContext& ctx,
+                                      Callback<v1::VersionedPlan> done) {
   absl::StatusOr<v1::VersionedPlan> current = registry_.GetPlan(request.job_id(), 0);
   if (!current.ok()) return done(current.status());
   auto req = std::make_shared<v1::PlanRequest>(current->request());
@@ -164,64 +164,64 @@ void PlannerServiceImpl::HandleReplanJob(const v1::ReplanJobRequest& request,
   PublishSolveGauges();
 }
 
-absl::StatusOr<v1::Job> PlannerServiceImpl::GetJob(const v1::GetJobRequest& request) {
+absl::StatusOr<v1::Job> PlannerHandlers::GetJob(const v1::GetJobRequest& request) {
   return registry_.GetJob(request.job_id());
 }
 
-absl::StatusOr<v1::ListJobsResponse> PlannerServiceImpl::ListJobs(const v1::ListJobsRequest&) {
+absl::StatusOr<v1::ListJobsResponse> PlannerHandlers::ListJobs(const v1::ListJobsRequest&) {
   v1::ListJobsResponse out;
   for (v1::Job& job : registry_.ListJobs()) *out.add_jobs() = std::move(job);
   return out;
 }
 
-absl::StatusOr<v1::DeleteJobResponse> PlannerServiceImpl::DeleteJob(
+absl::StatusOr<v1::DeleteJobResponse> PlannerHandlers::DeleteJob(
     const v1::DeleteJobRequest& request) {
   PIPEPLAN_RETURN_IF_ERROR(registry_.DeleteJob(request.job_id()));
   return v1::DeleteJobResponse();
 }
 
-absl::StatusOr<v1::VersionedPlan> PlannerServiceImpl::GetPlan(const v1::GetPlanRequest& request) {
+absl::StatusOr<v1::VersionedPlan> PlannerHandlers::GetPlan(const v1::GetPlanRequest& request) {
   return registry_.GetPlan(request.job_id(), request.version());
 }
 
-absl::StatusOr<v1::Assignment> PlannerServiceImpl::RegisterWorker(
+absl::StatusOr<v1::Assignment> PlannerHandlers::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   return registry_.RegisterWorker(request.job_id(), request.worker());
 }
 
-absl::StatusOr<v1::HeartbeatResponse> PlannerServiceImpl::Heartbeat(
+absl::StatusOr<v1::HeartbeatResponse> PlannerHandlers::Heartbeat(
     const v1::HeartbeatRequest& request) {
   return registry_.Heartbeat(request.job_id(), request.worker_id());
 }
 
-absl::StatusOr<v1::Job> PlannerServiceImpl::FinishWorker(const v1::FinishWorkerRequest& request) {
+absl::StatusOr<v1::Job> PlannerHandlers::FinishWorker(const v1::FinishWorkerRequest& request) {
   return registry_.FinishWorker(request);
 }
 
-absl::StatusOr<v1::ReportStepResponse> PlannerServiceImpl::ReportStep(
+absl::StatusOr<v1::ReportStepResponse> PlannerHandlers::ReportStep(
     const v1::ReportStepRequest& request) {
   return registry_.ReportStep(request);
 }
 
-absl::Status PlannerServiceImpl::WatchPlan(const v1::WatchPlanRequest& request,
-                                           std::weak_ptr<PlanWatcher> watcher) {
+absl::Status PlannerHandlers::WatchPlan(const v1::WatchPlanRequest& request,
+                                        std::weak_ptr<PlanWatcher> watcher) {
   return registry_.Watch(request.job_id(), request.worker_id(), request.known_version(),
                          std::move(watcher));
 }
 
-absl::StatusOr<v1::RendezvousSetResponse> PlannerServiceImpl::RendezvousSet(
+absl::StatusOr<v1::RendezvousSetResponse> PlannerHandlers::RendezvousSet(
     const v1::RendezvousSetRequest& request) {
   PIPEPLAN_RETURN_IF_ERROR(
       registry_.RendezvousSet(request.job_id(), request.key(), request.value()));
   return v1::RendezvousSetResponse();
 }
 
-absl::StatusOr<v1::RendezvousGetResponse> PlannerServiceImpl::RendezvousGet(
+absl::StatusOr<v1::RendezvousGetResponse> PlannerHandlers::RendezvousGet(
     const v1::RendezvousGetRequest& request) {
   return registry_.RendezvousGet(request.job_id(), request.key());
 }
 
-absl::StatusOr<v1::ListStepReportsResponse> PlannerServiceImpl::ListStepReports(
+absl::StatusOr<v1::ListStepReportsResponse> PlannerHandlers::ListStepReports(
     const v1::ListStepReportsRequest& request) {
   if (request.limit() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("limit must be >= 0, got ", request.limit()));
@@ -229,8 +229,9 @@ absl::StatusOr<v1::ListStepReportsResponse> PlannerServiceImpl::ListStepReports(
   const int limit = request.limit() == 0 ? 1000 : std::min(request.limit(), 10'000);
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
                             registry_.RecentStepReports(request.job_id(), limit));
+  // The store answers most recent first; the API promises oldest first.
   v1::ListStepReportsResponse out;
-  for (v1::ReportStepRequest& r : reports) *out.add_reports() = std::move(r);
+  for (auto it = reports.rbegin(); it != reports.rend(); ++it) *out.add_reports() = std::move(*it);
   return out;
 }
 

@@ -1,0 +1,191 @@
+#include "pipeplan/convert/plan_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan {
+namespace {
+
+using schedule::ScheduleKind;
+
+template <typename... Parts>
+absl::Status Bad(const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
+std::vector<std::string> RankDevices(const v1::Plan& plan) {
+  std::vector<std::string> devices;
+  for (const v1::Stage& s : plan.stages()) {
+    if (std::find(devices.begin(), devices.end(), s.device_id()) == devices.end()) {
+      devices.push_back(s.device_id());
+    }
+  }
+  return devices;
+}
+
+absl::StatusOr<ScheduleKind> RunnableSchedule(v1::Schedule s) {
+  absl::StatusOr<std::optional<ScheduleKind>> kind = ScheduleFromProto(s);
+  if (!kind.ok()) return Bad("plan.schedule: ", static_cast<int>(s), " is not a known schedule");
+  if (!kind->has_value()) {
+    return Bad("plan.schedule: ", v1::Schedule_Name(s), " is not a runnable schedule");
+  }
+  return **kind;
+}
+
+absl::StatusOr<CommModel> CommModelOf(v1::CommModel m) {
+  switch (m) {
+    case v1::COMM_DIRECT:
+      return CommModel::kDirect;
+    case v1::COMM_RELAY:
+      return CommModel::kRelay;
+    default:
+      return Bad("plan.comm_model: ", static_cast<int>(m), " is not a known model");
+  }
+}
+
+// Stages per rank as the schedule places them; see the header.
+absl::StatusOr<int> ChunksPerRank(ScheduleKind kind, int wire) {
+  const std::string name(schedule::ScheduleKindName(kind));
+  if (wire < 0) return Bad("plan.chunks_per_rank: ", wire, " must be >= 0 (0: the default)");
+  const int per_rank = schedule::StagesPerRank(kind, wire > 0 ? wire : kDefaultChunksPerRank);
+  if (wire > 0 && per_rank != wire) {
+    return Bad("plan.chunks_per_rank: ", wire, ", but ", name, " places ", per_rank,
+               per_rank == 1 ? " stage" : " stages", " on each rank");
+  }
+  return per_rank;
+}
+
+absl::Status DecodeStages(const v1::Plan& plan, DecodedPlan* out) {
+  for (const v1::DeviceFactor& f : plan.calibration().devices()) {
+    if (f.time_factor() > 0 && std::isfinite(f.time_factor())) {
+      out->time_factors[f.device_id()] = f.time_factor();
+    }
+  }
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const v1::Stage& st = plan.stages(s);
+    if (st.device_id().empty()) return Bad("plan.stages[", s, "].device_id: empty");
+    auto factor = out->time_factors.find(st.device_id());
+    out->stages.push_back(
+        {.device_id = st.device_id(),
+         .rank = out->RankOf(st.device_id()),
+         .forward_seconds = st.forward_seconds(),
+         .backward_seconds = st.backward_seconds(),
+         .comm_seconds = st.comm_seconds(),
+         .param_bytes = st.param_bytes(),
+         .activation_bytes = st.activation_bytes(),
+         .time_factor = factor == out->time_factors.end() ? 1.0 : factor->second});
+  }
+  return absl::OkStatus();
+}
+
+// The stage count and every stage's device must be what the schedule places.
+absl::Status CheckPlacement(const DecodedPlan& p) {
+  const std::string name(schedule::ScheduleKindName(p.schedule));
+  if (p.num_ranks * p.chunks_per_rank != p.num_stages()) {
+    return Bad("plan.stages: ", p.num_stages(), " stages on ", p.num_ranks,
+               " ranks (devices), but ", name, " with chunks_per_rank ", p.chunks_per_rank,
+               " places ", p.num_ranks * p.chunks_per_rank);
+  }
+  for (int s = 0; s < p.num_stages(); ++s) {
+    const int rank = p.compute_schedule.stage_to_rank[s];
+    if (p.stages[s].rank != rank) {
+      return Bad("plan.stages[", s, "].device_id: \"", p.stages[s].device_id, "\", but ", name,
+                 " places stage ", s, " on rank ", rank, " (device \"", p.rank_devices[rank],
+                 "\")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNodeStages(const v1::Plan& plan, DecodedPlan* out) {
+  out->node_stage.assign(plan.node_stage().begin(), plan.node_stage().end());
+  for (size_t i = 0; i < out->node_stage.size(); ++i) {
+    const int s = out->node_stage[i];
+    if (s < 0 || s >= out->num_stages()) {
+      return Bad("plan.node_stage[", i, "]: ", s, " is not a stage (the plan has ",
+                 out->num_stages(), ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int DecodedPlan::RankOf(std::string_view device_id) const {
+  auto it = std::find(rank_devices.begin(), rank_devices.end(), device_id);
+  return it == rank_devices.end() ? -1 : static_cast<int>(it - rank_devices.begin());
+}
+
+std::vector<PlannedStage> DecodedPlan::PlannedStages() const {
+  std::vector<PlannedStage> out;
+  out.reserve(stages.size());
+  for (const DecodedStage& s : stages) {
+    out.push_back({.device_id = s.device_id,
+                   .forward_seconds = s.forward_seconds,
+                   .backward_seconds = s.backward_seconds,
+                   .time_factor = s.time_factor});
+  }
+  return out;
+}
+
+int RankOfDevice(const v1::Plan& plan, std::string_view device_id) {
+  const std::vector<std::string> devices = RankDevices(plan);
+  auto it = std::find(devices.begin(), devices.end(), device_id);
+  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
+}
+
+absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
+  if (plan.stages_size() == 0) return Bad("plan.stages: empty; a plan needs at least one stage");
+  DecodedPlan out;
+  PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, RunnableSchedule(plan.schedule()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model, CommModelOf(plan.comm_model()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.chunks_per_rank,
+                            ChunksPerRank(out.schedule, plan.chunks_per_rank()));
+  out.microbatches = plan.microbatches();
+  if (out.microbatches < 1) return Bad("plan.microbatches: ", out.microbatches, " must be >= 1");
+  out.rank_devices = RankDevices(plan);
+  out.num_ranks = static_cast<int>(out.rank_devices.size());
+  PIPEPLAN_RETURN_IF_ERROR(DecodeStages(plan, &out));
+  if (out.num_ranks * out.chunks_per_rank == out.num_stages()) {
+    absl::StatusOr<schedule::PipelineSchedule> built =
+        schedule::BuildSchedule(out.schedule, out.num_ranks, out.microbatches, out.chunks_per_rank);
+    if (!built.ok()) return Bad("plan: ", built.status().message());
+    out.compute_schedule = *std::move(built);
+  }
+  PIPEPLAN_RETURN_IF_ERROR(CheckPlacement(out));
+  PIPEPLAN_RETURN_IF_ERROR(DecodeNodeStages(plan, &out));
+  return out;
+}
+
+absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cluster,
+                                      const PlanOptions& options) {
+  FixedPlan fixed{.node_stage = plan.node_stage,
+                  .schedule = plan.schedule,
+                  .ranks = plan.num_ranks,
+                  .microbatches = plan.microbatches,
+                  .chunks_per_rank = plan.chunks_per_rank,
+                  .comm_model = plan.comm_model,
+                  .global_batch = options.global_batch,
+                  .optimizer_state_multiplier = options.optimizer_state_multiplier};
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    int index = -1;
+    for (int d = 0; d < cluster.num_devices() && index < 0; ++d) {
+      if (cluster.device(d).id == plan.stages[s].device_id) index = d;
+    }
+    if (index < 0) {
+      return absl::NotFoundError(absl::StrCat("plan.stages[", s, "].device_id: \"",
+                                              plan.stages[s].device_id,
+                                              "\" is not a device of the cluster"));
+    }
+    fixed.stage_device.push_back(index);
+  }
+  return fixed;
+}
+
+}  // namespace pipeplan
