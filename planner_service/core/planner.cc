@@ -310,7 +310,8 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
                              .stage_inflight = inflight,
                              .deadline = deadline,
                              .relative_gap = gap,
-                             .cancelled = options.cancelled};
+                             .cancelled = options.cancelled,
+                             .log = options.solver_log};
     for (int s = 0; s < sched.num_stages; ++s) {
       const int device = sched.stage_to_rank[s];  // rank r runs on device r
       problem.stage_device.push_back(device);

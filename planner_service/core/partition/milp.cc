@@ -48,8 +48,6 @@
 // DP's proven bound are reported.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -651,14 +649,11 @@ struct CbcOutcome {
   std::string stop;                          // why it stopped, for the note
 };
 
-// Opt-in phase timings on stderr (PIPEPLAN_MILP_TRACE=1).
-bool TraceOn() {
-  static const bool on = std::getenv("PIPEPLAN_MILP_TRACE") != nullptr;
-  return on;
-}
-void Trace(const char* what, absl::Time since) {
-  if (TraceOn()) {
-    std::fprintf(stderr, "[milp] %-28s %8.3fs\n", what, absl::ToDoubleSeconds(absl::Now() - since));
+// Phase timings through the caller's log (PartitionProblem::log), if any.
+void Trace(const PartitionProblem& problem, const char* what, absl::Time since) {
+  if (problem.log) {
+    problem.log(
+        absl::StrFormat("[milp] %-28s %8.3fs", what, absl::ToDoubleSeconds(absl::Now() - since)));
   }
 }
 
@@ -680,15 +675,16 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
     solver.getModelPtr()->passInEventHandler(&clp_stop);  // cloned
   }
   CbcModel cbc(solver);
-  const int log = TraceOn() ? 1 : 0;
-  cbc.setLogLevel(log);
-  cbc.messageHandler()->setLogLevel(log);
+  // CBC's own log would go to stdout; the phases that matter are traced
+  // through the caller's log instead.
+  cbc.setLogLevel(0);
+  cbc.messageHandler()->setLogLevel(0);
   cbc.solver()->messageHandler()->setLogLevel(0);
   cbc.setUseElapsedTime(true);
   cbc.setAllowableFractionGap(std::max(problem.relative_gap, 1e-9));
   cbc.setAllowableGap(1e-12);
   cbc.setCutoffIncrement(1e-10);
-  Trace("load", t0);
+  Trace(problem, "load", t0);
 
   CglProbing probing;
   probing.setUsingObjective(1);
@@ -730,7 +726,7 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   // when the limit interrupts the root).
   const absl::Time t1 = absl::Now();
   cbc.initialSolve();
-  Trace("root lp", t1);
+  Trace(problem, "root lp", t1);
   double lp_bound = -kInf;
   if (check.lp_interrupted) {
     out.stop = "stopped in the root LP";
@@ -769,7 +765,7 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   }
   const absl::Time t2 = absl::Now();
   cbc.branchAndBound();
-  Trace("branch and bound", t2);
+  Trace(problem, "branch and bound", t2);
 
   out.nodes = cbc.getNodeCount();
   const bool trusted = !check.lp_interrupted && !cbc.isAbandoned();
@@ -801,7 +797,7 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
     if (static_cast<int>(s.size()) == model.num_cols())
       out.candidates.push_back(model.StagesFromPrimal(s.data()));
   }
-  Trace("cbc total", t0);
+  Trace(problem, "cbc total", t0);
   return out;
 }
 
@@ -1166,11 +1162,12 @@ CommBound CommLowerBound(const PartitionProblem& problem, const Contraction& c, 
     (feasible(mid, &need) ? b : a) = mid;
   }
   out.bound = a;  // every T below a fails
-  if (TraceOn()) {
+  if (problem.log) {
     feasible(b, &need);
-    std::fprintf(stderr, "[milp] comm bound %.6g (lo %.6g, ub %.6g); need at %.6g:", a, lo, ub, b);
-    for (double x : need) std::fprintf(stderr, " %.3g", x);
-    std::fprintf(stderr, "\n");
+    std::string line =
+        absl::StrFormat("[milp] comm bound %.6g (lo %.6g, ub %.6g); need at %.6g:", a, lo, ub, b);
+    for (double x : need) absl::StrAppendFormat(&line, " %.3g", x);
+    problem.log(line);
   }
   return out;
 }
@@ -1225,7 +1222,7 @@ class MilpPartitioner : public Partitioner {
       proven_lb = std::max(proven_lb, b);
     }
     const double balance_lb = proven_lb;
-    Trace("comm bound", t1);
+    Trace(problem, "comm bound", t1);
     auto seconds_left = [&] { return absl::ToDoubleSeconds(stop_at - absl::Now()); };
 
     // Phase 1: contracted model (lossy when the graph is large, or when the
@@ -1245,7 +1242,7 @@ class MilpPartitioner : public Partitioner {
     if (best) copt.keep_cuts = best->stage_of_node;
     const absl::Time ct = absl::Now();
     Contraction con = Contract(problem, copt);
-    Trace("contract", ct);
+    Trace(problem, "contract", ct);
 
     bool bound_valid = false;  // model_bound below holds for the original
     double model_bound = -kInf;
@@ -1264,7 +1261,7 @@ class MilpPartitioner : public Partitioner {
       const MilpModel model(
           problem, c, proven_lb,
           use_need ? std::span<const double>(comm.need_at_ub) : std::span<const double>());
-      Trace("build model", b0);
+      Trace(problem, "build model", b0);
       std::vector<int> warm;
       const std::vector<int>* warm_ptr = nullptr;
       if (best && c.Restrict(best->stage_of_node, &warm)) warm_ptr = &warm;
