@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,114 @@ class StopHandler : public CbcEventHandler {
   std::vector<std::vector<double>>* solutions_;
 };
 
+// Cut generators and heuristics for one run; CBC keeps pointers to them,
+// so they live as long as the run.
+class CbcPlugins {
+ public:
+  CbcPlugins() {
+    probing_.setUsingObjective(1);
+    probing_.setMaxPass(1);
+    probing_.setMaxProbe(100);
+    probing_.setMaxLook(50);
+    probing_.setRowCuts(3);
+    gomory_.setLimit(300);
+    clique_.setStarCliqueReport(false);
+    clique_.setRowCliqueReport(false);
+  }
+
+  // `limited`: the run has a deadline.
+  void Attach(CbcModel& cbc, bool limited) {
+    cbc.addCutGenerator(&probing_, -1, "Probing");
+    cbc.addCutGenerator(&gomory_, -1, "Gomory");
+    cbc.addCutGenerator(&knapsack_, -1, "Knapsack");
+    cbc.addCutGenerator(&clique_, -1, "Clique");
+    cbc.addCutGenerator(&mir_, -1, "MIR2");
+    cbc.addCutGenerator(&flow_, -1, "FlowCover");
+    cbc.addHeuristic(&rounding_.emplace(cbc));
+    // FPump, local search and RINS run sub-solves that do not look at the
+    // deadline; use them only when there is no deadline.
+    pump_.emplace(cbc);
+    if (!limited) cbc.addHeuristic(&*pump_);
+    local_.emplace(cbc);
+    if (!limited) cbc.addHeuristic(&*local_);
+    rins_.emplace(cbc);
+    if (!limited) cbc.addHeuristic(&*rins_);
+  }
+
+ private:
+  CglProbing probing_;
+  CglGomory gomory_;
+  CglKnapsackCover knapsack_;
+  CglClique clique_;
+  CglMixedIntegerRounding2 mir_;
+  CglFlowCover flow_;
+  std::optional<CbcRounding> rounding_;
+  std::optional<CbcHeuristicFPump> pump_;
+  std::optional<CbcHeuristicLocal> local_;
+  std::optional<CbcHeuristicRINS> rins_;
+};
+
+// Quiet (CBC's own log would go to stdout; the phases that matter are
+// traced through the caller's log instead), wall-clock limits, and
+// tolerances far below real differences of the scaled times.
+void Configure(CbcModel& cbc, const PartitionProblem& problem) {
+  cbc.setLogLevel(0);
+  cbc.messageHandler()->setLogLevel(0);
+  cbc.solver()->messageHandler()->setLogLevel(0);
+  cbc.setUseElapsedTime(true);
+  cbc.setAllowableFractionGap(std::max(problem.relative_gap, 1e-9));
+  cbc.setAllowableGap(1e-12);
+  cbc.setCutoffIncrement(1e-10);
+}
+
+// CBC checks its limit between root cut passes and nodes: with little time,
+// few passes and little strong branching.
+void LimitSearch(CbcModel& cbc, absl::Time stop_at) {
+  const double left = absl::ToDoubleSeconds(stop_at - absl::Now());
+  cbc.setMaximumSeconds(std::max(0.001, left));
+  cbc.setMaximumCutPassesAtRoot(left < 1 ? 2 : left < 10 ? 5 : 10);
+  if (left < 2) {
+    cbc.setNumberStrong(left < 0.5 ? 0 : 2);
+    cbc.setNumberBeforeTrust(left < 0.5 ? 0 : 2);
+  }
+}
+
+// Why branch and bound ended, for the note.
+std::string StopReason(const CbcOutcome& out, const CbcModel& cbc, const StopCheck& check,
+                       const PartitionProblem& problem) {
+  if (out.proven_optimal) return "optimal";
+  if (out.proven_infeasible) return "infeasible";
+  if (problem.cancelled != nullptr && problem.cancelled->load()) return "cancelled";
+  if (check.Expired() || cbc.maximumSecondsReached()) return "deadline";
+  return "stopped";
+}
+
+// The outcome of a finished branch and bound: proofs, bound, and the stage
+// of every super-node for each incumbent seen.
+void Collect(CbcModel& cbc, const MilpModel& model, const StopCheck& check, double lp_bound,
+             std::vector<std::vector<double>>& solutions, CbcOutcome& out) {
+  out.nodes = cbc.getNodeCount();
+  const bool trusted = !check.lp_interrupted && !cbc.isAbandoned();
+  out.proven_infeasible = trusted && cbc.isProvenInfeasible() && cbc.bestSolution() == nullptr;
+  out.proven_optimal = trusted && cbc.isProvenOptimal() && cbc.bestSolution() != nullptr;
+  if (cbc.bestSolution() != nullptr) {
+    solutions.emplace_back(cbc.bestSolution(), cbc.bestSolution() + model.num_cols());
+  }
+  out.stop = StopReason(out, cbc, check, *check.problem);
+  if (!out.proven_infeasible) {
+    double bound = lp_bound;
+    if (out.proven_optimal || (trusted && cbc.getNodeCount() > 0 && std::isfinite(lp_bound))) {
+      bound = std::max(bound, cbc.getBestPossibleObjValue());
+    }
+    out.bound = std::isfinite(bound) ? bound * model.time_scale() : -kInf;
+  }
+  for (const auto& s : solutions) {
+    if (static_cast<int>(s.size()) == model.num_cols()) {
+      out.candidates.push_back(model.StagesFromPrimal(s.data()));
+    }
+  }
+}
+
 }  // namespace
 
 // Phase timings through the caller's log (PartitionProblem::log), if any.
@@ -106,48 +215,10 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
     solver.getModelPtr()->passInEventHandler(&clp_stop);  // cloned
   }
   CbcModel cbc(solver);
-  // CBC's own log would go to stdout; the phases that matter are traced
-  // through the caller's log instead.
-  cbc.setLogLevel(0);
-  cbc.messageHandler()->setLogLevel(0);
-  cbc.solver()->messageHandler()->setLogLevel(0);
-  cbc.setUseElapsedTime(true);
-  cbc.setAllowableFractionGap(std::max(problem.relative_gap, 1e-9));
-  cbc.setAllowableGap(1e-12);
-  cbc.setCutoffIncrement(1e-10);
+  Configure(cbc, problem);
   Trace(problem, "load", t0);
-
-  CglProbing probing;
-  probing.setUsingObjective(1);
-  probing.setMaxPass(1);
-  probing.setMaxProbe(100);
-  probing.setMaxLook(50);
-  probing.setRowCuts(3);
-  CglGomory gomory;
-  gomory.setLimit(300);
-  CglKnapsackCover knapsack;
-  CglClique clique;
-  clique.setStarCliqueReport(false);
-  clique.setRowCliqueReport(false);
-  CglMixedIntegerRounding2 mir;
-  CglFlowCover flow;
-  cbc.addCutGenerator(&probing, -1, "Probing");
-  cbc.addCutGenerator(&gomory, -1, "Gomory");
-  cbc.addCutGenerator(&knapsack, -1, "Knapsack");
-  cbc.addCutGenerator(&clique, -1, "Clique");
-  cbc.addCutGenerator(&mir, -1, "MIR2");
-  cbc.addCutGenerator(&flow, -1, "FlowCover");
-  CbcRounding rounding(cbc);
-  cbc.addHeuristic(&rounding);
-  CbcHeuristicFPump pump(cbc);
-  // FPump, local search and RINS run sub-solves that do not look at the
-  // deadline; use them only when there is no deadline.
-  if (!limited) cbc.addHeuristic(&pump);
-  CbcHeuristicLocal local(cbc);
-  if (!limited) cbc.addHeuristic(&local);
-  CbcHeuristicRINS rins(cbc);
-  if (!limited) cbc.addHeuristic(&rins);
-
+  CbcPlugins plugins;
+  plugins.Attach(cbc, limited);
   std::vector<std::vector<double>> solutions;
   StopHandler handler(&check, &solutions);
   cbc.passInEventHandler(&handler);
@@ -175,59 +246,16 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
     // construction, which the brute-force tests exercise.
     cbc.setBestSolution(x.data(), static_cast<int>(x.size()), objective, /*check=*/false);
   }
-  auto finish_bound = [&] {
-    out.bound = std::isfinite(lp_bound) ? lp_bound * model.time_scale() : -kInf;
-  };
   if (check.Expired()) {
     if (out.stop.empty()) out.stop = "stopped after the root LP";
-    finish_bound();
+    out.bound = std::isfinite(lp_bound) ? lp_bound * model.time_scale() : -kInf;
     return out;
   }
-  if (limited) {
-    const double left = absl::ToDoubleSeconds(stop_at - absl::Now());
-    cbc.setMaximumSeconds(std::max(0.001, left));
-    // CBC checks its limit between root cut passes and nodes: with little
-    // time, few passes and little strong branching.
-    cbc.setMaximumCutPassesAtRoot(left < 1 ? 2 : left < 10 ? 5 : 10);
-    if (left < 2) {
-      cbc.setNumberStrong(left < 0.5 ? 0 : 2);
-      cbc.setNumberBeforeTrust(left < 0.5 ? 0 : 2);
-    }
-  }
+  if (limited) LimitSearch(cbc, stop_at);
   const absl::Time t2 = absl::Now();
   cbc.branchAndBound();
   Trace(problem, "branch and bound", t2);
-
-  out.nodes = cbc.getNodeCount();
-  const bool trusted = !check.lp_interrupted && !cbc.isAbandoned();
-  out.proven_infeasible = trusted && cbc.isProvenInfeasible() && cbc.bestSolution() == nullptr;
-  out.proven_optimal = trusted && cbc.isProvenOptimal() && cbc.bestSolution() != nullptr;
-  if (cbc.bestSolution() != nullptr) {
-    solutions.emplace_back(cbc.bestSolution(), cbc.bestSolution() + model.num_cols());
-  }
-  if (out.proven_optimal) {
-    out.stop = "optimal";
-  } else if (out.proven_infeasible) {
-    out.stop = "infeasible";
-  } else if (problem.cancelled != nullptr && problem.cancelled->load()) {
-    out.stop = "cancelled";
-  } else if (check.Expired() || cbc.maximumSecondsReached()) {
-    out.stop = "deadline";
-  } else {
-    out.stop = "stopped";
-  }
-  if (!out.proven_infeasible) {
-    finish_bound();
-    double bound = lp_bound;
-    if (out.proven_optimal || (trusted && cbc.getNodeCount() > 0 && std::isfinite(lp_bound))) {
-      bound = std::max(bound, cbc.getBestPossibleObjValue());
-    }
-    out.bound = std::isfinite(bound) ? bound * model.time_scale() : -kInf;
-  }
-  for (const auto& s : solutions) {
-    if (static_cast<int>(s.size()) == model.num_cols())
-      out.candidates.push_back(model.StagesFromPrimal(s.data()));
-  }
+  Collect(cbc, model, check, lp_bound, solutions, out);
   Trace(problem, "cbc total", t0);
   return out;
 }

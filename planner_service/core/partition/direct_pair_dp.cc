@@ -100,39 +100,6 @@ bool DirectDp::UniformLinks() const {
   return true;
 }
 
-DirectDp::Result DirectDp::Run(double limit, double lo, bool allow_empty, int64_t max_pairs,
-                               LinkMode mode) {
-  const std::vector<StageLinks> links = MakeLinks(mode);
-  Result best;
-  double L = limit;
-  for (double frac = 1e-3;; frac *= 10) {
-    const double clamp = prune_ ? std::max(lo, L * (1 - frac)) : 0;
-    const bool last = frac >= 1 || clamp <= lo || !prune_;
-    Result d = allow_empty ? Run<true>(links, L, clamp, max_pairs)
-                           : Run<false>(links, L, clamp, max_pairs);
-    ++rounds_;
-    if (!d.complete) {
-      best.stopped = d.stopped;
-      return best;  // incomplete; best.chain may still be a good split
-    }
-    if (!d.chain.empty() && d.value < best.value) {
-      best.value = d.value;
-      best.chain = std::move(d.chain);
-    }
-    const bool exact = d.value > clamp && (!allow_empty || d.bound > clamp);
-    if (exact || last) {
-      best.complete = true;
-      // Nothing below L: L bounds the minimum (L < limit only after a chain
-      // of value L was found; otherwise the caller's split bounds it).
-      const double none = L < limit ? L : kInf;
-      best.bound =
-          allow_empty ? (d.bound < kInf ? d.bound : none) : (best.value < kInf ? best.value : none);
-      return best;
-    }
-    if (d.value < kInf) L = std::min(L, d.value);
-  }
-}
-
 std::vector<DirectDp::StageLinks> DirectDp::MakeLinks(LinkMode mode) const {
   const auto& dev = p_.stage_device;
   const Cluster& cl = p_.cost->cluster();
@@ -215,205 +182,301 @@ double DirectDp::Comm(const StageLinks& s, int I, int J) const {
   return recv_bytes_cost;
 }
 
+// One clamped round of the pair DP (see Run in the header): the search grows
+// forward from ∅ or backward from V, whichever frontier is far smaller, and
+// meets at one cut. Per ideal it keeps the best value of the stages it
+// covers (F: every stage non-empty; G: empty stages allowed when kEmpty).
 template <bool kEmpty>
-DirectDp::Result DirectDp::Run(const std::vector<StageLinks>& links, double limit, double clamp,
-                               int64_t max_pairs) {
+class DirectDp::Round {
+ public:
+  Round(DirectDp& dp, const std::vector<StageLinks>& links, double limit, double clamp,
+        int64_t max_pairs);
+
+  // The round's best chain; incomplete when stopped or over the pair budget.
+  Result Run();
+
+ private:
+  // Sorts the ideals by work and sets, per cut between stages j and j + 1,
+  // the work window [lo_w_[j], hi_w_[j]] the stages before and after can
+  // hold within thr_.
+  void PrepareWindows();
+  // by_work_ indices of the ideals that can end stage j.
+  std::pair<int, int> Range(int j) const;
+  // Extends `s` by stage j. Forward: new ideals J end stage j, the old ones
+  // I start it; backward: new ideals I start stage j, old ones J end it.
+  // Candidates: forward, the ideals that can end stage j; backward, the
+  // ones that can end stage j - 1 (or ∅ for j = 0). False when stopped or
+  // over the pair budget.
+  bool Step(Side& s, int j, bool forward);
+  // The best value of candidate X over the alive ideals of `s`, scanned
+  // from the nearest by work; whether X stays alive.
+  bool Process(Side& s, const StageLinks& st, int j, bool forward, int X);
+  // Makes the new candidates the alive set; every chain below the limit
+  // passes through one of them, so their least values raise the clamps.
+  void Advance(Side& s, int j);
+  // The best chain through the cut between stage a and b = a + 1.
+  void Meet(int a, int b, Result& r) const;
+
+  DirectDp& dp_;
+  const std::vector<StageLinks>& links_;
+  const int N_, k_;
+  const double thr_;
+  const double* W_;
+  const double total_, slack_;
+  const int64_t max_pairs_;
+  double clamp_f_, clamp_g_;  // `clamp`, raised to the least value at any cut
+  std::vector<int> by_work_;
+  std::vector<double> sorted_w_, lo_w_, hi_w_, alive_w_;
+  Side fw_, bw_;
+  int64_t since_check_ = 0;
+  bool stopped_ = false;
+};
+
+template <bool kEmpty>
+DirectDp::Round<kEmpty>::Round(DirectDp& dp, const std::vector<StageLinks>& links, double limit,
+                               double clamp, int64_t max_pairs)
+    : dp_(dp),
+      links_(links),
+      N_(dp.L_.size()),
+      k_(dp.p_.num_stages()),
+      thr_(limit * (1 + 1e-9)),
+      W_(dp.L_.work.data()),
+      total_(W_[N_ - 1]),
+      slack_(1e-9 * total_),
+      max_pairs_(max_pairs),
+      clamp_f_(clamp),
+      clamp_g_(clamp) {}
+
+template <bool kEmpty>
+DirectDp::Result DirectDp::Round<kEmpty>::Run() {
   Result r;
-  const int N = L_.size();
-  const int k = p_.num_stages();
-  const double thr = limit * (1 + 1e-9);
-  const double* W = L_.work.data();
-  const double total = W[N - 1];
-  const double slack = 1e-9 * total;
-  std::vector<int> by_work(N);
-  for (int i = 0; i < N; ++i) by_work[i] = i;
-  std::stable_sort(by_work.begin(), by_work.end(), [&](int a, int b) { return W[a] < W[b]; });
-  std::vector<double> sorted_w(N);
-  for (int i = 0; i < N; ++i) sorted_w[i] = W[by_work[i]];
-  // Work the stages up to j / after j can hold within thr: the ideal
-  // between stage j and j + 1 has its work in [lo_w[j], hi_w[j]].
-  std::vector<double> lo_w(k), hi_w(k);
-  {
-    double acc = 0;
-    for (int j = 0; j < k; ++j) hi_w[j] = (acc += thr / links[j].slow) + slack;
-    acc = 0;
-    for (int j = k - 1; j >= 0; --j) {
-      lo_w[j] = total - acc - slack;
-      acc += thr / links[j].slow;
-    }
+  PrepareWindows();
+  for (Side* s : {&fw_, &bw_}) {
+    s->F.assign(N_, kInf);
+    s->G.assign(N_, kInf);
+    s->F2.assign(N_, kInf);
+    s->G2.assign(N_, kInf);
+    s->parent.resize(k_);
   }
-  auto range = [&](int j) {  // by_work indices of the ideals ending stage j
-    const int a = static_cast<int>(std::lower_bound(sorted_w.begin(), sorted_w.end(), lo_w[j]) -
-                                   sorted_w.begin());
-    const int b = static_cast<int>(std::upper_bound(sorted_w.begin(), sorted_w.end(), hi_w[j]) -
-                                   sorted_w.begin());
-    return std::pair<int, int>(a, b);
-  };
-  Side fw, bw;
-  for (Side* s : {&fw, &bw}) {
-    s->F.assign(N, kInf);
-    s->G.assign(N, kInf);
-    s->F2.assign(N, kInf);
-    s->G2.assign(N, kInf);
-    s->parent.resize(k);
-  }
-  fw.alive = {0};
-  fw.F[0] = fw.G[0] = 0;
-  bw.alive = {N - 1};
-  bw.F[N - 1] = bw.G[N - 1] = 0;
-  // fw covers stages 0..a (a = -1: nothing yet), bw covers b..k-1.
-  int a = -1, b = k;
-  // Clamps of F and G: `clamp`, raised to the least value at any cut.
-  double clamp_f = clamp, clamp_g = clamp;
-  int64_t since_check = 0;
-  std::vector<double> alive_w;
-
-  // Extends `side` by stage j. Forward: new ideals J end stage j, the old
-  // ones I start it; backward: new ideals I start stage j, old ones J end
-  // it. Candidates: forward, the ideals that can end stage j; backward, the
-  // ones that can end stage j - 1 (or ∅ for j = 0).
-  auto step = [&](Side& s, int j, bool forward) -> bool {
-    const StageLinks& st = links[j];
-    alive_w.resize(s.alive.size());
-    for (size_t x = 0; x < s.alive.size(); ++x) alive_w[x] = W[s.alive[x]];
-    s.next.clear();
-    auto process = [&](int X) {
-      double bestF = thr, bestG = thr;
-      int arg = -1;
-      if constexpr (kEmpty) bestG = std::min(bestG, s.G[X]);
-      const double wx = W[X];
-      const int na = static_cast<int>(s.alive.size());
-      int q, end, dir;
-      if (forward) {
-        q = static_cast<int>(std::upper_bound(alive_w.begin(), alive_w.end(), wx + slack) -
-                             alive_w.begin()) -
-            1;
-        end = -1;
-        dir = -1;
-      } else {
-        q = static_cast<int>(std::lower_bound(alive_w.begin(), alive_w.end(), wx - slack) -
-                             alive_w.begin());
-        end = na;
-        dir = 1;
-      }
-      const int start = q;
-      // The fixed end's separable comm bound holds for every pair.
-      const double lb_x = !prune_ ? 0 : forward ? SendLowerBound(st, X) : RecvLowerBound(st, X);
-      for (; q != end; q += dir) {
-        const double compute =
-            std::max((forward ? wx - alive_w[q] : alive_w[q] - wx) * st.slow, 0.0);
-        if (compute + lb_x >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
-        const int Y = s.alive[q];
-        if (!(s.F[Y] < bestF) && !(kEmpty && s.G[Y] < bestG)) continue;
-        const double est = compute + lb_x +
-                           (!prune_   ? 0
-                            : forward ? RecvLowerBound(st, Y)
-                                      : SendLowerBound(st, Y));
-        const bool tryF = std::max(s.F[Y], est) < bestF;
-        const bool tryG = kEmpty && std::max(s.G[Y], est) < bestG;
-        if (!tryF && !tryG) continue;
-        const int I = forward ? Y : X, J = forward ? X : Y;
-        if (I == J || !Subset(I, J)) continue;
-        ++pairs_;
-        const double c = compute + Comm(st, I, J);
-        if (tryF) {
-          const double v = std::max(s.F[Y], c);
-          if (v < bestF) bestF = v, arg = Y;
-        }
-        if constexpr (kEmpty) {
-          const double v = std::max(s.G[Y], c);
-          if (v < bestG) bestG = v;
-        }
-        // Nothing below the clamp exists: the first chain reaching it will do.
-        if (bestF <= clamp_f && (!kEmpty || bestG <= clamp_g)) break;
-      }
-      since_check += std::abs(q - start) + 1;
-      if (arg >= 0) {
-        s.F2[X] = bestF;
-        s.parent[j].push_back({X, arg});
-      }
-      if constexpr (kEmpty) {
-        if (bestG < thr) s.G2[X] = bestG;
-      }
-      return arg >= 0 || (kEmpty && bestG < thr);
-    };
-    int lo, hi;
-    if (forward) {
-      std::tie(lo, hi) = j == k - 1 ? std::pair<int, int>(-1, -1) : range(j);
-    } else {
-      std::tie(lo, hi) = j == 0 ? std::pair<int, int>(-1, -1) : range(j - 1);
-    }
-    if (lo < 0) {
-      const int X = forward ? N - 1 : 0;
-      if (process(X)) s.next.push_back(X);
-    } else {
-      for (int idx = lo; idx < hi; ++idx) {
-        const int X = by_work[idx];
-        if (process(X)) s.next.push_back(X);
-        if (since_check > (1 << 18)) {
-          since_check = 0;
-          if (p_.ShouldStop()) {
-            r.stopped = true;
-            return false;
-          }
-        }
-        if (pairs_ > max_pairs) return false;
-      }
-    }
-    for (int Y : s.alive) s.F[Y] = s.G[Y] = kInf;
-    // Every chain below the limit passes through one of s.next, so their
-    // smallest values bound its value: later scans may stop there.
-    double min_f = kInf, min_g = kInf;
-    for (int X : s.next) {
-      s.F[X] = s.F2[X];
-      s.G[X] = kEmpty ? s.G2[X] : s.F2[X];
-      s.F2[X] = s.G2[X] = kInf;
-      min_f = std::min(min_f, s.F[X]);
-      min_g = std::min(min_g, s.G[X]);
-    }
-    if (prune_) {
-      clamp_f = std::max(clamp_f, min_f);
-      clamp_g = std::max(clamp_g, min_g);
-    }
-    s.alive.swap(s.next);
-    std::sort(s.parent[j].begin(), s.parent[j].end());
-    return true;
-  };
-
+  fw_.alive = {0};
+  fw_.F[0] = fw_.G[0] = 0;
+  bw_.alive = {N_ - 1};
+  bw_.F[N_ - 1] = bw_.G[N_ - 1] = 0;
+  // fw_ covers stages 0..a (a = -1: nothing yet), bw_ covers b..k-1.
+  int a = -1, b = k_;
   while (a + 1 < b) {
     // Grow forward unless the backward frontier is much smaller (a costly
     // tail prunes the backward search early).
-    const bool forward = bw.Frontier() * 8 > fw.Frontier();
-    if (!step(forward ? fw : bw, forward ? a + 1 : b - 1, forward)) return r;
+    const bool forward = bw_.Frontier() * 8 > fw_.Frontier();
+    if (!Step(forward ? fw_ : bw_, forward ? a + 1 : b - 1, forward)) {
+      r.stopped = stopped_;
+      return r;
+    }
     forward ? ++a : --b;
-    if ((forward ? fw : bw).alive.empty()) break;
+    if ((forward ? fw_ : bw_).alive.empty()) break;
   }
   r.complete = true;
-  // Meet: the ideal between stage a and stage b = a + 1.
-  int meet = -1;
-  if (a + 1 == b) {
-    double best_bound = kInf;
-    for (int X : fw.alive) {
-      if (bw.F[X] < kInf && fw.F[X] < kInf) {
-        const double v = std::max(fw.F[X], bw.F[X]);
-        if (v < r.value) r.value = v, meet = X;
-      }
-      if constexpr (kEmpty) {
-        best_bound = std::min(best_bound, std::max(fw.G[X], bw.G[X]));
-      }
-    }
-    r.bound = kEmpty ? std::min(best_bound, r.value) : r.value;
-  }
-  if (meet >= 0) {
-    auto find = [](const std::vector<std::pair<int, int>>& v, int x) {
-      return std::lower_bound(v.begin(), v.end(), std::pair<int, int>{x, INT32_MIN})->second;
-    };
-    r.chain.assign(k + 1, 0);
-    r.chain[a + 1] = meet;
-    for (int j = a; j >= 0; --j) r.chain[j] = find(fw.parent[j], r.chain[j + 1]);
-    for (int j = b; j < k; ++j) r.chain[j + 1] = find(bw.parent[j], r.chain[j]);
-  }
+  Meet(a, b, r);
   return r;
+}
+
+template <bool kEmpty>
+void DirectDp::Round<kEmpty>::PrepareWindows() {
+  by_work_.resize(N_);
+  for (int i = 0; i < N_; ++i) by_work_[i] = i;
+  std::stable_sort(by_work_.begin(), by_work_.end(), [&](int a, int b) { return W_[a] < W_[b]; });
+  sorted_w_.resize(N_);
+  for (int i = 0; i < N_; ++i) sorted_w_[i] = W_[by_work_[i]];
+  lo_w_.resize(k_);
+  hi_w_.resize(k_);
+  double acc = 0;
+  for (int j = 0; j < k_; ++j) hi_w_[j] = (acc += thr_ / links_[j].slow) + slack_;
+  acc = 0;
+  for (int j = k_ - 1; j >= 0; --j) {
+    lo_w_[j] = total_ - acc - slack_;
+    acc += thr_ / links_[j].slow;
+  }
+}
+
+template <bool kEmpty>
+std::pair<int, int> DirectDp::Round<kEmpty>::Range(int j) const {
+  const int a = static_cast<int>(std::lower_bound(sorted_w_.begin(), sorted_w_.end(), lo_w_[j]) -
+                                 sorted_w_.begin());
+  const int b = static_cast<int>(std::upper_bound(sorted_w_.begin(), sorted_w_.end(), hi_w_[j]) -
+                                 sorted_w_.begin());
+  return {a, b};
+}
+
+template <bool kEmpty>
+bool DirectDp::Round<kEmpty>::Step(Side& s, int j, bool forward) {
+  const StageLinks& st = links_[j];
+  alive_w_.resize(s.alive.size());
+  for (size_t x = 0; x < s.alive.size(); ++x) alive_w_[x] = W_[s.alive[x]];
+  s.next.clear();
+  int lo, hi;
+  if (forward) {
+    std::tie(lo, hi) = j == k_ - 1 ? std::pair<int, int>(-1, -1) : Range(j);
+  } else {
+    std::tie(lo, hi) = j == 0 ? std::pair<int, int>(-1, -1) : Range(j - 1);
+  }
+  if (lo < 0) {
+    const int X = forward ? N_ - 1 : 0;
+    if (Process(s, st, j, forward, X)) s.next.push_back(X);
+  } else {
+    for (int idx = lo; idx < hi; ++idx) {
+      const int X = by_work_[idx];
+      if (Process(s, st, j, forward, X)) s.next.push_back(X);
+      if (since_check_ > (1 << 18)) {
+        since_check_ = 0;
+        if (dp_.p_.ShouldStop()) {
+          stopped_ = true;
+          return false;
+        }
+      }
+      if (dp_.pairs_ > max_pairs_) return false;
+    }
+  }
+  Advance(s, j);
+  return true;
+}
+
+template <bool kEmpty>
+bool DirectDp::Round<kEmpty>::Process(Side& s, const StageLinks& st, int j, bool forward, int X) {
+  const bool prune = dp_.prune_;
+  double bestF = thr_, bestG = thr_;
+  int arg = -1;
+  if constexpr (kEmpty) bestG = std::min(bestG, s.G[X]);
+  const double wx = W_[X];
+  const int na = static_cast<int>(s.alive.size());
+  int q, end, dir;
+  if (forward) {
+    q = static_cast<int>(std::upper_bound(alive_w_.begin(), alive_w_.end(), wx + slack_) -
+                         alive_w_.begin()) -
+        1;
+    end = -1;
+    dir = -1;
+  } else {
+    q = static_cast<int>(std::lower_bound(alive_w_.begin(), alive_w_.end(), wx - slack_) -
+                         alive_w_.begin());
+    end = na;
+    dir = 1;
+  }
+  const int start = q;
+  // The fixed end's separable comm bound holds for every pair.
+  const double lb_x = !prune ? 0 : forward ? dp_.SendLowerBound(st, X) : dp_.RecvLowerBound(st, X);
+  for (; q != end; q += dir) {
+    const double compute = std::max((forward ? wx - alive_w_[q] : alive_w_[q] - wx) * st.slow, 0.0);
+    if (compute + lb_x >= (kEmpty ? std::max(bestF, bestG) : bestF)) break;
+    const int Y = s.alive[q];
+    if (!(s.F[Y] < bestF) && !(kEmpty && s.G[Y] < bestG)) continue;
+    const double est = compute + lb_x +
+                       (!prune    ? 0
+                        : forward ? dp_.RecvLowerBound(st, Y)
+                                  : dp_.SendLowerBound(st, Y));
+    const bool tryF = std::max(s.F[Y], est) < bestF;
+    const bool tryG = kEmpty && std::max(s.G[Y], est) < bestG;
+    if (!tryF && !tryG) continue;
+    const int I = forward ? Y : X, J = forward ? X : Y;
+    if (I == J || !dp_.Subset(I, J)) continue;
+    ++dp_.pairs_;
+    const double c = compute + dp_.Comm(st, I, J);
+    if (tryF) {
+      const double v = std::max(s.F[Y], c);
+      if (v < bestF) bestF = v, arg = Y;
+    }
+    if constexpr (kEmpty) {
+      const double v = std::max(s.G[Y], c);
+      if (v < bestG) bestG = v;
+    }
+    // Nothing below the clamp exists: the first chain reaching it will do.
+    if (bestF <= clamp_f_ && (!kEmpty || bestG <= clamp_g_)) break;
+  }
+  since_check_ += std::abs(q - start) + 1;
+  if (arg >= 0) {
+    s.F2[X] = bestF;
+    s.parent[j].push_back({X, arg});
+  }
+  if constexpr (kEmpty) {
+    if (bestG < thr_) s.G2[X] = bestG;
+  }
+  return arg >= 0 || (kEmpty && bestG < thr_);
+}
+
+template <bool kEmpty>
+void DirectDp::Round<kEmpty>::Advance(Side& s, int j) {
+  for (int Y : s.alive) s.F[Y] = s.G[Y] = kInf;
+  double min_f = kInf, min_g = kInf;
+  for (int X : s.next) {
+    s.F[X] = s.F2[X];
+    s.G[X] = kEmpty ? s.G2[X] : s.F2[X];
+    s.F2[X] = s.G2[X] = kInf;
+    min_f = std::min(min_f, s.F[X]);
+    min_g = std::min(min_g, s.G[X]);
+  }
+  if (dp_.prune_) {
+    clamp_f_ = std::max(clamp_f_, min_f);
+    clamp_g_ = std::max(clamp_g_, min_g);
+  }
+  s.alive.swap(s.next);
+  std::sort(s.parent[j].begin(), s.parent[j].end());
+}
+
+template <bool kEmpty>
+void DirectDp::Round<kEmpty>::Meet(int a, int b, Result& r) const {
+  if (a + 1 != b) return;
+  int meet = -1;
+  double best_bound = kInf;
+  for (int X : fw_.alive) {
+    if (bw_.F[X] < kInf && fw_.F[X] < kInf) {
+      const double v = std::max(fw_.F[X], bw_.F[X]);
+      if (v < r.value) r.value = v, meet = X;
+    }
+    if constexpr (kEmpty) {
+      best_bound = std::min(best_bound, std::max(fw_.G[X], bw_.G[X]));
+    }
+  }
+  r.bound = kEmpty ? std::min(best_bound, r.value) : r.value;
+  if (meet < 0) return;
+  auto find = [](const std::vector<std::pair<int, int>>& v, int x) {
+    return std::lower_bound(v.begin(), v.end(), std::pair<int, int>{x, INT32_MIN})->second;
+  };
+  r.chain.assign(k_ + 1, 0);
+  r.chain[a + 1] = meet;
+  for (int j = a; j >= 0; --j) r.chain[j] = find(fw_.parent[j], r.chain[j + 1]);
+  for (int j = b; j < k_; ++j) r.chain[j + 1] = find(bw_.parent[j], r.chain[j]);
+}
+
+DirectDp::Result DirectDp::Run(double limit, double lo, bool allow_empty, int64_t max_pairs,
+                               LinkMode mode) {
+  const std::vector<StageLinks> links = MakeLinks(mode);
+  Result best;
+  double L = limit;
+  for (double frac = 1e-3;; frac *= 10) {
+    const double clamp = prune_ ? std::max(lo, L * (1 - frac)) : 0;
+    const bool last = frac >= 1 || clamp <= lo || !prune_;
+    Result d = allow_empty ? Round<true>(*this, links, L, clamp, max_pairs).Run()
+                           : Round<false>(*this, links, L, clamp, max_pairs).Run();
+    ++rounds_;
+    if (!d.complete) {
+      best.stopped = d.stopped;
+      return best;  // incomplete; best.chain may still be a good split
+    }
+    if (!d.chain.empty() && d.value < best.value) {
+      best.value = d.value;
+      best.chain = std::move(d.chain);
+    }
+    const bool exact = d.value > clamp && (!allow_empty || d.bound > clamp);
+    if (exact || last) {
+      best.complete = true;
+      // Nothing below L: L bounds the minimum (L < limit only after a chain
+      // of value L was found; otherwise the caller's split bounds it).
+      const double none = L < limit ? L : kInf;
+      best.bound =
+          allow_empty ? (d.bound < kInf ? d.bound : none) : (best.value < kInf ? best.value : none);
+      return best;
+    }
+    if (d.value < kInf) L = std::min(L, d.value);
+  }
 }
 
 absl::StatusOr<PairDpResult> DirectPairOptimum(const PartitionProblem& problem, bool prune,

@@ -154,8 +154,9 @@ class DirectDp {
     int64_t Frontier() const { return static_cast<int64_t>(alive.size()); }
   };
 
+  // One clamped round of Run, defined in the .cc.
   template <bool kEmpty>
-  Result Run(const std::vector<StageLinks>& links, double limit, double clamp, int64_t max_pairs);
+  class Round;
 
   const PartitionProblem& p_;
   const Lattice& L_;

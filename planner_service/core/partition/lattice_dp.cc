@@ -111,6 +111,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -129,152 +130,206 @@ namespace pipeplan {
 namespace lattice_dp_internal {
 namespace {
 
+// One ideal_dp solve: the searches in order, the best split so far and the
+// best proven bound.
+class LatticeSolve {
+ public:
+  LatticeSolve(const PartitionProblem& problem, const Lattice& lat)
+      : problem_(problem),
+        g_(problem.graph()),
+        lat_(lat),
+        dp_(problem, lat),
+        relay_(problem.cost->options().comm_model == CommModel::kRelay),
+        glued_(std::any_of(lat.glue.begin(), lat.glue.end(), [](int c) { return c >= 0; })),
+        floor_(BalanceLowerBound(problem)) {}
+
+  absl::StatusOr<Partition> Run() {
+    PIPEPLAN_RETURN_IF_ERROR(SearchRelay());
+    if (!relay_ && !stopped_) PIPEPLAN_RETURN_IF_ERROR(SearchDirect());
+    bool memory_proven_infeasible = false;
+    if (inc_.best && !inc_.best->fits_memory && !stopped_) {
+      PIPEPLAN_ASSIGN_OR_RETURN(memory_proven_infeasible, SearchWithinMemory());
+    }
+    if (relay_ && glued_ && !stopped_) PIPEPLAN_RETURN_IF_ERROR(BoundRelayGlued());
+    return Finish(memory_proven_infeasible);
+  }
+
+ private:
+  // 1. Memory-free search with the RELAY charge: exact for RELAY (its
+  //    infeasible T bounds every split), an upper-bound charge for DIRECT.
+  absl::Status SearchRelay();
+  // 2. DIRECT: first the separable lower-bound charge (memory ignored): its
+  //    largest infeasible T bounds every split and clamps the pair DP; its
+  //    chains are valid splits (not offered when empty stages are admitted,
+  //    see "Free sources"). Then the pair DP.
+  absl::Status SearchDirect();
+  // The pair DP with the fastest links (memory ignored), pruned by the best
+  // objective so far: its optimum bounds every split (minus the glued work)
+  // and its chain is evaluated exactly.
+  absl::Status RunPairDp(double clamp);
+  // With links that differ between stage pairs, a second pair DP charges
+  // every stage its slowest links (an upper bound) for a split that is good
+  // under the real links. `fastest` is the fastest-link pass.
+  absl::Status RunSlowestLinks(DirectDp& direct, const DirectDp::Result& fastest, double clamp);
+  // 3. The best split does not fit: search again under the memory caps.
+  //    True when that proves no split fits.
+  absl::StatusOr<bool> SearchWithinMemory();
+  // 4. RELAY with glued sources: the RELAY charge with empty stages
+  //    admitted bounds every split (see "Free sources"); its chains are not
+  //    offered.
+  absl::Status BoundRelayGlued();
+  absl::StatusOr<Partition> Finish(bool memory_proven_infeasible);
+
+  const PartitionProblem& problem_;
+  const Graph& g_;
+  const Lattice& lat_;
+  SeparableDp dp_;
+  Incumbent inc_;
+  const bool relay_, glued_;
+  const double floor_;
+  double dp_lower_ = 0;
+  bool stopped_ = false;
+  bool direct_done_ = false, direct_exact_ = false;
+  int64_t direct_pairs_ = 0;
+  std::string direct_note_;
+};
+
+absl::Status LatticeSolve::SearchRelay() {
+  dp_.SetCharge(Charge::kRelay);
+  PIPEPLAN_ASSIGN_OR_RETURN(SearchResult a, Search(problem_, lat_, dp_, false, floor_, inc_));
+  stopped_ = a.stopped;
+  if (relay_ && !a.stopped && !glued_) dp_lower_ = a.lower;
+  return absl::OkStatus();
+}
+
+absl::Status LatticeSolve::SearchDirect() {
+  if (!problem_.warm_start.empty() &&
+      static_cast<int>(problem_.warm_start.size()) == g_.num_nodes()) {
+    // A caller's split that is not valid is ignored.
+    (void)inc_.Offer(problem_,
+                     std::vector<int>(problem_.warm_start.begin(), problem_.warm_start.end()));
+  }
+  dp_.SetCharge(Charge::kDirectLower);
+  dp_.set_allow_empty(glued_);
+  PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem_, lat_, dp_, false, floor_, inc_));
+  dp_.set_allow_empty(false);
+  stopped_ |= c.stopped;
+  double clamp = 0;
+  if (!c.stopped) dp_lower_ = clamp = c.lower;
+  if (stopped_ || !(inc_.min_objective < kInf)) return absl::OkStatus();
+  return RunPairDp(clamp);
+}
+
+absl::Status LatticeSolve::RunPairDp(double clamp) {
+  DirectDp direct(problem_, lat_);
+  if (!direct.BuildCrossing(kMaxCrossingEntries)) {
+    direct_note_ = "; crossing lists over budget, separable DIRECT bound";
+    direct_pairs_ = direct.pairs();
+    return absl::OkStatus();
+  }
+  DirectDp::Result d = direct.Run(inc_.min_objective, clamp, glued_, kMaxPairs);
+  stopped_ |= d.stopped;
+  if (!d.chain.empty()) {
+    PIPEPLAN_RETURN_IF_ERROR(inc_.Offer(problem_, StageOfNode(g_, lat_, d.chain)));
+  }
+  if (d.complete) {
+    direct_done_ = true;
+    const bool uniform = direct.UniformLinks();
+    direct_exact_ = uniform && !glued_;
+    // Nothing at or below a known split's value can only be rounding; that
+    // split's value then bounds every split.
+    dp_lower_ = std::max(dp_lower_, d.bound < kInf ? d.bound : inc_.min_objective);
+    if (!uniform && !stopped_ && inc_.min_objective > dp_lower_ * (1 + problem_.relative_gap)) {
+      PIPEPLAN_RETURN_IF_ERROR(RunSlowestLinks(direct, d, clamp));
+    }
+  } else if (!d.stopped) {
+    direct_note_ =
+        absl::StrCat("; pair DP over budget (", direct.pairs(), " pairs), separable DIRECT bound");
+  }
+  direct_pairs_ = direct.pairs();
+  return absl::OkStatus();
+}
+
+absl::Status LatticeSolve::RunSlowestLinks(DirectDp& direct, const DirectDp::Result& fastest,
+                                           double clamp) {
+  const int64_t before = direct.pairs();
+  // Its optimum is at least the fastest-link one.
+  const double worst_clamp = fastest.value < kInf ? fastest.value * (1 - 1e-9) : clamp;
+  DirectDp::Result w =
+      direct.Run(inc_.min_objective, worst_clamp, false, kMaxPairs + before, LinkMode::kWorst);
+  stopped_ |= w.stopped;
+  if (!w.chain.empty()) {
+    PIPEPLAN_RETURN_IF_ERROR(inc_.Offer(problem_, StageOfNode(g_, lat_, w.chain)));
+  }
+  auto ms = [](double v) {
+    return v < kInf ? absl::StrCat(v * 1e3, " ms") : std::string("none below");
+  };
+  direct_note_ = absl::StrCat("; stage links differ: fastest-link pass ", ms(fastest.value),
+                              " (the bound), slowest-link pass ",
+                              w.complete ? ms(w.value) : std::string("incomplete"), ", best split ",
+                              ms(inc_.min_objective));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> LatticeSolve::SearchWithinMemory() {
+  PIPEPLAN_ASSIGN_OR_RETURN(SearchResult b, Search(problem_, lat_, dp_, true, floor_, inc_));
+  stopped_ |= b.stopped;
+  if (b.feasible) return false;
+  // The memory the DP charges is exact without tied parameters.
+  std::vector<int> seen(g_.num_param_groups(), 0);
+  for (int v = 0; v < g_.num_nodes(); ++v) {
+    if (g_.param_group(v) >= 0 && seen[g_.param_group(v)]++) return false;
+  }
+  return true;
+}
+
+absl::Status LatticeSolve::BoundRelayGlued() {
+  dp_.SetCharge(Charge::kRelay);
+  dp_.set_allow_empty(true);
+  PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem_, lat_, dp_, false, floor_, inc_));
+  dp_.set_allow_empty(false);
+  if (!c.stopped) dp_lower_ = c.lower;
+  stopped_ |= c.stopped;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Partition> LatticeSolve::Finish(bool memory_proven_infeasible) {
+  if (!inc_.best) {
+    return absl::InternalError("ideal_dp found no chain of ideals");  // k <= n rules this out
+  }
+  if (memory_proven_infeasible) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model does not fit in memory on any split into ", problem_.num_stages(),
+        " stages; add devices or stages, lower microbatches in flight, or use a smaller "
+        "optimizer state"));
+  }
+  // Gluing may add the glued work to a stage (see "Free sources").
+  double max_slow = 0;
+  for (int d : problem_.stage_device) max_slow = std::max(max_slow, problem_.cost->slowdown(d));
+  const double lower = std::max(floor_, dp_lower_ - lat_.glued_work * max_slow);
+  Partition result = std::move(*inc_.best);
+  // Guard against rounding in the DP's prefix sums.
+  result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);
+  result.nodes_explored = dp_.explored() + direct_pairs_;
+  const char* kind = relay_          ? "exact (RELAY)"
+                     : direct_exact_ ? "exact (DIRECT, pair DP)"
+                     : direct_done_  ? "bounded (DIRECT, pair DP)"
+                                     : "bounded (DIRECT, separable)";
+  result.note = absl::StrCat(kind, ", ", lat_.size(), " ideals in ", lat_.segs.size(), " segments",
+                             direct_note_, stopped_ ? "; stopped early" : "",
+                             result.fits_memory ? "" : "; no split within memory found");
+  return result;
+}
+
 class LatticeDpPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "ideal_dp"; }
 
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    const Graph& g = problem.graph();
-    const int k = problem.num_stages();
     PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
-    PIPEPLAN_ASSIGN_OR_RETURN(Lattice lat,
-                              BuildLattice(g, problem.cost, LatticeLimits{}, &problem));
-    SeparableDp dp(problem, lat);
-    Incumbent inc;
-    const bool relay = problem.cost->options().comm_model == CommModel::kRelay;
-    const double floor = BalanceLowerBound(problem);
-    double dp_lower = 0;
-    const bool glued = std::any_of(lat.glue.begin(), lat.glue.end(), [](int c) { return c >= 0; });
-    std::string note;
-
-    // 1. Memory-free search with the RELAY charge: exact for RELAY (its
-    //    infeasible T bounds every split), an upper-bound charge for DIRECT.
-    dp.SetCharge(Charge::kRelay);
-    PIPEPLAN_ASSIGN_OR_RETURN(SearchResult a, Search(problem, lat, dp, false, floor, inc));
-    bool stopped = a.stopped;
-    if (relay && !a.stopped && !glued) dp_lower = a.lower;
-
-    // 2. DIRECT: first the separable lower-bound charge (memory ignored): its
-    //    largest infeasible T bounds every split and clamps the pair DP; its
-    //    chains are valid splits (not offered when empty stages are admitted,
-    //    see "Free sources"). Then the pair DP with the fastest links (memory
-    //    ignored), pruned by the best objective so far: its optimum bounds
-    //    every split (minus the glued work) and its chain is evaluated
-    //    exactly. With links that differ between stage pairs a second pair DP
-    //    charges every stage its slowest links (an upper bound) for a split
-    //    that is good under the real links.
-    bool direct_done = false, direct_exact = false;
-    int64_t direct_pairs = 0;
-    std::string direct_note;
-    if (!relay && !stopped) {
-      if (!problem.warm_start.empty() &&
-          static_cast<int>(problem.warm_start.size()) == g.num_nodes()) {
-        // A caller's split that is not valid is ignored.
-        (void)inc.Offer(problem,
-                        std::vector<int>(problem.warm_start.begin(), problem.warm_start.end()));
-      }
-      dp.SetCharge(Charge::kDirectLower);
-      dp.set_allow_empty(glued);
-      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, lat, dp, false, floor, inc));
-      dp.set_allow_empty(false);
-      stopped |= c.stopped;
-      double clamp = 0;
-      if (!c.stopped) dp_lower = clamp = c.lower;
-      if (!stopped && inc.min_objective < kInf) {
-        DirectDp direct(problem, lat);
-        if (!direct.BuildCrossing(kMaxCrossingEntries)) {
-          direct_note = "; crossing lists over budget, separable DIRECT bound";
-        } else {
-          DirectDp::Result d = direct.Run(inc.min_objective, clamp, glued, kMaxPairs);
-          stopped |= d.stopped;
-          if (!d.chain.empty()) {
-            PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, StageOfNode(g, lat, d.chain)));
-          }
-          if (d.complete) {
-            direct_done = true;
-            const bool uniform = direct.UniformLinks();
-            direct_exact = uniform && !glued;
-            // Nothing at or below a known split's value can only be rounding;
-            // that split's value then bounds every split.
-            dp_lower = std::max(dp_lower, d.bound < kInf ? d.bound : inc.min_objective);
-            if (!uniform && !stopped && inc.min_objective > dp_lower * (1 + problem.relative_gap)) {
-              const int64_t before = direct.pairs();
-              // Its optimum is at least the fastest-link one (d.value).
-              const double worst_clamp = d.value < kInf ? d.value * (1 - 1e-9) : clamp;
-              DirectDp::Result w = direct.Run(inc.min_objective, worst_clamp, false,
-                                              kMaxPairs + before, LinkMode::kWorst);
-              stopped |= w.stopped;
-              if (!w.chain.empty()) {
-                PIPEPLAN_RETURN_IF_ERROR(inc.Offer(problem, StageOfNode(g, lat, w.chain)));
-              }
-              auto ms = [](double v) {
-                return v < kInf ? absl::StrCat(v * 1e3, " ms") : std::string("none below");
-              };
-              direct_note = absl::StrCat("; stage links differ: fastest-link pass ", ms(d.value),
-                                         " (the bound), slowest-link pass ",
-                                         w.complete ? ms(w.value) : std::string("incomplete"),
-                                         ", best split ", ms(inc.min_objective));
-            }
-          } else if (!d.stopped) {
-            direct_note = absl::StrCat("; pair DP over budget (", direct.pairs(),
-                                       " pairs), separable DIRECT bound");
-          }
-        }
-        direct_pairs = direct.pairs();
-      }
-    }
-
-    // 3. If the best split does not fit, search again under the memory caps.
-    bool memory_proven_infeasible = false;
-    if (inc.best && !inc.best->fits_memory && !stopped) {
-      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult b, Search(problem, lat, dp, true, floor, inc));
-      stopped |= b.stopped;
-      if (!b.feasible) {
-        bool tied = false;
-        std::vector<int> seen(g.num_param_groups(), 0);
-        for (int v = 0; v < g.num_nodes(); ++v) {
-          if (g.param_group(v) >= 0 && seen[g.param_group(v)]++) tied = true;
-        }
-        memory_proven_infeasible = !tied;
-      }
-    }
-
-    // 4. RELAY with glued sources: the RELAY charge with empty stages admitted
-    //    bounds every split (see "Free sources"); its chains are not offered.
-    if (relay && glued && !stopped) {
-      dp.SetCharge(Charge::kRelay);
-      dp.set_allow_empty(true);
-      PIPEPLAN_ASSIGN_OR_RETURN(SearchResult c, Search(problem, lat, dp, false, floor, inc));
-      dp.set_allow_empty(false);
-      if (!c.stopped) dp_lower = c.lower;
-      stopped |= c.stopped;
-    }
-
-    if (!inc.best) {
-      return absl::InternalError("ideal_dp found no chain of ideals");  // k <= n rules this out
-    }
-    if (memory_proven_infeasible) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the model does not fit in memory on any split into ", k,
-          " stages; add devices or stages, lower microbatches in flight, or use a smaller "
-          "optimizer state"));
-    }
-    // Gluing may add the glued work to a stage (see "Free sources").
-    double max_slow = 0;
-    for (int d : problem.stage_device) max_slow = std::max(max_slow, problem.cost->slowdown(d));
-    const double lower = std::max(floor, dp_lower - lat.glued_work * max_slow);
-    Partition result = std::move(*inc.best);
-    // Guard against rounding in the DP's prefix sums.
-    result.lower_bound = std::min(lower * (1 - 1e-9), result.objective);
-    result.nodes_explored = dp.explored() + direct_pairs;
-    const char* kind = relay          ? "exact (RELAY)"
-                       : direct_exact ? "exact (DIRECT, pair DP)"
-                       : direct_done  ? "bounded (DIRECT, pair DP)"
-                                      : "bounded (DIRECT, separable)";
-    result.note = absl::StrCat(kind, ", ", lat.size(), " ideals in ", lat.segs.size(), " segments",
-                               direct_note, stopped ? "; stopped early" : "",
-                               result.fits_memory ? "" : "; no split within memory found");
-    return result;
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        Lattice lat, BuildLattice(problem.graph(), problem.cost, LatticeLimits{}, &problem));
+    return LatticeSolve(problem, lat).Run();
   }
 };
 

@@ -47,6 +47,7 @@
 // when that model would be too large, only BalanceLowerBound and the chain
 // DP's proven bound are reported.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -124,191 +125,249 @@ std::pair<double, double> MemoryNeed(const PartitionProblem& problem) {
   return {hi, fullest};
 }
 
+// One MILP solve: the incumbent, the bounds proven so far and the report.
+class MilpSolve {
+ public:
+  explicit MilpSolve(const PartitionProblem& problem)
+      : problem_(problem), k_(problem.num_stages()), proven_lb_(BalanceLowerBound(problem)) {}
+
+  absl::StatusOr<Partition> Run() {
+    // Incumbent: the caller's warm start, else the chain DP.
+    if (!problem_.warm_start.empty()) {
+      Offer(std::vector<int>(problem_.warm_start.begin(), problem_.warm_start.end()));
+    }
+    t0_ = absl::Now();
+    SetStopTime();
+    if (!best_) SeedFromChainDp();
+    Contraction exact_con = BoundCommunication();
+    Contraction con = ContractForPhase1();
+    const bool gap_closed =
+        best_ && best_->objective - proven_lb_ <= problem_.relative_gap * best_->objective;
+    if (!gap_closed && !problem_.ShouldStop()) {
+      RunPhases(con, std::move(exact_con));
+    } else if (gap_closed) {
+      stop_ = "communication bound closed the gap";
+    } else {
+      stop_ = "deadline before the MILP";
+    }
+    if (!best_) return NoSplitError();
+    return Finish();
+  }
+
+ private:
+  // Keeps the best split that fits in memory.
+  void Offer(std::vector<int> stage_of_node);
+  // CBC stops a little before the deadline to leave time for the work
+  // after it (re-evaluating incumbents, freeing the model).
+  void SetStopTime();
+  void SeedFromChainDp();
+  // The communication bound on the exact contraction (free sources only),
+  // which it returns.
+  Contraction BoundCommunication();
+  // Phase 1's contraction: lossy when the graph is large, or when the time
+  // is short; never across the incumbent's cuts.
+  Contraction ContractForPhase1() const;
+  // Phase 1 on `con`; after a lossy contraction (or an infeasibility proof
+  // that merged free sources), phase 2: a valid bound (and maybe a better
+  // split) from an exact model.
+  void RunPhases(const Contraction& con, Contraction exact_con);
+  // Builds and solves the model of `c` until `until`, offering every
+  // candidate it finds.
+  CbcOutcome RunModel(const Contraction& c, absl::Time until);
+  // Takes the outcome's bound (or infeasibility proof) when it holds for the
+  // original problem.
+  void AbsorbBound(const Contraction& c, const CbcOutcome& o);
+  // Whether the exact model of `c` is small enough for the time left.
+  bool ExactFits(const Contraction& c) const;
+  double SecondsLeft() const { return absl::ToDoubleSeconds(stop_at_ - absl::Now()); }
+  absl::Status NoSplitError() const;
+  Partition Finish();
+
+  const PartitionProblem& problem_;
+  const int k_;
+  double proven_lb_;
+  double balance_lb_ = 0;  // proven_lb_ before any MILP ran
+  std::optional<Partition> best_;
+  int64_t nodes_ = 0;
+  absl::Time t0_, stop_at_;
+  bool exact_merged_ = false;  // the exact contraction merged free sources
+  CommBound comm_;
+  bool bound_valid_ = false;  // model_bound_ holds for the original
+  double model_bound_ = -kInf;
+  bool proven_infeasible_ = false;
+  std::string how_, stop_ = "skipped";
+  int super_nodes_ = 0;
+  double cbc_seconds_ = 0;
+};
+
+void MilpSolve::Offer(std::vector<int> stage_of_node) {
+  auto p = MakePartition(problem_, std::move(stage_of_node));
+  if (!p.ok() || !p->fits_memory) return;
+  if (!best_ || p->objective < best_->objective) best_ = std::move(*p);
+}
+
+void MilpSolve::SetStopTime() {
+  stop_at_ = problem_.deadline;
+  if (stop_at_ != absl::InfiniteFuture()) {
+    const double budget = std::max(0.0, absl::ToDoubleSeconds(stop_at_ - t0_));
+    stop_at_ -= absl::Seconds(std::clamp(0.02 * budget, 0.01, 0.1));
+  }
+}
+
+void MilpSolve::SeedFromChainDp() {
+  auto dp = MakeChainDpPartitioner()->Solve(problem_);
+  if (!dp.ok()) return;
+  proven_lb_ = std::max(proven_lb_, std::min(dp->lower_bound, dp->objective));
+  nodes_ += dp->nodes_explored;
+  if (dp->fits_memory) Offer(dp->stage_of_node);
+}
+
+Contraction MilpSolve::BoundCommunication() {
+  const absl::Time t1 = absl::Now();
+  Contraction exact_con = Contract(problem_, ContractionOptions{});
+  exact_merged_ = exact_con.merged_free_sources;
+  if (best_) {
+    comm_ = CommLowerBound(problem_, exact_con, proven_lb_, best_->objective);
+    double b = comm_.bound;
+    if (exact_con.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem_));
+    proven_lb_ = std::max(proven_lb_, b);
+  }
+  balance_lb_ = proven_lb_;
+  Trace(problem_, "comm bound", t1);
+  return exact_con;
+}
+
+Contraction MilpSolve::ContractForPhase1() const {
+  const double size_scale = std::clamp(SecondsLeft() / 2, 0.1, 1.0);
+  const int target =
+      std::max(40, static_cast<int>(kTargetPrefixVars * size_scale) / std::max(1, k_ - 1));
+  ContractionOptions copt;
+  copt.merge_free_sources = true;
+  double total_work = 0, largest = 0;
+  for (int v = 0; v < problem_.graph().num_nodes(); ++v) {
+    total_work += problem_.cost->work_ref(v);
+    largest = std::max(largest, problem_.cost->work_ref(v));
+  }
+  copt.target_super_nodes = target;
+  copt.max_super_work = std::max(largest, total_work / (6.0 * k_));
+  if (best_) copt.keep_cuts = best_->stage_of_node;
+  const absl::Time ct = absl::Now();
+  Contraction con = Contract(problem_, copt);
+  Trace(problem_, "contract", ct);
+  return con;
+}
+
+void MilpSolve::RunPhases(const Contraction& con, Contraction exact_con) {
+  // After a lossy contraction keep half of the time for the exact model.
+  absl::Time until = stop_at_;
+  if (con.lossy && stop_at_ != absl::InfiniteFuture() && ExactFits(exact_con)) {
+    until = absl::Now() + (stop_at_ - absl::Now()) / 2;
+  }
+  CbcOutcome out = RunModel(con, until);
+  AbsorbBound(con, out);
+
+  // Phase 2: a valid bound (and maybe a better split) from an exact model.
+  const bool need_exact =
+      (con.lossy || (out.proven_infeasible && con.merged_free_sources)) && !problem_.ShouldStop();
+  if (!need_exact) return;
+  const bool retry = out.proven_infeasible && con.merged_free_sources && !con.lossy;
+  ContractionOptions exact;
+  exact.merge_free_sources = !retry;
+  Contraction con2 = retry ? Contract(problem_, exact) : std::move(exact_con);
+  if (ExactFits(con2)) {
+    CbcOutcome out2 = RunModel(con2, stop_at_);
+    AbsorbBound(con2, out2);
+  } else {
+    stop_ = absl::StrCat(stop_, "; exact model skipped (", con2.num_super, " super-nodes)");
+  }
+}
+
+CbcOutcome MilpSolve::RunModel(const Contraction& c, absl::Time until) {
+  const absl::Time b0 = absl::Now();
+  // The communication rows hold for splits of the free-source contraction,
+  // which every model merges unless it is the retry without that merge.
+  const bool use_need = c.merged_free_sources == exact_merged_;
+  const MilpModel model(
+      problem_, c, proven_lb_,
+      use_need ? std::span<const double>(comm_.need_at_ub) : std::span<const double>());
+  Trace(problem_, "build model", b0);
+  std::vector<int> warm;
+  const std::vector<int>* warm_ptr = nullptr;
+  if (best_ && c.Restrict(best_->stage_of_node, &warm)) warm_ptr = &warm;
+  const absl::Time c0 = absl::Now();
+  CbcOutcome out = RunCbc(problem_, model, warm_ptr, until);
+  cbc_seconds_ += absl::ToDoubleSeconds(absl::Now() - c0);
+  nodes_ += out.nodes;
+  for (const auto& cand : out.candidates) Offer(c.Expand(cand));
+  super_nodes_ = c.num_super;
+  how_ = absl::StrFormat("%d super-nodes%s, %d rows, %d cols", c.num_super,
+                         c.lossy ? " (lossy)" : "", model.num_rows(), model.num_cols());
+  stop_ = out.stop;
+  return out;
+}
+
+void MilpSolve::AbsorbBound(const Contraction& c, const CbcOutcome& o) {
+  if (c.lossy) return;
+  if (o.proven_infeasible) {
+    if (!c.merged_free_sources) proven_infeasible_ = true;
+    return;
+  }
+  double b = o.bound;
+  if (c.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem_));
+  model_bound_ = std::max(model_bound_, b);
+  bound_valid_ = true;
+}
+
+bool MilpSolve::ExactFits(const Contraction& c) const {
+  const double scale = std::clamp(SecondsLeft() / 5, 0.0, 1.0);
+  return static_cast<int64_t>(c.num_super) * (k_ - 1) <= kMaxExactPrefixVars * scale &&
+         SecondsLeft() > 0.3;
+}
+
+absl::Status MilpSolve::NoSplitError() const {
+  if (proven_infeasible_) {
+    const auto [factor, bytes] = MemoryNeed(problem_);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no split into %d stages fits in memory (proven by the MILP); the best split of a "
+        "topological order needs %.4g bytes (%.2f GiB) on its fullest stage, %.3gx the "
+        "devices' memory",
+        k_, bytes, bytes / (1 << 30), factor));
+  }
+  if (problem_.cancelled != nullptr && problem_.cancelled->load()) {
+    return absl::CancelledError("MILP cancelled before finding a split that fits");
+  }
+  if (problem_.ShouldStop()) {
+    return absl::DeadlineExceededError("MILP reached its deadline before finding a split");
+  }
+  return absl::FailedPreconditionError(
+      "MILP found no split that fits in memory and could not prove infeasibility");
+}
+
+Partition MilpSolve::Finish() {
+  Partition result = std::move(*best_);
+  result.contracted_nodes = super_nodes_;
+  double lb = balance_lb_;
+  if (bound_valid_) lb = std::max(lb, model_bound_);
+  result.lower_bound = std::min(lb, result.objective);
+  result.nodes_explored = nodes_;
+  const double gap =
+      result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
+  result.note = absl::StrFormat("milp: %s; %s; gap %.3g (bound: %s); %.2fs (cbc %.2fs)",
+                                how_.empty() ? "no model" : how_, stop_, gap,
+                                bound_valid_ && model_bound_ >= balance_lb_ ? "model"
+                                : balance_lb_ > BalanceLowerBound(problem_) ? "communication/DP"
+                                                                            : "balance",
+                                absl::ToDoubleSeconds(absl::Now() - t0_), cbc_seconds_);
+  return result;
+}
+
 class MilpPartitioner : public Partitioner {
  public:
   std::string_view name() const override { return "milp"; }
 
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    const Graph& g = problem.graph();
-    const int n = g.num_nodes(), k = problem.num_stages();
     PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
-    double proven_lb = BalanceLowerBound(problem);
-
-    // Incumbent: the caller's warm start, else the chain DP.
-    std::optional<Partition> best;
-    auto offer = [&](std::vector<int> stage_of_node) {
-      auto p = MakePartition(problem, std::move(stage_of_node));
-      if (!p.ok() || !p->fits_memory) return;
-      if (!best || p->objective < best->objective) best = std::move(*p);
-    };
-    int64_t nodes = 0;
-    if (!problem.warm_start.empty()) {
-      offer(std::vector<int>(problem.warm_start.begin(), problem.warm_start.end()));
-    }
-    const absl::Time t0 = absl::Now();
-    // CBC stops a little before the deadline to leave time for the work
-    // after it (re-evaluating incumbents, freeing the model).
-    absl::Time stop_at = problem.deadline;
-    if (stop_at != absl::InfiniteFuture()) {
-      const double budget = std::max(0.0, absl::ToDoubleSeconds(stop_at - t0));
-      stop_at -= absl::Seconds(std::clamp(0.02 * budget, 0.01, 0.1));
-    }
-    if (!best) {
-      auto dp = MakeChainDpPartitioner()->Solve(problem);
-      if (dp.ok()) {
-        proven_lb = std::max(proven_lb, std::min(dp->lower_bound, dp->objective));
-        nodes += dp->nodes_explored;
-        if (dp->fits_memory) offer(dp->stage_of_node);
-      }
-    }
-    const absl::Time t1 = absl::Now();
-
-    // Communication bound on the exact contraction (free sources only).
-    Contraction exact_con = Contract(problem, ContractionOptions{});
-    const bool exact_merged = exact_con.merged_free_sources;
-    CommBound comm;
-    if (best) {
-      comm = CommLowerBound(problem, exact_con, proven_lb, best->objective);
-      double b = comm.bound;
-      if (exact_con.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem));
-      proven_lb = std::max(proven_lb, b);
-    }
-    const double balance_lb = proven_lb;
-    Trace(problem, "comm bound", t1);
-    auto seconds_left = [&] { return absl::ToDoubleSeconds(stop_at - absl::Now()); };
-
-    // Phase 1: contracted model (lossy when the graph is large, or when the
-    // time is short).
-    const double size_scale = std::clamp(seconds_left() / 2, 0.1, 1.0);
-    const int target =
-        std::max(40, static_cast<int>(kTargetPrefixVars * size_scale) / std::max(1, k - 1));
-    ContractionOptions copt;
-    copt.merge_free_sources = true;
-    double total_work = 0, largest = 0;
-    for (int v = 0; v < n; ++v) {
-      total_work += problem.cost->work_ref(v);
-      largest = std::max(largest, problem.cost->work_ref(v));
-    }
-    copt.target_super_nodes = target;
-    copt.max_super_work = std::max(largest, total_work / (6.0 * k));
-    if (best) copt.keep_cuts = best->stage_of_node;
-    const absl::Time ct = absl::Now();
-    Contraction con = Contract(problem, copt);
-    Trace(problem, "contract", ct);
-
-    bool bound_valid = false;  // model_bound below holds for the original
-    double model_bound = -kInf;
-    bool proven_infeasible = false;
-    std::string how, stop = "skipped";
-    int super_nodes = 0;
-    double cbc_seconds = 0;
-    const bool gap_closed =
-        best && best->objective - proven_lb <= problem.relative_gap * best->objective;
-    auto run = [&](const Contraction& c, absl::Time until) {
-      const absl::Time b0 = absl::Now();
-      // The communication rows hold for splits of the free-source
-      // contraction, which every model below merges unless it is the retry
-      // without that merge.
-      const bool use_need = c.merged_free_sources == exact_merged;
-      const MilpModel model(
-          problem, c, proven_lb,
-          use_need ? std::span<const double>(comm.need_at_ub) : std::span<const double>());
-      Trace(problem, "build model", b0);
-      std::vector<int> warm;
-      const std::vector<int>* warm_ptr = nullptr;
-      if (best && c.Restrict(best->stage_of_node, &warm)) warm_ptr = &warm;
-      const absl::Time c0 = absl::Now();
-      CbcOutcome out = RunCbc(problem, model, warm_ptr, until);
-      cbc_seconds += absl::ToDoubleSeconds(absl::Now() - c0);
-      nodes += out.nodes;
-      for (const auto& cand : out.candidates) offer(c.Expand(cand));
-      super_nodes = c.num_super;
-      how = absl::StrFormat("%d super-nodes%s, %d rows, %d cols", c.num_super,
-                            c.lossy ? " (lossy)" : "", model.num_rows(), model.num_cols());
-      stop = out.stop;
-      return out;
-    };
-    auto absorb_bound = [&](const Contraction& c, const CbcOutcome& o) {
-      if (c.lossy) return;
-      if (o.proven_infeasible) {
-        if (!c.merged_free_sources) proven_infeasible = true;
-        return;
-      }
-      double b = o.bound;
-      if (c.merged_free_sources) b = std::min(b, FreeSourceFallbackBound(problem));
-      model_bound = std::max(model_bound, b);
-      bound_valid = true;
-    };
-    // The exact model that gives a bound after a lossy phase 1, when it is
-    // small enough for the time left.
-    auto exact_fits = [&](const Contraction& c) {
-      const double scale = std::clamp(seconds_left() / 5, 0.0, 1.0);
-      return static_cast<int64_t>(c.num_super) * (k - 1) <= kMaxExactPrefixVars * scale &&
-             seconds_left() > 0.3;
-    };
-    if (!gap_closed && !problem.ShouldStop()) {
-      // After a lossy contraction keep half of the time for the exact model.
-      absl::Time until = stop_at;
-      if (con.lossy && stop_at != absl::InfiniteFuture() && exact_fits(exact_con)) {
-        until = absl::Now() + (stop_at - absl::Now()) / 2;
-      }
-      CbcOutcome out = run(con, until);
-      absorb_bound(con, out);
-
-      // Phase 2: a valid bound (and maybe a better split) from an exact model.
-      const bool need_exact = (con.lossy || (out.proven_infeasible && con.merged_free_sources)) &&
-                              !problem.ShouldStop();
-      if (need_exact) {
-        const bool retry = out.proven_infeasible && con.merged_free_sources && !con.lossy;
-        ContractionOptions exact;
-        exact.merge_free_sources = !retry;
-        Contraction con2 = retry ? Contract(problem, exact) : std::move(exact_con);
-        if (exact_fits(con2)) {
-          CbcOutcome out2 = run(con2, stop_at);
-          absorb_bound(con2, out2);
-        } else {
-          stop = absl::StrCat(stop, "; exact model skipped (", con2.num_super, " super-nodes)");
-        }
-      }
-    } else if (gap_closed) {
-      stop = "communication bound closed the gap";
-    } else {
-      stop = "deadline before the MILP";
-    }
-
-    if (!best) {
-      if (proven_infeasible) {
-        const auto [factor, bytes] = MemoryNeed(problem);
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "no split into %d stages fits in memory (proven by the MILP); the best split of a "
-            "topological order needs %.4g bytes (%.2f GiB) on its fullest stage, %.3gx the "
-            "devices' memory",
-            k, bytes, bytes / (1 << 30), factor));
-      }
-      if (problem.cancelled != nullptr && problem.cancelled->load()) {
-        return absl::CancelledError("MILP cancelled before finding a split that fits");
-      }
-      if (problem.ShouldStop()) {
-        return absl::DeadlineExceededError("MILP reached its deadline before finding a split");
-      }
-      return absl::FailedPreconditionError(
-          "MILP found no split that fits in memory and could not prove infeasibility");
-    }
-    Partition result = std::move(*best);
-    result.contracted_nodes = super_nodes;
-    double lb = balance_lb;
-    if (bound_valid) lb = std::max(lb, model_bound);
-    result.lower_bound = std::min(lb, result.objective);
-    result.nodes_explored = nodes;
-    const double gap =
-        result.objective > 0 ? (result.objective - result.lower_bound) / result.objective : 0;
-    result.note = absl::StrFormat("milp: %s; %s; gap %.3g (bound: %s); %.2fs (cbc %.2fs)",
-                                  how.empty() ? "no model" : how, stop, gap,
-                                  bound_valid && model_bound >= balance_lb  ? "model"
-                                  : balance_lb > BalanceLowerBound(problem) ? "communication/DP"
-                                                                            : "balance",
-                                  absl::ToDoubleSeconds(absl::Now() - t0), cbc_seconds);
-    return result;
+    return MilpSolve(problem).Run();
   }
 };
 

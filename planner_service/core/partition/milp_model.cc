@@ -168,7 +168,18 @@ std::vector<MilpModel::Tensor> MilpModel::Tensors() const {
 }
 
 void MilpModel::Build(double t_lower) {
-  const CostModel& cost = *p_.cost;
+  AddSplitStructure(t_lower);
+  std::vector<Lin> stage = ComputeTimes();
+  if (p_.cost->options().comm_model == CommModel::kRelay) {
+    BuildRelay(stage);
+  } else {
+    BuildDirect(stage);
+  }
+  AddTimeRows(std::move(stage));
+  AddMemoryRows();
+}
+
+void MilpModel::AddSplitStructure(double t_lower) {
   // Columns: u first, then T, then auxiliaries as they come.
   u_base_ = 0;
   for (int s = 0; s < m_; ++s) {
@@ -176,7 +187,7 @@ void MilpModel::Build(double t_lower) {
   }
   time_scale_ = t_lower > 0 ? t_lower : 1;
   t_col_ = AddCol(std::max(0.0, t_lower) / time_scale_, kInf, 1, false);
-
+  // u[S][j] <= u[S][j+1].
   for (int s = 0; s < m_; ++s) {
     for (int j = 0; j + 2 < k_; ++j) {
       Lin l;
@@ -185,6 +196,7 @@ void MilpModel::Build(double t_lower) {
       AddRow(l, -kInf, 0);
     }
   }
+  // u[B][j] <= u[A][j] for every edge A -> B.
   for (const auto& [a, b] : con_.edges) {
     for (int j = 0; j + 1 < k_; ++j) {
       Lin l;
@@ -193,15 +205,18 @@ void MilpModel::Build(double t_lower) {
       AddRow(l, -kInf, 0);
     }
   }
+  // No stage is empty.
   for (int j = 0; j < k_; ++j) {
     Lin l;
     for (int s = 0; s < m_; ++s) AddX(l, s, j, 1);
     AddRow(l, 1, kInf);
   }
+}
 
+std::vector<Lin> MilpModel::ComputeTimes() {
   std::vector<Lin> stage(k_);
   for (int j = 0; j < k_; ++j) {
-    const double slow = cost.slowdown(p_.stage_device[j]);
+    const double slow = p_.cost->slowdown(p_.stage_device[j]);
     for (int s = 0; s < m_; ++s) {
       if (con_.work_ref[s] > 0) AddX(stage[j], s, j, con_.work_ref[s] * slow);
     }
@@ -216,11 +231,10 @@ void MilpModel::Build(double t_lower) {
       extra_.push_back(std::move(l));
     }
   }
-  if (cost.options().comm_model == CommModel::kRelay) {
-    BuildRelay(stage);
-  } else {
-    BuildDirect(stage);
-  }
+  return stage;
+}
+
+void MilpModel::AddTimeRows(std::vector<Lin> stage) {
   // Times are modelled in units of time_scale_ (about the optimum) so that
   // CBC's absolute tolerances (cutoff increment, gaps) are meaningless next
   // to real differences.
@@ -238,14 +252,17 @@ void MilpModel::Build(double t_lower) {
     AddRow(row, 0, kInf);
   }
   stage_time_ = std::move(stage);
+}
 
-  // Memory.
+void MilpModel::AddMemoryRows() {
   const Graph& g = p_.graph();
-  const double psf = cost.param_state_factor();
+  const double psf = p_.cost->param_state_factor();
   std::vector<std::vector<int>> touching(g.num_param_groups());
   for (int s = 0; s < m_; ++s) {
     for (int grp : con_.param_groups[s]) touching[grp].push_back(s);
   }
+  // Groups touched by one super-node are its private bytes; the others are
+  // charged once per stage through y[g][j] >= x[S][j].
   std::vector<double> private_params(m_, 0);
   std::vector<int> shared;
   double all_params = 0, all_act = 0;
@@ -329,28 +346,74 @@ void MilpModel::BuildRelay(std::vector<Lin>& stage) {
   }
 }
 
+// DIRECT charges of the tensors of one (producer super-node, consumer set),
+// per stage.
+struct MilpModel::DirectAgg {
+  explicit DirectAgg(int k) : recv(k, 0), recv_z(k * k, 0), send(k, 0), send_q(k * k, 0) {}
+  std::vector<double> recv;    // [b]: coefficient of r_b
+  std::vector<double> recv_z;  // [b * k + a']: threshold z
+  std::vector<double> send;    // [a]: coefficient of o_a
+  std::vector<double> send_q;  // [a * k + b']: threshold q
+};
+
+namespace {
+
+// Receiver at stage rb of a byte level of db bytes (its latency once, on
+// the last level): an envelope over the producer's stage, for the bytes
+// part and the latency part separately (both non-increasing).
+void AddReceiveCharges(const Links& links, int k, double db, bool last, std::vector<double>& recv,
+                       std::vector<double>& recv_z) {
+  for (int rb = 1; rb < k; ++rb) {
+    double run_rho = kInf, run_lat = kInf;
+    std::vector<double> gr(rb), gl(rb);
+    for (int a = 0; a < rb; ++a) {
+      run_rho = std::min(run_rho, links.rho[a * k + rb]);
+      run_lat = std::min(run_lat, links.lat[a * k + rb]);
+      gr[a] = run_rho;
+      gl[a] = run_lat;
+    }
+    auto charge = [&](int a) { return db * gr[a] + (last ? gl[a] : 0); };
+    recv[rb] += 2 * charge(rb - 1);
+    for (int a = 0; a + 1 < rb; ++a) recv_z[rb * k + a] += 2 * (charge(a) - charge(a + 1));
+  }
+}
+
+// Producer at stage a of a tensor with a single byte level of b bytes:
+// h(f) for the farthest receiving stage f, h(b) = min_{b'' >= b} t(a, b'')
+// non-decreasing in b, written with thresholds.
+void AddSendChargesOneLevel(const Links& links, int k, double b, std::vector<double>& send,
+                            std::vector<double>& send_q) {
+  std::vector<double> env(k);
+  for (int a = 0; a + 1 < k; ++a) {
+    double run = kInf;
+    for (int bb = k - 1; bb > a; --bb) {
+      run = std::min(run, links.t(a, bb, b));
+      env[bb] = run;
+    }
+    send[a] += 2 * env[a + 1];
+    for (int bp = a + 1; bp + 1 < k; ++bp) send_q[a * k + bp] += 2 * (env[bp + 1] - env[bp]);
+  }
+}
+
+// Producer at stage a of a byte level of db bytes when the tensor has
+// several: the largest tensor over the fastest outgoing link (a lower bound).
+void AddSendChargesManyLevels(const Links& links, int k, double db, bool last,
+                              std::vector<double>& send) {
+  for (int a = 0; a + 1 < k; ++a) {
+    double min_rho = kInf, min_lat = kInf;
+    for (int bb = a + 1; bb < k; ++bb) {
+      min_rho = std::min(min_rho, links.rho[a * k + bb]);
+      min_lat = std::min(min_lat, links.lat[a * k + bb]);
+    }
+    send[a] += 2 * (db * min_rho + (last ? min_lat : 0));
+  }
+}
+
+}  // namespace
+
 void MilpModel::BuildDirect(std::vector<Lin>& stage) {
   const Links links(p_);
-  const int k = k_;
-  struct Agg {
-    std::vector<double> recv;    // [b]: coefficient of r_b
-    std::vector<double> recv_z;  // [b * k + a']: threshold z
-    std::vector<double> send;    // [a]: coefficient of o_a
-    std::vector<double> send_q;  // [a * k + b']: threshold q
-  };
-  std::map<std::pair<int, std::vector<int>>, Agg> agg;
-  auto get = [&](int a, std::vector<int> key) -> Agg& {
-    std::sort(key.begin(), key.end());
-    Agg& g = agg[{a, std::move(key)}];
-    if (g.recv.empty()) {
-      g.recv.assign(k, 0);
-      g.recv_z.assign(k * k, 0);
-      g.send.assign(k, 0);
-      g.send_q.assign(k * k, 0);
-    }
-    return g;
-  };
-  std::vector<double> env(k);
+  std::map<std::pair<int, std::vector<int>>, DirectAgg> agg;
   for (const Tensor& t : Tensors()) {
     const int levels = static_cast<int>(t.consumers.size());
     const bool single_level = t.consumers.front().second == t.consumers.back().second;
@@ -361,99 +424,78 @@ void MilpModel::BuildDirect(std::vector<Lin>& stage) {
       const double next = i + 1 < levels ? t.consumers[i + 1].second : 0;
       if (next == b) continue;
       const bool last = i + 1 == levels;
-      const double db = b - next;
-      Agg& g = get(t.producer, set);
-      // Receiver at stage rb: envelope over the producer's stage, for the
-      // bytes part and the latency part separately (both non-increasing).
-      for (int rb = 1; rb < k; ++rb) {
-        double run_rho = kInf, run_lat = kInf;
-        std::vector<double> gr(rb), gl(rb);
-        for (int a = 0; a < rb; ++a) {
-          run_rho = std::min(run_rho, links.rho[a * k + rb]);
-          run_lat = std::min(run_lat, links.lat[a * k + rb]);
-          gr[a] = run_rho;
-          gl[a] = run_lat;
-        }
-        auto charge = [&](int a) { return db * gr[a] + (last ? gl[a] : 0); };
-        g.recv[rb] += 2 * charge(rb - 1);
-        for (int a = 0; a + 1 < rb; ++a) g.recv_z[rb * k + a] += 2 * (charge(a) - charge(a + 1));
-      }
-      // Producer at stage a.
-      if (single_level) {
-        if (!last) continue;  // single level: only the full set exists
-        for (int a = 0; a + 1 < k; ++a) {
-          // h(b) = min_{b'' >= b} t(a, b''), non-decreasing in b.
-          double run = kInf;
-          for (int bb = k - 1; bb > a; --bb) {
-            run = std::min(run, links.t(a, bb, b));
-            env[bb] = run;
-          }
-          g.send[a] += 2 * env[a + 1];
-          for (int bp = a + 1; bp + 1 < k; ++bp)
-            g.send_q[a * k + bp] += 2 * (env[bp + 1] - env[bp]);
-        }
-      } else {
-        for (int a = 0; a + 1 < k; ++a) {
-          double min_rho = kInf, min_lat = kInf;
-          for (int bb = a + 1; bb < k; ++bb) {
-            min_rho = std::min(min_rho, links.rho[a * k + bb]);
-            min_lat = std::min(min_lat, links.lat[a * k + bb]);
-          }
-          g.send[a] += 2 * (db * min_rho + (last ? min_lat : 0));
-        }
+      std::vector<int> key = set;
+      std::sort(key.begin(), key.end());
+      DirectAgg& g = agg.try_emplace({t.producer, std::move(key)}, k_).first->second;
+      AddReceiveCharges(links, k_, b - next, last, g.recv, g.recv_z);
+      if (!single_level) {
+        AddSendChargesManyLevels(links, k_, b - next, last, g.send);
+      } else if (last) {  // single level: only the full set exists
+        AddSendChargesOneLevel(links, k_, b, g.send, g.send_q);
       }
     }
   }
   for (const auto& [key, g] : agg) {
-    const auto& [a, set] = key;
-    for (int rb = 1; rb < k; ++rb) {
-      bool any = g.recv[rb] > 0;
-      for (int ap = 0; ap + 1 < rb; ++ap) any |= g.recv_z[rb * k + ap] > 0;
-      if (!any) continue;
-      const int r = AddCol(0, 1, 0, false);
-      for (int b : set) {
-        Lin e;  // x[B][rb] + u[A][rb-1] - 1
-        AddX(e, b, rb, 1);
-        AddU(e, a, rb - 1, 1);
-        e.constant -= 1;
-        AddLower(r, std::move(e));
-      }
-      if (g.recv[rb] > 0) stage[rb].terms.emplace_back(r, g.recv[rb]);
-      for (int ap = 0; ap + 1 < rb; ++ap) {
-        const double c = g.recv_z[rb * k + ap];
-        if (c <= 0) continue;
-        const int z = AddCol(0, 1, 0, false);
-        Lin e;  // r + u[A][a'] - 1
-        e.terms.emplace_back(r, 1);
-        AddU(e, a, ap, 1);
-        e.constant -= 1;
-        AddLower(z, std::move(e));
-        stage[rb].terms.emplace_back(z, c);
-      }
+    AddDirectReceive(stage, key.first, key.second, g);
+    AddDirectSend(stage, key.first, key.second, g);
+  }
+}
+
+void MilpModel::AddDirectReceive(std::vector<Lin>& stage, int a, const std::vector<int>& set,
+                                 const DirectAgg& g) {
+  const int k = k_;
+  for (int rb = 1; rb < k; ++rb) {
+    bool any = g.recv[rb] > 0;
+    for (int ap = 0; ap + 1 < rb; ++ap) any |= g.recv_z[rb * k + ap] > 0;
+    if (!any) continue;
+    const int r = AddCol(0, 1, 0, false);
+    for (int b : set) {
+      Lin e;  // x[B][rb] + u[A][rb-1] - 1
+      AddX(e, b, rb, 1);
+      AddU(e, a, rb - 1, 1);
+      e.constant -= 1;
+      AddLower(r, std::move(e));
     }
-    for (int sa = 0; sa + 1 < k; ++sa) {
-      if (g.send[sa] > 0) {
-        const int o = AddCol(0, 1, 0, false);
-        for (int b : set) {
-          Lin e;  // x[A][sa] - u[B][sa]
-          AddX(e, a, sa, 1);
-          AddU(e, b, sa, -1);
-          AddLower(o, std::move(e));
-        }
-        stage[sa].terms.emplace_back(o, g.send[sa]);
+    if (g.recv[rb] > 0) stage[rb].terms.emplace_back(r, g.recv[rb]);
+    for (int ap = 0; ap + 1 < rb; ++ap) {
+      const double c = g.recv_z[rb * k + ap];
+      if (c <= 0) continue;
+      const int z = AddCol(0, 1, 0, false);
+      Lin e;  // r + u[A][a'] - 1
+      e.terms.emplace_back(r, 1);
+      AddU(e, a, ap, 1);
+      e.constant -= 1;
+      AddLower(z, std::move(e));
+      stage[rb].terms.emplace_back(z, c);
+    }
+  }
+}
+
+void MilpModel::AddDirectSend(std::vector<Lin>& stage, int a, const std::vector<int>& set,
+                              const DirectAgg& g) {
+  const int k = k_;
+  for (int sa = 0; sa + 1 < k; ++sa) {
+    if (g.send[sa] > 0) {
+      const int o = AddCol(0, 1, 0, false);
+      for (int b : set) {
+        Lin e;  // x[A][sa] - u[B][sa]
+        AddX(e, a, sa, 1);
+        AddU(e, b, sa, -1);
+        AddLower(o, std::move(e));
       }
-      for (int bp = sa + 1; bp + 1 < k; ++bp) {
-        const double c = g.send_q[sa * k + bp];
-        if (c <= 0) continue;
-        const int q = AddCol(0, 1, 0, false);
-        for (int b : set) {
-          Lin e;  // x[A][sa] - u[B][bp]
-          AddX(e, a, sa, 1);
-          AddU(e, b, bp, -1);
-          AddLower(q, std::move(e));
-        }
-        stage[sa].terms.emplace_back(q, c);
+      stage[sa].terms.emplace_back(o, g.send[sa]);
+    }
+    for (int bp = sa + 1; bp + 1 < k; ++bp) {
+      const double c = g.send_q[sa * k + bp];
+      if (c <= 0) continue;
+      const int q = AddCol(0, 1, 0, false);
+      for (int b : set) {
+        Lin e;  // x[A][sa] - u[B][bp]
+        AddX(e, a, sa, 1);
+        AddU(e, b, bp, -1);
+        AddLower(q, std::move(e));
       }
+      stage[sa].terms.emplace_back(q, c);
     }
   }
 }

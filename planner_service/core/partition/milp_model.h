@@ -79,9 +79,24 @@ class MilpModel {
   // aux >= expr (recorded for warm starts).
   void AddLower(int aux, Lin expr);
 
+  struct DirectAgg;  // DIRECT charges of one (producer, consumer set)
+
   void Build(double t_lower);
+  // Prefix columns, T, precedence and non-empty stages.
+  void AddSplitStructure(double t_lower);
+  // Per stage its compute as a function of u (and the rows with need_).
+  std::vector<Lin> ComputeTimes();
+  // T >= each stage's time, scaled by time_scale_.
+  void AddTimeRows(std::vector<Lin> stage);
+  // Exact memory rows for the stages whose device everything might not fit.
+  void AddMemoryRows();
+  // Communication charges added to the stage times.
   void BuildRelay(std::vector<Lin>& stage);
   void BuildDirect(std::vector<Lin>& stage);
+  void AddDirectReceive(std::vector<Lin>& stage, int a, const std::vector<int>& set,
+                        const DirectAgg& g);
+  void AddDirectSend(std::vector<Lin>& stage, int a, const std::vector<int>& set,
+                     const DirectAgg& g);
   std::vector<Tensor> Tensors() const;
 
   const PartitionProblem& p_;

@@ -65,90 +65,111 @@ void SeparableDp::SetCharge(Charge charge) {
   }
 }
 
-// Fills parent_ (see the header comment of Feasible).
+// Stage j's terms of an ideal over the lattice's arrays (see StageCoef).
+struct SeparableDp::Terms {
+  const double *W, *LB, *LC, *RB, *RC, *P, *A;
+  StageCoef c;
+  double h(int id) const { return W[id] * c.slow - (c.lb * LB[id] + c.lc * LC[id]); }
+  double g(int id) const { return W[id] * c.slow + c.rb * RB[id] + c.rc * RC[id]; }
+  double m(int id) const { return c.psf * P[id] + c.inflight * A[id]; }
+  // The parent that lets J = id end the stage, given the best-h candidate
+  // (bh, ah) and the best-m one (bm, am); -1 when neither does.
+  template <bool kMem>
+  int Accept(double T, int id, double bh, int ah, double bm, int am) const {
+    if (ah < 0) return -1;
+    const double need = g(id) - T;
+    if constexpr (!kMem) {
+      return bh >= need ? ah : -1;
+    } else {
+      const double mneed = m(id) - c.cap;
+      if (bh >= need && m(ah) >= mneed) return ah;
+      if (bm >= mneed && h(am) >= need) return am;
+      return -1;
+    }
+  }
+};
+
+// Stage by stage: S_{j+1} = the ideals J some I ∈ S_j ⊊ J lets end stage j,
+// the best I found through the down-set maxima dh_/dm_ in one pass in
+// inclusion order. Fills parent_.
 template <bool kMem>
 bool SeparableDp::Feasible(double T) {
   const int N = L_.size();
   const int k = p_.num_stages();
   const bool relay = charge_ == Charge::kRelay;
-  const double* W = L_.work.data();
-  const double* LB = relay ? L_.cut_bytes.data() : L_.in_bytes.data();
-  const double* LC = relay ? L_.cut_count.data() : L_.in_count.data();
-  const double* RB = relay ? L_.cut_bytes.data() : L_.out_bytes.data();
-  const double* RC = relay ? L_.cut_count.data() : L_.out_count.data();
-  const double* P = L_.params.data();
-  const double* A = L_.acts.data();
-  const int* cb = L_.child_begin.data();
-  const int* ch = L_.child.data();
+  Terms t{.W = L_.work.data(),
+          .LB = relay ? L_.cut_bytes.data() : L_.in_bytes.data(),
+          .LC = relay ? L_.cut_count.data() : L_.in_count.data(),
+          .RB = relay ? L_.cut_bytes.data() : L_.out_bytes.data(),
+          .RC = relay ? L_.cut_count.data() : L_.out_count.data(),
+          .P = L_.params.data(),
+          .A = L_.acts.data()};
   std::fill(cur_.begin(), cur_.end(), 0);
   cur_[0] = 1;
   for (int j = 0; j < k; ++j) {
-    const StageCoef c = coef_[j];
-    auto h = [&](int id) { return W[id] * c.slow - (c.lb * LB[id] + c.lc * LC[id]); };
-    auto g = [&](int id) { return W[id] * c.slow + c.rb * RB[id] + c.rc * RC[id]; };
-    auto m = [&](int id) { return c.psf * P[id] + c.inflight * A[id]; };
+    t.c = coef_[j];
     int* parent = &parent_[static_cast<size_t>(j) * N];
     explored_ += N;
-    // Accept J given the best-h candidate (bh, ah) and best-m one (bm, am).
-    auto accept = [&](int id, double bh, int ah, double bm, int am) {
-      if (ah < 0) return -1;
-      const double need = g(id) - T;
-      if constexpr (!kMem) {
-        return bh >= need ? ah : -1;
-      } else {
-        const double mneed = m(id) - c.cap;
-        if (bh >= need && m(ah) >= mneed) return ah;
-        if (bm >= mneed && h(am) >= need) return am;
-        return -1;
-      }
-    };
-    if (j == k - 1) {  // only J = V matters
-      double bh = -kInf, bm = -kInf;
-      int ah = -1, am = -1;
-      for (int id = 0; id < N - 1; ++id) {
-        if (!cur_[id]) continue;
-        if (const double v = h(id); v > bh) bh = v, ah = id;
-        if constexpr (kMem) {
-          if (const double v = m(id); v > bm) bm = v, am = id;
-        }
-      }
-      parent[N - 1] = accept(N - 1, bh, ah, bm, am);
-      if (allow_empty_ && cur_[N - 1]) parent[N - 1] = N - 1;
-      return parent[N - 1] >= 0;
-    }
-    bool any = false;
-    for (int id = 0; id < N; ++id) {
-      double bh = -kInf, bm = -kInf;
-      int ah = -1, am = -1;
-      for (int q = cb[id]; q < cb[id + 1]; ++q) {
-        const int x = ch[q];
-        if (dh_[x] > bh) bh = dh_[x], ah = ah_[x];
-        if constexpr (kMem) {
-          if (dm_[x] > bm) bm = dm_[x], am = am_[x];
-        }
-      }
-      int par = accept(id, bh, ah, bm, am);
-      if (par < 0 && allow_empty_ && cur_[id]) par = id;
-      parent[id] = par;
-      nxt_[id] = par >= 0;
-      any |= par >= 0;
-      if (cur_[id]) {
-        if (const double v = h(id); v > bh) bh = v, ah = id;
-        if constexpr (kMem) {
-          if (const double v = m(id); v > bm) bm = v, am = id;
-        }
-      }
-      dh_[id] = bh;
-      ah_[id] = ah;
-      if constexpr (kMem) {
-        dm_[id] = bm;
-        am_[id] = am;
-      }
-    }
-    if (!any) return false;
+    if (j == k - 1) return LastStage<kMem>(t, T, parent);
+    if (!AdvanceStage<kMem>(t, T, parent)) return false;
     cur_.swap(nxt_);
   }
   return false;  // unreachable: the last stage returns
+}
+
+template <bool kMem>
+bool SeparableDp::AdvanceStage(Terms t, double T, int* parent) {
+  const int N = L_.size();
+  const int* cb = L_.child_begin.data();
+  const int* ch = L_.child.data();
+  bool any = false;
+  for (int id = 0; id < N; ++id) {
+    double bh = -kInf, bm = -kInf;
+    int ah = -1, am = -1;
+    for (int q = cb[id]; q < cb[id + 1]; ++q) {
+      const int x = ch[q];
+      if (dh_[x] > bh) bh = dh_[x], ah = ah_[x];
+      if constexpr (kMem) {
+        if (dm_[x] > bm) bm = dm_[x], am = am_[x];
+      }
+    }
+    int par = t.Accept<kMem>(T, id, bh, ah, bm, am);
+    if (par < 0 && allow_empty_ && cur_[id]) par = id;
+    parent[id] = par;
+    nxt_[id] = par >= 0;
+    any |= par >= 0;
+    if (cur_[id]) {
+      if (const double v = t.h(id); v > bh) bh = v, ah = id;
+      if constexpr (kMem) {
+        if (const double v = t.m(id); v > bm) bm = v, am = id;
+      }
+    }
+    dh_[id] = bh;
+    ah_[id] = ah;
+    if constexpr (kMem) {
+      dm_[id] = bm;
+      am_[id] = am;
+    }
+  }
+  return any;
+}
+
+template <bool kMem>
+bool SeparableDp::LastStage(Terms t, double T, int* parent) {
+  const int N = L_.size();
+  // Only J = V matters.
+  double bh = -kInf, bm = -kInf;
+  int ah = -1, am = -1;
+  for (int id = 0; id < N - 1; ++id) {
+    if (!cur_[id]) continue;
+    if (const double v = t.h(id); v > bh) bh = v, ah = id;
+    if constexpr (kMem) {
+      if (const double v = t.m(id); v > bm) bm = v, am = id;
+    }
+  }
+  parent[N - 1] = t.Accept<kMem>(T, N - 1, bh, ah, bm, am);
+  if (allow_empty_ && cur_[N - 1]) parent[N - 1] = N - 1;
+  return parent[N - 1] >= 0;
 }
 
 bool SeparableDp::Feasible(double T, bool memory) {

@@ -54,8 +54,16 @@ class SeparableDp {
     double psf = 0, inflight = 0, cap = kInf;
   };
 
+  struct Terms;  // stage j's charge terms of an ideal
+
   template <bool kMem>
   bool Feasible(double T);
+  // Computes S_{j+1} into nxt_; false when it is empty.
+  template <bool kMem>
+  bool AdvanceStage(Terms t, double T, int* parent);
+  // Whether V can end the last stage.
+  template <bool kMem>
+  bool LastStage(Terms t, double T, int* parent);
 
   const PartitionProblem& p_;
   const Lattice& L_;
