@@ -61,15 +61,9 @@ class DirectDp {
   // searching only values <= `limit` (a known split's objective); `lo` is a
   // lower bound on that minimum. `allow_empty` also tracks chains with empty
   // stages (for the bound when free sources are glued); `max_pairs` caps the
-  // pair charges of this object in all.
-  //
-  // Clamped rounds. A round with clamp c stops a stage's scan for J as soon
-  // as it reaches c; by induction it computes F'_j = max(F_j, c) exactly,
-  // and every value it stores is a real chain's. So a round whose best chain
-  // is above c has found the exact minimum, and one whose best chain is at
-  // or below c has found a chain that lowers the limit of the next round.
-  // Clamps start just below the limit (most stages then stop at the first
-  // candidate that is good enough) and fall to `lo`, where a round is exact.
+  // pair charges of this object in all. Runs clamped rounds, the clamp
+  // falling from just below the limit to `lo` (docs/partitioning.md,
+  // "DIRECT pair DP").
   Result Run(double limit, double lo, bool allow_empty, int64_t max_pairs,
              LinkMode mode = LinkMode::kFastest);
 
@@ -105,7 +99,7 @@ class DirectDp {
   std::vector<StageLinks> MakeLinks(LinkMode mode) const;
 
   // Separable lower bounds on a stage's receive side (depends on I only)
-  // and send side (J only); see "DIRECT separable bound" in lattice_dp.cc.
+  // and send side (J only); docs/partitioning.md, "DIRECT separable bound".
   double RecvLowerBound(const StageLinks& s, int I) const {
     return s.recv_lb.a * L_.in_bytes[I] + s.recv_lb.b * L_.in_count[I];
   }

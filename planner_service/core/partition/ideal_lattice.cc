@@ -27,7 +27,7 @@ struct NodeData {
 // Free nodes: one consumer, every input from a free node (so sources first:
 // placeholders, buffers, labels, and the ops hanging off them, like a causal
 // mask slice), with together at most 1e-3 of the total work. Each is glued to
-// the first non-free node downstream; see "Free sources" in lattice_dp.cc.
+// the first non-free node downstream; docs/partitioning.md, "Free sources".
 // `glued_work` receives their total reference work.
 std::vector<int> FreeSourceConsumers(const Graph& g, const CostModel* cost, double* glued_work) {
   std::vector<int> glue(g.num_nodes(), -1);

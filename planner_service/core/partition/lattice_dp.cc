@@ -1,116 +1,10 @@
-// Exact bottleneck DP over the lattice of ideals of the DAG ("ideal_dp"),
-// after Tarnawski et al., "Efficient algorithms for device placement of DNN
-// graph operators" (NeurIPS 2020).
-//
-// Splits and ideals. An ideal is a downward-closed node set. Every valid split
-// into k stages is a chain of ideals  ∅ = I_0 ⊊ I_1 ⊊ ... ⊊ I_k = V  with
-// stage j = I_{j+1} \ I_j, and every such chain is a valid split.
-//
-// Lattice structure. A separator is a node comparable with every other node.
-// Separators s_1 < s_2 < ... cut the topological order into segments G_0 (the
-// nodes before s_1), G_1 (between s_1 and s_2), ... Every ideal is uniquely
-//   (all nodes up to and including s_i) ∪ X,   X an ideal of G_i
-// (s_0 is a virtual separator before the first node), so the ideals are
-// enumerated segment by segment: per segment a BFS over bitmasks that adds
-// one node whose in-segment predecessors are present. The global order
-// (segment, then BFS layer) is compatible with inclusion.
-//
-// Separable costs. Under RELAY a stage between ideals I ⊊ J on device d_j costs
-//   (W(J) - W(I))·slow_j + cut_{j-1}(I) + cut_j(J)
-// where W is reference work and cut_b(I) = 2·Σ TransferSeconds(d_b, d_b+1,
-// bytes_v) over tensors v produced in I and consumed outside it (bytes_v the
-// largest of v's edges leaving I). This is exactly CostModel::Evaluate.
-// With h_j(I) = W(I)·slow_j - cut_{j-1}(I) and g_j(J) = W(J)·slow_j + cut_j(J)
-// the stage fits a bottleneck T iff h_j(I) >= g_j(J) - T, so the feasibility
-// test for T is
-//   S_0 = {∅},  S_{j+1} = {J : max{h_j(I) : I ∈ S_j, I ⊊ J} >= g_j(J) - T}
-// and the max over strict sub-ideals is a down-set maximum computed in one
-// pass in inclusion order: D(J) = max(h(J) if J ∈ S_j, max over children
-// D(J - w)), children being J minus one of its maximal elements (for the first
-// ideal of a segment: the last ideal of the previous segment, which contains
-// every earlier ideal). One test costs O(#ideals · width · k); a binary search
-// on T (relative precision 1e-7) finds the optimum, parent pointers rebuild
-// the split, and the largest T proven infeasible is a lower bound.
-//
-// DIRECT pair DP. The DIRECT charge of stage j = J \ I is
-//   (W(J) - W(I))·slow_j + Σ recv + Σ send,
-// recv over the tensors crossing cut I with a consumer in J \ I (bytes: the
-// largest such edge), send over the tensors crossing cut J produced in J \ I
-// (bytes: the largest edge leaving J), each transfer twice. Links: recv on the
-// fastest link into d_j from an earlier stage's device, send on the fastest
-// from d_j to a later one (0 when one shares d_j). With one link for every
-// pair of distinct stage devices this is CostModel::Evaluate exactly; else a
-// lower bound. Per ideal the crossing tensors (producer, edges leaving, largest
-// bytes) are kept sorted by producer, built incrementally along the lattice,
-// so a pair's charge is one merge of two short lists. Non-separable, so the
-// DP is explicit: F_j(J) = min over I ⊊ J of max(F_{j-1}(I), charge_j(I, J)),
-// pruned by the best known split's objective UB: only values < UB, only
-// ideals J whose work the stages before and after can hold within UB, I
-// scanned by decreasing work until the compute plus J's separable comm bound
-// (below) reaches the best found for J, I skipped when F_{j-1}(I) or the
-// pair's separable bound (compute + I's receive bound + J's send bound)
-// already does. Clamps: with c <= the optimum, stopping J's scan once it
-// reaches c leaves the optimum unchanged (the recursion then computes
-// max(F_j, c)); c starts at the separable bound and rises to the least F at
-// each finished cut (every chain crosses it). Rounds: a first round clamps
-// at UB·(1 - 1e-3), where most scans stop at their first candidate; a
-// result above the clamp is exact, else it lowers UB and the next round
-// clamps 10x lower, down to the separable bound. The search grows forward,
-// or backward (the mirror recursion from V) when that frontier is far
-// smaller, and meets at one cut. Its optimum is the exact DIRECT optimum
-// (memory ignored, uniform links, nothing glued) and a lower bound always;
-// the chain is evaluated exactly. When stage links differ a second pass
-// charges each stage the slowest of its possible links (an upper bound on
-// CostModel::Evaluate, so its split is at least as good as its optimum);
-// the note gives both optima. Past 50M pair charges or on ShouldStop it
-// falls back to the separable bound below (noted in Partition::note).
-//
-// DIRECT separable bound. Computed before the pair DP (its clamp) and kept
-// as the bound when the pair DP gives up. Pass 1 uses the RELAY charge (>= DIRECT per stage
-// on uniform links) to find splits; every split found is evaluated exactly.
-// Pass 2 uses a charge that no DIRECT split can beat and yields the bound:
-//   - receive: J \ I contains a minimal element u of V \ I, and every
-//     predecessor of u is in I, so stage j receives at least u's input
-//     tensors: >= min_u (Σ_preds bytes)/bw + min_u (#preds)·lat, where bw /
-//     lat are the fastest link from any earlier stage's device to d_j (0 if
-//     an earlier stage shares d_j);
-//   - send: J \ I contains a maximal element w of J; all of w's consumers are
-//     in later stages, so stage j pays at least w's largest edge:
-//     >= min_w bytes_w/bw + [every maximal w has a consumer]·lat, fastest
-//     link from d_j to any later stage's device (0 if one shares d_j).
-// Both depend on one end only, so the same DP applies; its optimum is <= the
-// DIRECT optimum of every valid split, and so is its largest infeasible T.
-//
-// Free sources. A node with no inputs and one consumer (an input placeholder,
-// a buffer, the labels), and recursively a node with one consumer fed only by
-// such nodes (a causal-mask slice), is incomparable with almost everything
-// and would multiply the ideals. Such nodes, up to 1e-3 of the total work, are
-// glued to the first other node downstream: absent from the lattice, placed
-// in that node's stage, their tensors never crossing a cut. Splits found this
-// way are valid splits of the original graph. The bound stays valid up to
-// the glued work: moving the free nodes of any split S into their target's
-// stage raises no stage's cost by more than glued work x slowest slowdown
-// (RELAY: fewer tensors cross each cut; DIRECT bound charge: checked stage by
-// stage, a moved source is a minimal element that receives nothing), so the
-// bound is the DP's minus that, and the move yields a glued split unless some
-// stage of S held only free sources; such splits become chains with an empty
-// stage whose other stages cost no more, so when anything is glued the bound
-// search admits empty stages at charge 0.
-//
-// Memory. Stage memory = psf·params + inflight_j·activations is separable
-// except for tied parameters; the DP charges a tied group once per node of
-// the group in the stage (an upper bound), so every split it accepts fits.
-// Memory is ignored first (which keeps the RELAY result exact and the bound
-// valid); if that split does not fit, a second search adds the constraint
-// m_j(I) >= m_j(J) - cap_j, checked for two candidates per J: the sub-ideal
-// with the largest h and the one with the largest m. At T = ∞ the second
-// candidate makes the test exact (for the upper-bound memory), so "no split
-// at T = ∞" proves no split fits when no parameters are tied; for finite T the
-// memory search is a heuristic (never an invalid or over-memory split).
-// The lower bound always comes from the memory-free searches.
+// The ideal_dp partitioner: exact bottleneck DP over the lattice of ideals
+// (downward-closed node sets) of the DAG. RELAY is solved exactly by the
+// separable DP; DIRECT by the separable lower bound, then the pair DP. Free
+// sources are glued to their consumer; memory caps are searched only when the
+// memory-free split does not fit. Derivation: docs/partitioning.md,
+// "Ideal-lattice DP".
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -161,7 +55,7 @@ class LatticeSolve {
   // 2. DIRECT: first the separable lower-bound charge (memory ignored): its
   //    largest infeasible T bounds every split and clamps the pair DP; its
   //    chains are valid splits (not offered when empty stages are admitted,
-  //    see "Free sources"). Then the pair DP.
+  //    docs/partitioning.md, "Free sources"). Then the pair DP.
   absl::Status SearchDirect();
   // The pair DP with the fastest links (memory ignored), pruned by the best
   // objective so far: its optimum bounds every split (minus the glued work)
@@ -175,8 +69,8 @@ class LatticeSolve {
   //    True when that proves no split fits.
   absl::StatusOr<bool> SearchWithinMemory();
   // 4. RELAY with glued sources: the RELAY charge with empty stages
-  //    admitted bounds every split (see "Free sources"); its chains are not
-  //    offered.
+  //    admitted bounds every split (docs/partitioning.md, "Free sources");
+  //    its chains are not offered.
   absl::Status BoundRelayGlued();
   absl::StatusOr<Partition> Finish(bool memory_proven_infeasible);
 
@@ -303,7 +197,7 @@ absl::StatusOr<Partition> LatticeSolve::Finish(bool memory_proven_infeasible) {
         " stages; add devices or stages, lower microbatches in flight, or use a smaller "
         "optimizer state"));
   }
-  // Gluing may add the glued work to a stage (see "Free sources").
+  // Gluing may add the glued work to a stage (docs/partitioning.md, "Free sources").
   double max_slow = 0;
   for (int d : problem_.stage_device) max_slow = std::max(max_slow, problem_.cost->slowdown(d));
   const double lower = std::max(floor_, dp_lower_ - lat_.glued_work * max_slow);

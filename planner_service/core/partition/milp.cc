@@ -1,51 +1,7 @@
-// CBC mixed-integer program for the contiguous pipeline split.
-//
-// Formulation over super-nodes S of a contraction (contraction.h), k stages:
-//   u[S][j] = [stage(S) <= j], binary, j = 0..k-2 (u[S][-1] = 0, u[S][k-1] = 1)
-//   u[S][j] <= u[S][j+1]; u[B][j] <= u[A][j] for every edge A -> B;
-//   x[S][j] = u[S][j] - u[S][j-1] (an expression); sum_S x[S][j] >= 1.
-//   minimize T;  T >= slowdown_j * sum_S work_S x[S][j] + comm_j  for each j.
-//   memory_j = sum_S x[S][j] (act_S * inflight_j + psf * private params_S)
-//            + psf * sum_{shared groups g} bytes_g y[g][j] <= memory(device_j),
-//     y[g][j] >= x[S][j] for every S touching g (groups touched by a single
-//     super-node are folded into its private bytes). Exact.
-//
-// Communication is modelled per tensor (one original node's output) and its
-// consumer super-nodes. Different edge sizes of one tensor are handled with
-// "byte levels": consumers sorted by bytes b_1 > ... > b_L, level i = the
-// consumers with bytes >= b_i, and the charge sum_i (b_i - b_{i+1}) * [some
-// level-i consumer qualifies] equals the largest qualifying edge, as in
-// CostModel::Evaluate. All charges are doubled (forward + backward).
-//  - RELAY (exact): c >= u[A][j] - u[B][j] for B in the level; charged on both
-//    sides of boundary j with the link (j, j+1).
-//  - DIRECT receiver at stage b: r >= x[B][b] + u[A][b-1] - 1. Its link
-//    depends on the producer's stage a; the charge uses g(a) = min_{a'' <= a}
-//    t(a'', b), the largest lower envelope non-increasing in a, written as
-//    g(b-1) * r + sum_{a'} (g(a') - g(a'+1)) * z_{a'} with
-//    z_{a'} >= r + u[A][a'] - 1. Exact when links never get faster further
-//    back (any homogeneous cluster, hosts in stage order); a lower bound
-//    otherwise.
-//  - DIRECT producer at stage a: o >= x[A][a] - u[B][a]. With one byte level
-//    it pays h(f) for the farthest receiving stage f, h(b) = min_{b'' >= b}
-//    t(a, b'') written with thresholds q_{b'} >= x[A][a] - u[B][b'] (exact
-//    when links never get faster further ahead); with several levels it pays
-//    the largest tensor over the fastest outgoing link (a lower bound).
-// Tensors with the same producer super-node and consumer set share their
-// indicator variables (coefficients add up). Only u is integer; every other
-// variable is continuous in [0, 1] and pushed to max(0, its lower bounds)
-// in any optimum that matters (all charges are non-negative).
-//
-// The MILP cost is never above the true cost, so CBC's bound is valid for
-// the contracted problem; every incumbent CBC reports is re-evaluated exactly
-// with MakePartition and the best one wins.
-//
-// Lower bound validity: CBC's best possible objective is reported only when
-// the contraction had no lossy step (free-source merges are corrected with
-// FreeSourceFallbackBound, see contraction.h). After a lossy (target-size)
-// contraction a second, uncontracted-but-exact model is solved with the
-// remaining time, warm-started from the incumbent, to obtain a valid bound;
-// when that model would be too large, only BalanceLowerBound and the chain
-// DP's proven bound are reported.
+// The milp partitioner: CBC on the mixed-integer program over a contraction
+// of the DAG, warm-started from the best split known, with a lower bound that
+// holds for the original problem (communication bound, exact models after a
+// lossy presolve). Derivation: docs/partitioning.md, "MILP".
 #include <algorithm>
 #include <cstdint>
 #include <memory>
