@@ -144,7 +144,8 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
   Scenario sc;
   if (flags.Has("csv")) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("csv"));
-    absl::StatusOr<PipelineSchedule> s = schedule::LoadScheduleCsvFile(path);
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    absl::StatusOr<PipelineSchedule> s = schedule::ScheduleFromCsv(text);
     if (!s.ok())
       return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
     sc.source = "csv";

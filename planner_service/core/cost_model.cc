@@ -5,8 +5,103 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
+
+namespace {
+
+// An assignment of the right size, and a device for every stage.
+absl::Status CheckShape(const Graph& g, const Cluster& cluster, std::span<const int> stage_of_node,
+                        std::span<const int> stage_device) {
+  const int n = g.num_nodes();
+  const int k = static_cast<int>(stage_device.size());
+  if (static_cast<int>(stage_of_node.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("assignment has ", stage_of_node.size(), " entries for ", n, " nodes"));
+  }
+  if (k == 0) return absl::InvalidArgumentError("no stages");
+  for (int j = 0; j < k; ++j) {
+    if (stage_device[j] < 0 || stage_device[j] >= cluster.num_devices()) {
+      return absl::InvalidArgumentError(absl::StrCat("stage ", j, " has no device"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One tensor produced in stage a and consumed in the stages `touched`
+// (sorted), `bytes_to_stage[b]` the largest of its edges into stage b.
+// DIRECT: each consuming stage pays its own transfer, the producing stage
+// the longest of them.
+void ChargeDirect(const Cluster& cluster, std::span<const int> stage_device, int a,
+                  const std::vector<int>& touched, const std::vector<double>& bytes_to_stage,
+                  std::vector<StageCost>& stages) {
+  const int da = stage_device[a];
+  double producer = 0;
+  for (int b : touched) {
+    const double t = cluster.TransferSeconds(da, stage_device[b], bytes_to_stage[b]);
+    stages[b].forward_comm_seconds += t;
+    stages[b].backward_comm_seconds += t;
+    producer = std::max(producer, t);
+  }
+  stages[a].forward_comm_seconds += producer;
+  stages[a].backward_comm_seconds += producer;
+}
+
+// RELAY: across boundary j -> j+1 the tensor carries the largest of the
+// edges that still have a consumer beyond j, charged to both sides.
+void ChargeRelay(const Cluster& cluster, std::span<const int> stage_device, int a,
+                 const std::vector<int>& touched, const std::vector<double>& bytes_to_stage,
+                 std::vector<StageCost>& stages) {
+  double beyond = 0;
+  size_t next = touched.size();
+  for (int j = touched.back() - 1; j >= a; --j) {
+    while (next > 0 && touched[next - 1] > j) {
+      beyond = std::max(beyond, bytes_to_stage[touched[--next]]);
+    }
+    const double t = cluster.TransferSeconds(stage_device[j], stage_device[j + 1], beyond);
+    stages[j].forward_comm_seconds += t;
+    stages[j].backward_comm_seconds += t;
+    stages[j + 1].forward_comm_seconds += t;
+    stages[j + 1].backward_comm_seconds += t;
+  }
+}
+
+// Communication, tensor by tensor (a tensor is one node's output);
+// INVALID_ARGUMENT for an edge that goes to an earlier stage.
+absl::Status AddCommunication(const CostModel& cost, std::span<const int> stage_of_node,
+                              std::span<const int> stage_device, std::vector<StageCost>& stages) {
+  const Graph& g = cost.graph();
+  const int k = static_cast<int>(stage_device.size());
+  std::vector<double> bytes_to_stage(k, 0);  // max bytes of v's edges into each stage
+  std::vector<int> touched;
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    const int a = stage_of_node[v];
+    for (int e : g.out_edges(v)) {
+      const int b = stage_of_node[g.edge(e).dst];
+      if (b < a) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("edge \"", g.node(v).id, "\" -> \"", g.node(g.edge(e).dst).id,
+                         "\" goes backwards from stage ", a, " to stage ", b));
+      }
+      if (b == a) continue;
+      if (bytes_to_stage[b] == 0) touched.push_back(b);
+      bytes_to_stage[b] = std::max(bytes_to_stage[b], std::max(cost.edge_bytes(e), 1e-300));
+    }
+    if (touched.empty()) continue;
+    std::sort(touched.begin(), touched.end());
+    if (cost.options().comm_model == CommModel::kDirect) {
+      ChargeDirect(cost.cluster(), stage_device, a, touched, bytes_to_stage, stages);
+    } else {
+      ChargeRelay(cost.cluster(), stage_device, a, touched, bytes_to_stage, stages);
+    }
+    for (int b : touched) bytes_to_stage[b] = 0;
+    touched.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 CostModel::CostModel(const Graph& graph, const Cluster& cluster, CostOptions options)
     : graph_(&graph), cluster_(&cluster), options_(options) {
@@ -32,16 +127,7 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
   const Graph& g = *graph_;
   const int n = g.num_nodes();
   const int k = static_cast<int>(stage_device.size());
-  if (static_cast<int>(stage_of_node.size()) != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("assignment has ", stage_of_node.size(), " entries for ", n, " nodes"));
-  }
-  if (k == 0) return absl::InvalidArgumentError("no stages");
-  for (int j = 0; j < k; ++j) {
-    if (stage_device[j] < 0 || stage_device[j] >= cluster_->num_devices()) {
-      return absl::InvalidArgumentError(absl::StrCat("stage ", j, " has no device"));
-    }
-  }
+  PIPEPLAN_RETURN_IF_ERROR(CheckShape(g, *cluster_, stage_of_node, stage_device));
   std::vector<StageCost> stages(k);
   for (int j = 0; j < k; ++j) stages[j].device = stage_device[j];
   for (int v = 0; v < n; ++v) {
@@ -75,54 +161,7 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
     }
   }
   for (StageCost& st : stages) st.param_state_bytes = st.param_bytes * param_state_factor();
-
-  // Communication, tensor by tensor (a tensor is one node's output).
-  std::vector<double> bytes_to_stage(k, 0);  // max bytes of v's edges into each stage
-  std::vector<int> touched;
-  for (int v = 0; v < n; ++v) {
-    const int a = stage_of_node[v];
-    for (int e : g.out_edges(v)) {
-      const int b = stage_of_node[g.edge(e).dst];
-      if (b < a) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("edge \"", g.node(v).id, "\" -> \"", g.node(g.edge(e).dst).id,
-                         "\" goes backwards from stage ", a, " to stage ", b));
-      }
-      if (b == a) continue;
-      if (bytes_to_stage[b] == 0) touched.push_back(b);
-      bytes_to_stage[b] = std::max(bytes_to_stage[b], std::max(edge_bytes(e), 1e-300));
-    }
-    if (touched.empty()) continue;
-    std::sort(touched.begin(), touched.end());
-    const int da = stage_device[a];
-    if (options_.comm_model == CommModel::kDirect) {
-      double producer = 0;
-      for (int b : touched) {
-        const double t = cluster_->TransferSeconds(da, stage_device[b], bytes_to_stage[b]);
-        stages[b].forward_comm_seconds += t;
-        stages[b].backward_comm_seconds += t;
-        producer = std::max(producer, t);
-      }
-      stages[a].forward_comm_seconds += producer;
-      stages[a].backward_comm_seconds += producer;
-    } else {
-      // Across boundary j -> j+1 the tensor carries the largest of the edges
-      // that still have a consumer beyond j.
-      double beyond = 0;
-      size_t next = touched.size();
-      for (int j = touched.back() - 1; j >= a; --j) {
-        while (next > 0 && touched[next - 1] > j)
-          beyond = std::max(beyond, bytes_to_stage[touched[--next]]);
-        const double t = cluster_->TransferSeconds(stage_device[j], stage_device[j + 1], beyond);
-        stages[j].forward_comm_seconds += t;
-        stages[j].backward_comm_seconds += t;
-        stages[j + 1].forward_comm_seconds += t;
-        stages[j + 1].backward_comm_seconds += t;
-      }
-    }
-    for (int b : touched) bytes_to_stage[b] = 0;
-    touched.clear();
-  }
+  PIPEPLAN_RETURN_IF_ERROR(AddCommunication(*this, stage_of_node, stage_device, stages));
   return stages;
 }
 

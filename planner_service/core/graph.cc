@@ -77,6 +77,28 @@ std::string DescribeCycle(const Graph& g, const std::vector<char>& placed) {
   return absl::StrJoin(names, " -> ");
 }
 
+// Depth of every node (longest path from a source), by Kahn's algorithm;
+// nodes on a cycle keep the depth they reached (the caller reports the
+// cycle).
+std::vector<int> NodeDepths(const Graph& g) {
+  const int n = g.num_nodes();
+  std::vector<int> depth(n, 0), indegree_left(n);
+  std::vector<int> queue;
+  for (int v = 0; v < n; ++v) {
+    indegree_left[v] = static_cast<int>(g.in_edges(v).size());
+    if (indegree_left[v] == 0) queue.push_back(v);
+  }
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const int v = queue[i];
+    for (int e : g.out_edges(v)) {
+      const int w = g.edge(e).dst;
+      depth[w] = std::max(depth[w], depth[v] + 1);
+      if (--indegree_left[w] == 0) queue.push_back(w);
+    }
+  }
+  return depth;
+}
+
 }  // namespace
 
 double Graph::backward_flops(int v) const {
@@ -115,29 +137,40 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
   Graph g;
   g.name_ = std::move(spec.name);
   g.batch_size_ = spec.batch_size;
-  g.index_.reserve(spec.nodes.size());
-  for (size_t i = 0; i < spec.nodes.size(); ++i) {
-    if (auto s = CheckNode(spec.nodes[i], i); !s.ok()) return s;
-    auto [it, inserted] = g.index_.emplace(spec.nodes[i].id, static_cast<int>(i));
+  if (auto s = g.IndexNodes(std::move(spec.nodes)); !s.ok()) return s;
+  if (auto s = g.ResolveEdges(spec.edges); !s.ok()) return s;
+  g.BuildAdjacency();
+  if (auto s = g.BuildTopologicalOrder(); !s.ok()) return s;
+  g.GroupParameters();
+  return g;
+}
+
+absl::Status Graph::IndexNodes(std::vector<NodeSpec> nodes) {
+  index_.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (auto s = CheckNode(nodes[i], i); !s.ok()) return s;
+    auto [it, inserted] = index_.emplace(nodes[i].id, static_cast<int>(i));
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat("graph.nodes[", i, "].id \"", spec.nodes[i].id,
+      return absl::InvalidArgumentError(absl::StrCat("graph.nodes[", i, "].id \"", nodes[i].id,
                                                      "\" is duplicated (first at graph.nodes[",
                                                      it->second, "])"));
     }
   }
-  g.nodes_ = std::move(spec.nodes);
-  const int n = g.num_nodes();
+  nodes_ = std::move(nodes);
+  return absl::OkStatus();
+}
 
-  g.edges_.reserve(spec.edges.size());
-  for (size_t i = 0; i < spec.edges.size(); ++i) {
-    const EdgeSpec& e = spec.edges[i];
-    auto src = g.index_.find(e.src);
-    if (src == g.index_.end()) {
+absl::Status Graph::ResolveEdges(const std::vector<EdgeSpec>& edges) {
+  edges_.reserve(edges.size());
+  for (size_t i = 0; i < edges.size(); ++i) {
+    const EdgeSpec& e = edges[i];
+    auto src = index_.find(e.src);
+    if (src == index_.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph.edges[", i, "].src \"", e.src, "\" is not a node"));
     }
-    auto dst = g.index_.find(e.dst);
-    if (dst == g.index_.end()) {
+    auto dst = index_.find(e.dst);
+    if (dst == index_.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph.edges[", i, "].dst \"", e.dst, "\" is not a node"));
     }
@@ -148,50 +181,38 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
     if (auto s = CheckNumber(e.bytes, absl::StrCat("graph.edges[", i, "].bytes")); !s.ok()) {
       return s;
     }
-    const double bytes = e.bytes > 0 ? e.bytes : g.nodes_[src->second].output_bytes;
-    g.edges_.push_back({src->second, dst->second, bytes});
+    const double bytes = e.bytes > 0 ? e.bytes : nodes_[src->second].output_bytes;
+    edges_.push_back({src->second, dst->second, bytes});
   }
+  return absl::OkStatus();
+}
 
-  // CSR adjacency.
-  g.out_begin_.assign(n + 1, 0);
-  g.in_begin_.assign(n + 1, 0);
-  for (const Edge& e : g.edges_) {
-    ++g.out_begin_[e.src + 1];
-    ++g.in_begin_[e.dst + 1];
+// CSR adjacency.
+void Graph::BuildAdjacency() {
+  const int n = num_nodes();
+  out_begin_.assign(n + 1, 0);
+  in_begin_.assign(n + 1, 0);
+  for (const Edge& e : edges_) {
+    ++out_begin_[e.src + 1];
+    ++in_begin_[e.dst + 1];
   }
   for (int v = 0; v < n; ++v) {
-    g.out_begin_[v + 1] += g.out_begin_[v];
-    g.in_begin_[v + 1] += g.in_begin_[v];
+    out_begin_[v + 1] += out_begin_[v];
+    in_begin_[v + 1] += in_begin_[v];
   }
-  g.out_edge_ids_.resize(g.edges_.size());
-  g.in_edge_ids_.resize(g.edges_.size());
-  {
-    std::vector<int> out_fill(g.out_begin_.begin(), g.out_begin_.end() - 1);
-    std::vector<int> in_fill(g.in_begin_.begin(), g.in_begin_.end() - 1);
-    for (int e = 0; e < g.num_edges(); ++e) {
-      g.out_edge_ids_[out_fill[g.edges_[e].src]++] = e;
-      g.in_edge_ids_[in_fill[g.edges_[e].dst]++] = e;
-    }
+  out_edge_ids_.resize(edges_.size());
+  in_edge_ids_.resize(edges_.size());
+  std::vector<int> out_fill(out_begin_.begin(), out_begin_.end() - 1);
+  std::vector<int> in_fill(in_begin_.begin(), in_begin_.end() - 1);
+  for (int e = 0; e < num_edges(); ++e) {
+    out_edge_ids_[out_fill[edges_[e].src]++] = e;
+    in_edge_ids_[in_fill[edges_[e].dst]++] = e;
   }
+}
 
-  // Depth of every node (longest path from a source), by Kahn's algorithm;
-  // nodes on a cycle never get one and are reported below.
-  std::vector<int> depth(n, 0), indegree_left(n);
-  {
-    std::vector<int> queue;
-    for (int v = 0; v < n; ++v) {
-      indegree_left[v] = g.in_begin_[v + 1] - g.in_begin_[v];
-      if (indegree_left[v] == 0) queue.push_back(v);
-    }
-    for (size_t i = 0; i < queue.size(); ++i) {
-      const int v = queue[i];
-      for (int e : g.out_edges(v)) {
-        const int w = g.edges_[e].dst;
-        depth[w] = std::max(depth[w], depth[v] + 1);
-        if (--indegree_left[w] == 0) queue.push_back(w);
-      }
-    }
-  }
+absl::Status Graph::BuildTopologicalOrder() {
+  const int n = num_nodes();
+  const std::vector<int> depth = NodeDepths(*this);
   // The order used for splitting is built backwards from the sinks with a
   // stack: a node is placed as soon as all its consumers are, and among
   // producers that become ready together the shallowest is placed first, so
@@ -201,7 +222,7 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
   std::vector<int> outdegree_left(n);
   std::vector<int> stack, ready;
   for (int v = 0; v < n; ++v) {
-    outdegree_left[v] = g.out_begin_[v + 1] - g.out_begin_[v];
+    outdegree_left[v] = out_begin_[v + 1] - out_begin_[v];
     if (outdegree_left[v] == 0) ready.push_back(v);
   }
   auto push_ready = [&] {
@@ -217,8 +238,8 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
     const int v = stack.back();
     stack.pop_back();
     reversed.push_back(v);
-    for (int e : g.in_edges(v)) {
-      const int u = g.edges_[e].src;
+    for (int e : in_edges(v)) {
+      const int u = edges_[e].src;
       if (--outdegree_left[u] == 0) ready.push_back(u);
     }
     push_ready();
@@ -227,34 +248,37 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
     std::vector<char> placed(n, 0);
     for (int v : reversed) placed[v] = 1;
     return absl::InvalidArgumentError(
-        absl::StrCat("graph has a cycle: ", DescribeCycle(g, placed)));
+        absl::StrCat("graph has a cycle: ", DescribeCycle(*this, placed)));
   }
-  g.topo_order_.assign(reversed.rbegin(), reversed.rend());
-  g.topo_position_.resize(n);
-  for (int i = 0; i < n; ++i) g.topo_position_[g.topo_order_[i]] = i;
+  topo_order_.assign(reversed.rbegin(), reversed.rend());
+  topo_position_.resize(n);
+  for (int i = 0; i < n; ++i) topo_position_[topo_order_[i]] = i;
+  return absl::OkStatus();
+}
 
-  // Parameter groups: tied weights share one group.
-  g.param_group_.assign(n, -1);
+// Tied weights (the same param_key) share one group.
+void Graph::GroupParameters() {
+  const int n = num_nodes();
+  param_group_.assign(n, -1);
   absl::flat_hash_map<std::string_view, int> key_group;
   for (int v = 0; v < n; ++v) {
-    const NodeSpec& node = g.nodes_[v];
+    const NodeSpec& node = nodes_[v];
     if (node.param_bytes <= 0) continue;
     int group;
     if (node.param_key.empty()) {
-      group = g.num_param_groups_++;
-      g.param_group_bytes_.push_back(0);
+      group = num_param_groups_++;
+      param_group_bytes_.push_back(0);
     } else {
-      auto [it, inserted] = key_group.emplace(node.param_key, g.num_param_groups_);
+      auto [it, inserted] = key_group.emplace(node.param_key, num_param_groups_);
       if (inserted) {
-        ++g.num_param_groups_;
-        g.param_group_bytes_.push_back(0);
+        ++num_param_groups_;
+        param_group_bytes_.push_back(0);
       }
       group = it->second;
     }
-    g.param_group_[v] = group;
-    g.param_group_bytes_[group] = std::max(g.param_group_bytes_[group], node.param_bytes);
+    param_group_[v] = group;
+    param_group_bytes_[group] = std::max(param_group_bytes_[group], node.param_bytes);
   }
-  return g;
 }
 
 }  // namespace pipeplan

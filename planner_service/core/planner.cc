@@ -139,6 +139,150 @@ absl::StatusOr<std::vector<int>> InflightPerStage(const schedule::PipelineSchedu
   return sim.peak_inflight_per_stage;
 }
 
+// Every candidate of the search: each gets its own cost model (the
+// microbatch size changes per-microbatch costs), a partition and a
+// simulation.
+std::vector<Candidate> Candidates(const Graph& graph, const Cluster& cluster,
+                                  const PlanOptions& options) {
+  const int interleave =
+      options.chunks_per_rank > 0 ? options.chunks_per_rank : kDefaultChunksPerRank;
+  std::vector<Candidate> candidates;
+  for (int ranks : RanksToTry(graph, cluster, options)) {
+    for (ScheduleKind kind : KindsToTry(options)) {
+      const int chunks_per_rank = schedule::StagesPerRank(kind, interleave);
+      if (ranks * chunks_per_rank > graph.num_nodes()) continue;
+      if (ranks == 1 && chunks_per_rank > 1 && !options.schedule) continue;  // same as GPipe
+      for (int m : MicrobatchesToTry(options, ranks)) {
+        candidates.push_back({kind, ranks, chunks_per_rank, m});
+      }
+    }
+  }
+  return candidates;
+}
+
+// Partitions one candidate with a method and simulates its schedule.
+struct CandidateSolver {
+  const Graph& graph;
+  const Cluster& cluster;
+  const PlanOptions& options;
+  absl::Time deadline;
+  double gap;
+
+  absl::StatusOr<PlanResult> Solve(const Candidate& c, PartitionMethod method) const;
+};
+
+absl::StatusOr<PlanResult> CandidateSolver::Solve(const Candidate& c,
+                                                  PartitionMethod method) const {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
+  const CostOptions co =
+      CostOptionsFor(graph, options.comm_model, options.optimizer_state_multiplier,
+                     options.global_batch, c.microbatches);
+  // Plans hold values only, so the model lives just as long as the solve.
+  const CostModel cost(graph, cluster, co);
+  PartitionProblem problem{.cost = &cost,
+                           .stage_inflight = inflight,
+                           .deadline = deadline,
+                           .relative_gap = gap,
+                           .cancelled = options.cancelled,
+                           .log = options.solver_log};
+  for (int s = 0; s < sched.num_stages; ++s) {
+    const int device = sched.stage_to_rank[s];  // rank r runs on device r
+    problem.stage_device.push_back(device);
+    problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks_per_rank);
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
+  PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
+                            schedule::Simulate(sched, SimulatorCosts(plan.partition.stages)));
+  plan.num_ranks = c.ranks;
+  plan.schedule = c.kind;
+  plan.chunks_per_rank = c.chunks_per_rank;
+  plan.microbatches = c.microbatches;
+  plan.comm_model = options.comm_model;
+  plan.sample_scale = co.sample_scale;
+  plan.step_seconds = sim.step_seconds;
+  plan.bubble_ratio = sim.bubble_ratio;
+  plan.stage_peak_memory.clear();
+  for (int s = 0; s < sched.num_stages; ++s) {
+    plan.stage_peak_memory.push_back(StageMemoryBytes(problem, s, plan.partition.stages[s]));
+  }
+  return plan;
+}
+
+// Every candidate that plans before the deadline, with `method`; the first
+// error (a memory failure preferred) when none does.
+absl::StatusOr<std::vector<Scored>> ScoreCandidates(const CandidateSolver& solver,
+                                                    const std::vector<Candidate>& candidates,
+                                                    PartitionMethod method) {
+  std::vector<Scored> scored;
+  absl::Status first_error = absl::OkStatus();
+  const std::atomic<bool>* cancelled = solver.options.cancelled;
+  for (const Candidate& c : candidates) {
+    if (absl::Now() >= solver.deadline) {
+      if (scored.empty() && first_error.ok()) {
+        first_error =
+            absl::DeadlineExceededError("the time limit ran out before any candidate was planned");
+      }
+      break;
+    }
+    if (cancelled != nullptr && cancelled->load()) {
+      if (scored.empty()) first_error = absl::CancelledError("planning was cancelled");
+      break;
+    }
+    auto plan = solver.Solve(c, method);
+    if (!plan.ok()) {
+      // Report the first memory failure: the deepest pipeline, which had the
+      // most memory, so its shortfall is the one worth telling.
+      if (first_error.ok() || (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
+                               first_error.code() != absl::StatusCode::kFailedPrecondition)) {
+        first_error = plan.status();
+      }
+      continue;
+    }
+    scored.push_back({c, *std::move(plan)});
+  }
+  if (scored.empty()) {
+    if (!first_error.ok()) return first_error;
+    return absl::FailedPreconditionError("no schedule, depth and microbatch count fits");
+  }
+  return scored;
+}
+
+// Fastest first. With a global batch every candidate's step trains the same
+// samples, so step time decides. Without one, candidates run different
+// microbatch counts of the same size, so compare time per microbatch
+// (throughput). (A graph without batch_size cannot be rescaled, so there
+// too.)
+void SortByThroughput(const Graph& graph, const PlanOptions& options, std::vector<Scored>& scored) {
+  const bool same_samples = options.global_batch > 0 && graph.batch_size() > 0;
+  auto seconds_per_sample = [&](const PlanResult& p) {
+    return same_samples ? p.step_seconds : p.step_seconds / p.microbatches;
+  };
+  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
+    return seconds_per_sample(a.plan) < seconds_per_sample(b.plan);
+  });
+}
+
+// Re-solves the winning candidate with the requested method. Same
+// candidate, so the refined solve's bound holds for the search's split too;
+// keeps whichever split simulates faster, with the full report.
+void Refine(const CandidateSolver& solver, const Candidate& candidate, PlanResult& best) {
+  auto refined = solver.Solve(candidate, solver.options.method);
+  if (!refined.ok()) return;
+  if (refined->step_seconds <= best.step_seconds) {
+    refined->lower_bound = std::max(refined->lower_bound, best.lower_bound);
+    best = *std::move(refined);
+  } else {
+    best.lower_bound = std::max(best.lower_bound, refined->lower_bound);
+    best.nodes_explored += refined->nodes_explored;
+    best.candidates = std::move(refined->candidates);
+  }
+  best.lower_bound = std::min(best.lower_bound, best.partition.objective);
+  best.partition.lower_bound = best.lower_bound;
+  best.gap = Gap(best.partition.objective, best.lower_bound);
+}
+
 }  // namespace
 
 CostOptions CostOptionsFor(const Graph& graph, CommModel comm, double optimizer_state_multiplier,
@@ -276,125 +420,23 @@ absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
   const absl::Time start = absl::Now();
   const double limit =
       options.time_limit_seconds > 0 ? options.time_limit_seconds : kDefaultTimeLimitSeconds;
-  const absl::Time deadline = std::min(options.deadline, start + absl::Seconds(limit));
-  const double gap = options.relative_gap > 0 ? options.relative_gap : kDefaultRelativeGap;
-  const int interleave =
-      options.chunks_per_rank > 0 ? options.chunks_per_rank : kDefaultChunksPerRank;
+  const CandidateSolver solver{
+      .graph = graph,
+      .cluster = cluster,
+      .options = options,
+      .deadline = std::min(options.deadline, start + absl::Seconds(limit)),
+      .gap = options.relative_gap > 0 ? options.relative_gap : kDefaultRelativeGap};
   const bool fixed = options.schedule && options.num_ranks > 0 && options.microbatches > 0;
-
-  // Enumerate candidates; each gets its own cost model (the microbatch size
-  // changes per-microbatch costs) and a fast partition, then a simulation.
-  std::vector<Candidate> candidates;
-  for (int ranks : RanksToTry(graph, cluster, options)) {
-    for (ScheduleKind kind : KindsToTry(options)) {
-      const int chunks_per_rank = schedule::StagesPerRank(kind, interleave);
-      if (ranks * chunks_per_rank > graph.num_nodes()) continue;
-      if (ranks == 1 && chunks_per_rank > 1 && !options.schedule) continue;  // same as GPipe
-      for (int m : MicrobatchesToTry(options, ranks))
-        candidates.push_back({kind, ranks, chunks_per_rank, m});
-    }
-  }
-
-  std::vector<Scored> scored;
-  absl::Status first_error = absl::OkStatus();
-  auto evaluate = [&](const Candidate& c, PartitionMethod method) -> absl::StatusOr<PlanResult> {
-    PIPEPLAN_ASSIGN_OR_RETURN(
-        auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
-    PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
-    const CostOptions co =
-        CostOptionsFor(graph, options.comm_model, options.optimizer_state_multiplier,
-                       options.global_batch, c.microbatches);
-    // Plans hold values only, so the model lives just as long as the solve.
-    const CostModel cost(graph, cluster, co);
-    PartitionProblem problem{.cost = &cost,
-                             .stage_inflight = inflight,
-                             .deadline = deadline,
-                             .relative_gap = gap,
-                             .cancelled = options.cancelled};
-    for (int s = 0; s < sched.num_stages; ++s) {
-      const int device = sched.stage_to_rank[s];  // rank r runs on device r
-      problem.stage_device.push_back(device);
-      problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks_per_rank);
-    }
-    PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
-    PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
-                              schedule::Simulate(sched, SimulatorCosts(plan.partition.stages)));
-    plan.num_ranks = c.ranks;
-    plan.schedule = c.kind;
-    plan.chunks_per_rank = c.chunks_per_rank;
-    plan.microbatches = c.microbatches;
-    plan.comm_model = options.comm_model;
-    plan.sample_scale = co.sample_scale;
-    plan.step_seconds = sim.step_seconds;
-    plan.bubble_ratio = sim.bubble_ratio;
-    plan.stage_peak_memory.clear();
-    for (int s = 0; s < sched.num_stages; ++s) {
-      plan.stage_peak_memory.push_back(StageMemoryBytes(problem, s, plan.partition.stages[s]));
-    }
-    return plan;
-  };
-
   // With everything fixed there is one candidate, solved by the requested
   // method directly; otherwise the search scores candidates with the fast
   // chain DP and re-solves the winner with the requested method.
-  const PartitionMethod search_method = fixed ? options.method : PartitionMethod::kDp;
-  for (const Candidate& c : candidates) {
-    if (absl::Now() >= deadline) {
-      if (scored.empty() && first_error.ok()) {
-        first_error =
-            absl::DeadlineExceededError("the time limit ran out before any candidate was planned");
-      }
-      break;
-    }
-    if (options.cancelled != nullptr && options.cancelled->load()) {
-      if (scored.empty()) first_error = absl::CancelledError("planning was cancelled");
-      break;
-    }
-    auto plan = evaluate(c, search_method);
-    if (!plan.ok()) {
-      // Report the first memory failure: the deepest pipeline, which had the
-      // most memory, so its shortfall is the one worth telling.
-      if (first_error.ok() || (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
-                               first_error.code() != absl::StatusCode::kFailedPrecondition)) {
-        first_error = plan.status();
-      }
-      continue;
-    }
-    scored.push_back({c, *std::move(plan)});
-  }
-  if (scored.empty()) {
-    if (!first_error.ok()) return first_error;
-    return absl::FailedPreconditionError("no schedule, depth and microbatch count fits");
-  }
-  // With a global batch every candidate's step trains the same samples, so
-  // step time decides. Without one, candidates run different microbatch
-  // counts of the same size, so compare time per microbatch (throughput).
-  // (A graph without batch_size cannot be rescaled, so there too.)
-  const bool same_samples = options.global_batch > 0 && graph.batch_size() > 0;
-  auto seconds_per_sample = [&](const PlanResult& p) {
-    return same_samples ? p.step_seconds : p.step_seconds / p.microbatches;
-  };
-  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
-    return seconds_per_sample(a.plan) < seconds_per_sample(b.plan);
-  });
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<Scored> scored,
+                            ScoreCandidates(solver, Candidates(graph, cluster, options),
+                                            fixed ? options.method : PartitionMethod::kDp));
+  SortByThroughput(graph, options, scored);
   PlanResult best = std::move(scored.front().plan);
   if (!fixed && options.method != PartitionMethod::kDp) {
-    auto refined = evaluate(scored.front().candidate, options.method);
-    if (refined.ok()) {
-      // Same candidate, so the refined solve's bound holds for the search's
-      // split too; keep whichever split simulates faster, with the full report.
-      if (refined->step_seconds <= best.step_seconds) {
-        refined->lower_bound = std::max(refined->lower_bound, best.lower_bound);
-        best = *std::move(refined);
-      } else {
-        best.lower_bound = std::max(best.lower_bound, refined->lower_bound);
-        best.nodes_explored += refined->nodes_explored;
-        best.candidates = std::move(refined->candidates);
-      }
-      best.lower_bound = std::min(best.lower_bound, best.partition.objective);
-      best.partition.lower_bound = best.lower_bound;
-      best.gap = Gap(best.partition.objective, best.lower_bound);
-    }
+    Refine(solver, scored.front().candidate, best);
   }
   for (size_t i = 1; i < scored.size() && best.alternatives.size() < kMaxAlternatives; ++i) {
     const PlanResult& alt = scored[i].plan;

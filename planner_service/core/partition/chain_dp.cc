@@ -1,27 +1,7 @@
-// Exact min-max dynamic program over the graph's topological order.
-//
-// A split whose stages are contiguous blocks of a topological order is always
-// valid. Over one fixed order, the bottleneck problem is solved exactly by
-// binary search on the bottleneck T with an O(n·k) feasibility test:
-//
-//   stage j over positions [a, b) costs
-//     (P[b] - P[a]) * slowdown_j + left_j(a) + right_j(b)
-//
-// where P is the prefix of reference work and left/right charge the tensors
-// crossing the two cuts (RELAY semantics: every tensor crossing a cut is sent
-// by one side and received by the other, forward and backward). Because the
-// cost separates into a term of a and a term of b, "some reachable a with
-// cost(a, b) <= T" becomes "max over reachable a of h(a) >= g(b) - T", a
-// sliding-window maximum; memory caps bound the window from the left.
-//
-// Exactness: for chains, and any graph with a unique topological order, every
-// valid split is a split of this order, so the result is optimal under RELAY
-// and the final infeasible threshold is a proven lower bound. For DIRECT the
-// RELAY charge is an upper bound (on uniform links) and a second pass with a
-// per-cut charge that DIRECT can never beat (the tensors the stage's first
-// node must receive and its last node must send, on the fastest link) yields
-// the lower bound. For other DAGs the order is one of many and the result is
-// a strong heuristic and warm start, with no bound claimed.
+// Exact min-max DP over the graph's topological order: binary search on the
+// bottleneck with an O(n·k) sliding-window feasibility test; exact for
+// chains, a heuristic and warm start for other DAGs. Derivation:
+// docs/partitioning.md, "Chain DP".
 #include <algorithm>
 #include <cmath>
 #include <deque>

@@ -3,32 +3,16 @@
 // Private to pipeplan_core (not installed under include/).
 //
 // Two kinds of contraction, applied in this order:
-//
-//  1. Free sources (EXACT FOR THE BOUND). A node with no in-edges, zero work,
-//     zero activation bytes, no parameters and a single consumer node c is
-//     merged into c. Take any valid split in which every stage keeps at least
-//     one node that is not such a source: moving each free source into its
-//     consumer's stage changes no compute and no memory and only removes
-//     traffic, so the split stays valid and no stage gets slower. The only
-//     splits the contraction loses have some stage made entirely of free
-//     sources; such a split does all the work on at most k-1 stages, so its
-//     bottleneck is at least FreeSourceFallbackBound() (balance over the
-//     stages minus the slowest one). Hence
-//       min(optimum of the contracted problem, FreeSourceFallbackBound())
-//     is a lower bound for the original problem, and that is how the MILP
-//     reports its bound when `merged_free_sources` is set.
-//
-//  2. Edge merges (LOSSY). An edge A -> B between super-nodes is merged when A's
-//     only successor is B or B's only predecessor is A (so the contracted
-//     graph stays acyclic); this covers chains of single-in/single-out nodes
-//     and more. Cuts inside a merged super-node become impossible, so the
-//     contracted optimum can be worse than the original one and a MILP bound
-//     on the contracted problem says NOTHING about the original problem.
-//     Merging stops at `target_super_nodes`; edges whose cut would be the most
-//     expensive (largest tensors) are merged first, super-nodes heavier than
-//     `max_super_work` are never formed, and two nodes that `keep_cuts`
-//     places in different stages are never merged (so that split, e.g. the
-//     warm start, stays representable and the MILP can only improve on it).
+//  1. Free sources (exact for the bound): a node with no in-edges, no work,
+//     no activations, no parameters and a single consumer joins it. The
+//     contracted optimum, or FreeSourceFallbackBound() when that is smaller,
+//     bounds the original problem.
+//  2. Edge merges (LOSSY): A -> B merges when A's only successor is B or B's
+//     only predecessor is A, most expensive cut first, down to
+//     `target_super_nodes`; never past `max_super_work`, never across
+//     `keep_cuts`. A bound on the contracted problem then says NOTHING about
+//     the original one.
+// Why: docs/partitioning.md, "Contraction presolve".
 //
 // Super-node sums: work (reference seconds), activation bytes (per
 // microbatch, scaled) and the distinct parameter groups touched. Tied

@@ -1,7 +1,6 @@
 #include "pipeplan/core/schedule/csv.h"
 
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -139,13 +138,6 @@ absl::StatusOr<PipelineSchedule> ScheduleFromCsv(std::istream& in, const CsvOpti
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return absl::DataLossError("failed to read schedule CSV stream");
   return ScheduleFromCsv(std::string_view(text), options);
-}
-
-absl::StatusOr<PipelineSchedule> LoadScheduleCsvFile(const std::string& path,
-                                                     const CsvOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrFormat("cannot open schedule CSV '%s'", path));
-  return ScheduleFromCsv(in, options);
 }
 
 }  // namespace pipeplan::schedule

@@ -299,6 +299,16 @@ class FastEngine {
            static_cast<unsigned>(mb) < static_cast<unsigned>(M_) && stages_[st].rank == r;
   }
 
+  // What running one action did: done, blocked waiting for another rank, or
+  // found the schedule malformed.
+  enum class Step { kDone, kBlocked, kBad };
+
+  // A rank's clock, busy time and memory while it runs.
+  struct RankClock {
+    double clock, busy;
+    Scratch::RankMemory mem;
+  };
+
   // Runs rank r until it finishes (true) or blocks (false; bad_ set if the
   // schedule is malformed rather than just waiting).
   bool RunRank(int r) {
@@ -306,9 +316,7 @@ class FastEngine {
     const std::optional<Action>* slots = program.data();
     const size_t n = program.size();
     size_t cur = x_.cursor[r];
-    double clock = x_.clock[r];
-    double busy = out_.busy_seconds[r];
-    Scratch::RankMemory mem = x_.memory[r];
+    RankClock rc{x_.clock[r], out_.busy_seconds[r], x_.memory[r]};
     bool finished = false;
     for (;; ++cur) {
       if (cur == n) {
@@ -320,133 +328,127 @@ class FastEngine {
       __builtin_prefetch(
           reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(slots + cur) + 384));
       if (!slots[cur]) continue;
-      const Action& a = *slots[cur];
-      const int st = a.stage, mb = a.microbatch;
-      if (a.type == ActionType::kOverlapFB) {
-        const int bs = a.backward_stage, bmb = a.backward_microbatch;
-        if (!InRange(r, st, mb) || !InRange(r, bs, bmb)) {
-          bad_ = true;
-          break;
-        }
-        const double ready_f = InputsReady(ActionType::kForward, st, mb);
-        if (ready_f < 0) break;
-        const double ready_b = InputsReady(ActionType::kFullBackward, bs, bmb);
-        if (ready_b < 0) break;
-        const double start = std::max({clock, ready_f, ready_b});
-        const double dur = stages_[st].f + stages_[bs].b;
-        clock = start + dur;
-        busy += dur;
-        if (!Account(mem, ActionType::kForward, st, mb) ||
-            !Account(mem, ActionType::kFullBackward, bs, bmb)) {
-          bad_ = true;
-          break;
-        }
-        Finish(ActionType::kForward, st, mb, clock);
-        Finish(ActionType::kFullBackward, bs, bmb, clock);
-        continue;
-      }
-      if (!InRange(r, st, mb)) {
-        bad_ = true;
-        break;
-      }
-      const StageInfo& info = stages_[st];
-      switch (a.type) {
-        case ActionType::kForward:
-        case ActionType::kBackwardInput:
-        case ActionType::kBackwardWeight:
-        case ActionType::kFullBackward: {
-          const double ready = InputsReady(a.type, st, mb);
-          if (ready < 0) goto blocked;
-          const double start = std::max(clock, ready);
-          const double dur = a.type == ActionType::kForward          ? info.f
-                             : a.type == ActionType::kBackwardInput  ? info.i
-                             : a.type == ActionType::kBackwardWeight ? info.w
-                                                                     : info.b;
-          clock = start + dur;
-          busy += dur;
-          if (!Account(mem, a.type, st, mb)) {
-            bad_ = true;
-            goto blocked;
-          }
-          Finish(a.type, st, mb, clock);
-          break;
-        }
-        case ActionType::kSendF: {
-          if (!info.cross_next) {
-            bad_ = true;
-            goto blocked;
-          }
-          Events& e = At(st, mb);
-          if (!Has(st, mb, kHasF)) goto blocked;
-          if (!Claim(st, mb, kHasSendF)) {
-            bad_ = true;
-            goto blocked;
-          }
-          ++n_send_f_;
-          e.sent_f = std::max(clock, e.fwd);
-          Wake(st + 1, st, mb, kHasSendF);
-          break;
-        }
-        case ActionType::kSendB: {
-          if (!info.cross_prev) {
-            bad_ = true;
-            goto blocked;
-          }
-          Events& e = At(st, mb);
-          if (!Has(st, mb, kHasBwd)) goto blocked;
-          if (!Claim(st, mb, kHasSendB)) {
-            bad_ = true;
-            goto blocked;
-          }
-          ++n_send_b_;
-          e.sent_b = std::max(clock, e.bwd);
-          Wake(st - 1, st, mb, kHasSendB);
-          break;
-        }
-        case ActionType::kRecvF: {
-          if (!info.cross_prev) {
-            bad_ = true;
-            goto blocked;
-          }
-          const double sent = Time(st - 1, mb, kHasSendF, &Events::sent_f);
-          if (sent < 0) goto blocked;
-          if (!Claim(st, mb, kHasRecvF)) {
-            bad_ = true;
-            goto blocked;
-          }
-          ++n_recv_f_;
-          const double end = std::max(clock, sent) + stages_[st - 1].xfer_f;
-          At(st, mb).recv_f = end;
-          makespan_ = std::max(makespan_, end);
-          break;
-        }
-        case ActionType::kRecvB: {
-          if (!info.cross_next) {
-            bad_ = true;
-            goto blocked;
-          }
-          const double sent = Time(st + 1, mb, kHasSendB, &Events::sent_b);
-          if (sent < 0) goto blocked;
-          if (!Claim(st, mb, kHasRecvB)) {
-            bad_ = true;
-            goto blocked;
-          }
-          ++n_recv_b_;
-          const double end = std::max(clock, sent) + info.xfer_b;
-          At(st, mb).recv_b = end;
-          makespan_ = std::max(makespan_, end);
-          break;
-        }
-        case ActionType::kOverlapFB:
-          break;  // handled above
-      }
+      const Step step = Execute(r, *slots[cur], rc);
+      if (step == Step::kDone) continue;
+      if (step == Step::kBad) bad_ = true;
+      break;
     }
-  blocked:
     x_.cursor[r] = cur;
-    x_.clock[r] = clock;
-    out_.busy_seconds[r] = busy;
-    x_.memory[r] = mem;
+    x_.clock[r] = rc.clock;
+    out_.busy_seconds[r] = rc.busy;
+    x_.memory[r] = rc.mem;
     return finished;
+  }
+
+  // One action of rank r. A blocked or bad action leaves the rank's clock
+  // as it got it (or, past its start, as the action left it).
+  Step Execute(int r, const Action& a, RankClock& rc) {
+    if (a.type == ActionType::kOverlapFB) return RunOverlap(r, a, rc);
+    const int st = a.stage, mb = a.microbatch;
+    if (!InRange(r, st, mb)) return Step::kBad;
+    switch (a.type) {
+      case ActionType::kForward:
+      case ActionType::kBackwardInput:
+      case ActionType::kBackwardWeight:
+      case ActionType::kFullBackward:
+        return RunCompute(a.type, st, mb, rc);
+      case ActionType::kSendF:
+        return SendF(st, mb, rc.clock);
+      case ActionType::kSendB:
+        return SendB(st, mb, rc.clock);
+      case ActionType::kRecvF:
+        return RecvF(st, mb, rc.clock);
+      case ActionType::kRecvB:
+        return RecvB(st, mb, rc.clock);
+      case ActionType::kOverlapFB:
+        break;  // handled above
+    }
+    return Step::kDone;
+  }
+
+  // A forward of one microbatch overlapped with a full backward of another.
+  Step RunOverlap(int r, const Action& a, RankClock& rc) {
+    const int st = a.stage, mb = a.microbatch;
+    const int bs = a.backward_stage, bmb = a.backward_microbatch;
+    if (!InRange(r, st, mb) || !InRange(r, bs, bmb)) return Step::kBad;
+    const double ready_f = InputsReady(ActionType::kForward, st, mb);
+    if (ready_f < 0) return Step::kBlocked;
+    const double ready_b = InputsReady(ActionType::kFullBackward, bs, bmb);
+    if (ready_b < 0) return Step::kBlocked;
+    const double start = std::max({rc.clock, ready_f, ready_b});
+    const double dur = stages_[st].f + stages_[bs].b;
+    rc.clock = start + dur;
+    rc.busy += dur;
+    if (!Account(rc.mem, ActionType::kForward, st, mb) ||
+        !Account(rc.mem, ActionType::kFullBackward, bs, bmb)) {
+      return Step::kBad;
+    }
+    Finish(ActionType::kForward, st, mb, rc.clock);
+    Finish(ActionType::kFullBackward, bs, bmb, rc.clock);
+    return Step::kDone;
+  }
+
+  // F, I, W or B of one microbatch.
+  Step RunCompute(ActionType type, int st, int mb, RankClock& rc) {
+    const double ready = InputsReady(type, st, mb);
+    if (ready < 0) return Step::kBlocked;
+    const StageInfo& info = stages_[st];
+    const double start = std::max(rc.clock, ready);
+    const double dur = type == ActionType::kForward          ? info.f
+                       : type == ActionType::kBackwardInput  ? info.i
+                       : type == ActionType::kBackwardWeight ? info.w
+                                                             : info.b;
+    rc.clock = start + dur;
+    rc.busy += dur;
+    if (!Account(rc.mem, type, st, mb)) return Step::kBad;
+    Finish(type, st, mb, rc.clock);
+    return Step::kDone;
+  }
+
+  Step SendF(int st, int mb, double clock) {
+    if (!stages_[st].cross_next) return Step::kBad;
+    Events& e = At(st, mb);
+    if (!Has(st, mb, kHasF)) return Step::kBlocked;
+    if (!Claim(st, mb, kHasSendF)) return Step::kBad;
+    ++n_send_f_;
+    e.sent_f = std::max(clock, e.fwd);
+    Wake(st + 1, st, mb, kHasSendF);
+    return Step::kDone;
+  }
+
+  Step SendB(int st, int mb, double clock) {
+    if (!stages_[st].cross_prev) return Step::kBad;
+    Events& e = At(st, mb);
+    if (!Has(st, mb, kHasBwd)) return Step::kBlocked;
+    if (!Claim(st, mb, kHasSendB)) return Step::kBad;
+    ++n_send_b_;
+    e.sent_b = std::max(clock, e.bwd);
+    Wake(st - 1, st, mb, kHasSendB);
+    return Step::kDone;
+  }
+
+  Step RecvF(int st, int mb, double clock) {
+    if (!stages_[st].cross_prev) return Step::kBad;
+    const double sent = Time(st - 1, mb, kHasSendF, &Events::sent_f);
+    if (sent < 0) return Step::kBlocked;
+    if (!Claim(st, mb, kHasRecvF)) return Step::kBad;
+    ++n_recv_f_;
+    const double end = std::max(clock, sent) + stages_[st - 1].xfer_f;
+    At(st, mb).recv_f = end;
+    makespan_ = std::max(makespan_, end);
+    return Step::kDone;
+  }
+
+  Step RecvB(int st, int mb, double clock) {
+    if (!stages_[st].cross_next) return Step::kBad;
+    const double sent = Time(st + 1, mb, kHasSendB, &Events::sent_b);
+    if (sent < 0) return Step::kBlocked;
+    if (!Claim(st, mb, kHasRecvB)) return Step::kBad;
+    ++n_recv_b_;
+    const double end = std::max(clock, sent) + stages_[st].xfer_b;
+    At(st, mb).recv_b = end;
+    makespan_ = std::max(makespan_, end);
+    return Step::kDone;
   }
 
   const PipelineSchedule& s_;

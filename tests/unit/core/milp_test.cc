@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -137,6 +138,29 @@ TEST(MilpTest, ImprovesOnGivenWarmStart) {
   const auto m = MakeMilpPartitioner()->Solve(inst.problem);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_LE(m->objective, warm_p->objective);
+}
+
+// The core does no I/O: progress goes to the caller's log, nothing to the
+// process's stdout or stderr (CBC's own log included).
+TEST(MilpTest, LogsThroughTheCallerOnly) {
+  RandomInstanceOptions o;
+  o.nodes = 30;
+  o.stages = 4;
+  o.heterogeneous = true;
+  RandomInstance inst = MakeRandomInstance(78, o);
+  std::vector<std::string> lines;
+  inst.problem.log = [&](std::string_view line) { lines.emplace_back(line); };
+  inst.problem.deadline = absl::Now() + absl::Seconds(10);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const auto m = MakeMilpPartitioner()->Solve(inst.problem);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(err, "");
+  EXPECT_THAT(lines, ::testing::Contains(::testing::HasSubstr("[milp] comm bound")));
+  EXPECT_THAT(lines, ::testing::Contains(::testing::HasSubstr("[milp] contract")));
 }
 
 TEST(MilpTest, HonoursDeadline) {

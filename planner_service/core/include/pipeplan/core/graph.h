@@ -116,6 +116,13 @@ class Graph {
  private:
   Graph() = default;
 
+  // The steps of Build, in order; each validates what it reads.
+  absl::Status IndexNodes(std::vector<NodeSpec> nodes);
+  absl::Status ResolveEdges(const std::vector<EdgeSpec>& edges);
+  void BuildAdjacency();
+  absl::Status BuildTopologicalOrder();
+  void GroupParameters();
+
   std::string name_;
   double batch_size_ = 0;
   std::vector<NodeSpec> nodes_;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -44,6 +45,9 @@ struct PartitionProblem {
   std::span<const int> warm_start;
   // Set by the caller to stop a solve early (e.g. the RPC was cancelled).
   const std::atomic<bool>* cancelled = nullptr;
+  // Optional progress lines (the MILP's phase timings and bounds), called on
+  // the solving thread. Solvers never write to stdout or stderr themselves.
+  std::function<void(std::string_view)> log;
 
   int num_stages() const { return static_cast<int>(stage_device.size()); }
   const Graph& graph() const { return cost->graph(); }

@@ -12,8 +12,10 @@
 #define PIPEPLAN_CORE_PLANNER_H_
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -53,6 +55,8 @@ struct PlanOptions {
   // An absolute deadline (e.g. from an RPC) that tightens the time limit.
   absl::Time deadline = absl::InfiniteFuture();
   const std::atomic<bool>* cancelled = nullptr;
+  // Optional solver progress log (PartitionProblem::log) for every solve.
+  std::function<void(std::string_view)> solver_log;
 };
 
 struct MethodOutcome {

@@ -5,6 +5,8 @@
 // in rank order, one action per cell in the action IR's notation ("0F0",
 // "1SEND_F3", "(0F3;3B1)OVERLAP_F_B"); an empty cell is an idle slot. Rows may
 // have different lengths. Cells may be double-quoted.
+//
+// Parsing only: the caller reads the file (the core library does no I/O).
 #ifndef PIPEPLAN_CORE_SCHEDULE_CSV_H_
 #define PIPEPLAN_CORE_SCHEDULE_CSV_H_
 
@@ -31,10 +33,8 @@ std::string ScheduleToCsv(const PipelineSchedule& schedule);
 
 absl::StatusOr<PipelineSchedule> ScheduleFromCsv(std::string_view csv,
                                                  const CsvOptions& options = {});
+// Reads `in` to its end and parses it; DATA_LOSS when the stream fails.
 absl::StatusOr<PipelineSchedule> ScheduleFromCsv(std::istream& in, const CsvOptions& options = {});
-// Reads the whole file at `path` and parses it.
-absl::StatusOr<PipelineSchedule> LoadScheduleCsvFile(const std::string& path,
-                                                     const CsvOptions& options = {});
 
 }  // namespace pipeplan::schedule
 
