@@ -2,10 +2,11 @@
 # Clang's lock analysis over the translation units that use absl::Mutex.
 #
 # The build uses GCC, which ignores ABSL_GUARDED_BY and friends; this check
-# makes the annotations count. It re-parses only the TUs that mention
-# absl::Mutex (in the .cc or in a project header it includes) with clang++-14
-# -fsyntax-only, using the flags CMake wrote to build/compile_commands.json:
-# seconds, no second build. Any -Wthread-safety finding fails it.
+# makes the annotations count. It re-parses only the server and worker TUs
+# that mention absl::Mutex (in the .cc or, transitively, in a project header
+# it includes) with clang++-14 -fsyntax-only, using the flags CMake wrote to
+# build/compile_commands.json: under a minute, no second build. Any
+# -Wthread-safety finding fails it.
 #
 #   ./scripts/thread_safety.sh            # after ./scripts/setup.sh
 #   CLANGXX=clang++-15 ./scripts/thread_safety.sh
@@ -35,15 +36,19 @@ FOLDERS = ("planner_service/server/", "worker_daemon/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
-def uses_mutex(path, include_dirs):
+def uses_mutex(path, include_dirs, seen):
+    """absl::Mutex in `path` or in a project header it includes, transitively."""
+    if path in seen:
+        return False
+    seen.add(path)
     text = open(path, errors="replace").read()
     if "absl::Mutex" in text:
         return True
     for inc in INCLUDE.findall(text):
         for d in [os.path.dirname(path)] + include_dirs:
-            header = os.path.join(d, inc)
-            if header.startswith(root) and os.path.isfile(header):
-                if "absl::Mutex" in open(header, errors="replace").read():
+            header = os.path.normpath(os.path.join(d, inc))
+            if os.path.isfile(header):
+                if header.startswith(root + "/") and uses_mutex(header, include_dirs, seen):
                     return True
                 break
     return False
@@ -55,7 +60,7 @@ for entry in json.load(open(db_path)):
         continue
     args = shlex.split(entry["command"])
     include_dirs = [a[2:] for a in args if a.startswith("-I")]
-    if not uses_mutex(src, include_dirs):
+    if not uses_mutex(src, include_dirs, set()):
         continue
     # Drop the launcher and compiler, the output, dependency files and GCC's
     # warning set; keep defines, include paths, standard and -O (it changes
