@@ -245,6 +245,23 @@ TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
   for (size_t i = 1; i < l.size(); ++i) EXPECT_LT(l[i], l[i - 1]) << "step " << i;
 }
 
+// The planner answers NOT_FOUND once the job is gone (the watch stream ends
+// with it, Heartbeat returns it); the worker decides by that code and exits 3.
+TEST(WorkerIntegration, DeletedJobEndsItsWorkerWithExitCodeThree) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 1, 2, {"--time-scale", "0.2"}));
+  WorkerProcess& w = *c.workers[0];
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (w.Values("step", "step").empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(w.Values("step", "step").empty()) << w.Output();
+  ASSERT_TRUE(c.client->DeleteJob(c.job.id()).ok());
+  EXPECT_EQ(w.Wait(absl::Seconds(20)), 3) << w.Output();
+  EXPECT_TRUE(absl::StrContains(w.Output(), "was deleted")) << w.Output();
+  EXPECT_TRUE(w.Values("done", "steps").empty()) << w.Output();
+}
+
 TEST(WorkerIntegration, RendezvousKeyValueRpcs) {
   auto planner = PlannerProcess::Start({});
   ASSERT_TRUE(planner.ok()) << planner.status();

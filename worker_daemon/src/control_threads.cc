@@ -4,8 +4,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/match.h"
-
 namespace pipeplan::worker {
 
 ControlThreads::ControlThreads(client::PlannerClient& planner, const WorkerOptions& options,
@@ -37,9 +35,8 @@ void ControlThreads::WatchLoop() {
       state_.SawVersion(update.version());
       backoff = absl::Milliseconds(100);
     }
-    const absl::Status s = watch->Finish();
-    const bool job_gone =
-        s.code() == absl::StatusCode::kNotFound && !absl::StrContains(s.message(), "worker");
+    // NOT_FOUND: the job is gone (WatchPlan answers nothing else with it).
+    const bool job_gone = watch->Finish().code() == absl::StatusCode::kNotFound;
     if (state_.DetachWatch(job_gone)) break;
     if (state_.SleepOrShutdown(backoff)) break;
     backoff = std::min(backoff * 2, absl::Seconds(2));
@@ -52,12 +49,11 @@ void ControlThreads::HeartbeatLoop() {
         planner_.Heartbeat(options_.job_id, options_.worker_id);
     if (hb.ok()) {
       state_.SawVersion(hb->current_plan_version());
+    } else if (hb.status().code() == absl::StatusCode::kFailedPrecondition) {
+      // The job does not know this worker (e.g. a planner restart lost it).
+      (void)planner_.RegisterWorker(options_.job_id, info_);
     } else if (hb.status().code() == absl::StatusCode::kNotFound) {
-      if (absl::StrContains(hb.status().message(), "not registered")) {
-        (void)planner_.RegisterWorker(options_.job_id, info_);
-      } else {
-        state_.MarkJobDeleted();
-      }
+      state_.MarkJobDeleted();
     }
   }
 }

@@ -4,7 +4,10 @@
 //   to 2 s) when it breaks, e.g. while the planner restarts; records the
 //   newest version and notices when the job is deleted.
 // * heartbeat: renews the lease every lease/3 and registers again when the
-//   planner no longer knows the worker.
+//   planner no longer knows the worker (FAILED_PRECONDITION).
+//
+// Both decide by status code (proto/pipeplan/v1/planner_service.proto):
+// NOT_FOUND means the job is gone.
 //
 // Both only write ControlState; the step loop reads it. Internal to
 // libpipeplan_worker.

@@ -35,6 +35,8 @@ std::string SendStepReport(client::PlannerClient& planner, const WorkerOptions& 
     result = std::string(absl::StatusCodeToString(resp.status().code()));
     if (resp.status().code() == absl::StatusCode::kFailedPrecondition) {
       // Stale version: learn the current one; the next boundary switches.
+      // (Not registered: Heartbeat fails alike and the heartbeat thread
+      // registers again.)
       absl::StatusOr<v1::HeartbeatResponse> hb =
           planner.Heartbeat(options.job_id, options.worker_id);
       if (hb.ok()) state.SawVersion(hb->current_plan_version());

@@ -20,8 +20,9 @@ v1::ReportStepRequest MakeStepReport(const WorkerOptions& options, int64_t versi
                                      const StepResult& result, double peak_memory_bytes);
 
 // Sends `report`: retried (3 tries) while the planner is unavailable. A
-// stale-version answer (FAILED_PRECONDITION) asks Heartbeat for the current
-// version instead. Returns "ok" or the code name of the last failure (the
+// FAILED_PRECONDITION (a stale version, or the job lost this worker) asks
+// Heartbeat for the current version instead; the heartbeat thread registers
+// again when the worker was lost. Returns "ok" or the code name of the last failure (the
 // `report=` of the step event).
 std::string SendStepReport(client::PlannerClient& planner, const WorkerOptions& options,
                            ControlState& state, const v1::ReportStepRequest& report);
