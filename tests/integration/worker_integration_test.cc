@@ -63,24 +63,8 @@ void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string>
   const std::vector<std::string> devices = RankDevices(job->plan());
   ASSERT_EQ(static_cast<int>(devices.size()), stages);
   for (int r = 0; r < stages; ++r) {
-    std::vector<std::string> args = {"--planner",
-                                     c->planner->address(),
-                                     "--job",
-                                     job->id(),
-                                     "--worker-id",
-                                     absl::StrCat("w", r),
-                                     "--device",
-                                     devices[r],
-                                     "--transport",
-                                     "gloo",
-                                     "--listen-host",
-                                     "127.0.0.1",
-                                     "--max-message-bytes",
-                                     "65536",
-                                     "--comm-timeout-seconds",
-                                     "20",
-                                     "--connect-timeout-seconds",
-                                     "20"};
+    std::vector<std::string> args =
+        WorkerArgs(c->planner->address(), job->id(), absl::StrCat("w", r), devices[r]);
     if (r == metrics_worker) {
       args.push_back("--metrics-listen");
       args.push_back("127.0.0.1:0");
