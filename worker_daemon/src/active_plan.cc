@@ -40,19 +40,6 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const 
       store);
 }
 
-absl::StatusOr<std::unique_ptr<StageRuntime>> MakeRuntime(const WorkerOptions& o,
-                                                          const ActivePlan& a) {
-  RuntimeOptions ro;
-  ro.rank = a.rank;
-  ro.num_stages = a.plan.num_stages;
-  ro.num_microbatches = a.plan.microbatches;
-  ro.stage_to_rank = a.plan.lowered.stage_to_rank;
-  ro.comm_timeout = o.comm_timeout;
-  PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,
-                            StageRuntime::Create(ro, a.plan.lowered.programs[a.rank]));
-  return std::make_unique<StageRuntime>(std::move(runtime));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
@@ -66,7 +53,9 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClien
   a->rank = a->plan.RankOf(options.device_id);
   if (a->rank < 0) return a;
   PIPEPLAN_ASSIGN_OR_RETURN(a->transport, ConnectTransport(kv, options, *a));
-  PIPEPLAN_ASSIGN_OR_RETURN(a->runtime, MakeRuntime(options, *a));
+  PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,
+                            StageRuntime::ForRank(a->plan.lowered, a->rank, options.comm_timeout));
+  a->runtime = std::make_unique<StageRuntime>(std::move(runtime));
   PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
                             MakeExecutor(options, a->plan, vp.request().graph(), a->rank));
   return a;

@@ -78,6 +78,21 @@ absl::StatusOr<StageRuntime> StageRuntime::Create(RuntimeOptions options,
   return StageRuntime(std::move(options), std::move(actions));
 }
 
+absl::StatusOr<StageRuntime> StageRuntime::ForRank(const schedule::PipelineSchedule& lowered,
+                                                   int rank, absl::Duration comm_timeout) {
+  if (rank < 0 || rank >= static_cast<int>(lowered.programs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not one of the schedule's ",
+                                                   lowered.programs.size(), " ranks"));
+  }
+  RuntimeOptions options;
+  options.rank = rank;
+  options.num_stages = lowered.num_stages;
+  options.num_microbatches = lowered.num_microbatches;
+  options.stage_to_rank = lowered.stage_to_rank;
+  options.comm_timeout = comm_timeout;
+  return Create(std::move(options), lowered.programs[rank]);
+}
+
 absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, Transport& transport,
                                                  Executor& executor) const {
   using Clock = std::chrono::steady_clock;
