@@ -200,6 +200,20 @@ struct Combo {
   int stages;
   bool chain;
   bool heterogeneous;
+
+  RandomInstanceOptions Options(CommModel comm) const {
+    RandomInstanceOptions o;
+    o.nodes = nodes;
+    o.stages = stages;
+    o.chain = chain;
+    o.heterogeneous = heterogeneous;
+    o.comm = comm;
+    return o;
+  }
+  std::string Describe(uint32_t seed) const {
+    return absl::StrCat("seed ", seed, " nodes ", nodes, " stages ", stages, " chain ", chain,
+                        " het ", heterogeneous);
+  }
 };
 
 std::vector<Combo> Combos() {
@@ -223,20 +237,12 @@ TEST(LatticeDpTest, RelayIsOptimalWithLooseMemory) {
   for (const Combo& c : Combos()) {
     for (int s = 0; s < SeedsFor(c); ++s) {
       const uint32_t seed = 1000 + s * 31 + c.nodes * 7 + c.stages;
-      RandomInstanceOptions o;
-      o.nodes = c.nodes;
-      o.stages = c.stages;
-      o.chain = c.chain;
-      o.heterogeneous = c.heterogeneous;
-      o.comm = CommModel::kRelay;
-      RandomInstance inst = MakeRandomInstance(seed, o);
+      RandomInstance inst = MakeRandomInstance(seed, c.Options(CommModel::kRelay));
       auto brute = BruteForce(inst.problem);
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_TRUE(r->fits_memory);
-      const std::string where =
-          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
-                       " het ", c.heterogeneous);
+      const std::string where = c.Describe(seed);
       EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << where;
@@ -257,19 +263,11 @@ TEST(LatticeDpTest, DirectBoundsBracketTheOptimum) {
   for (const Combo& c : Combos()) {
     for (int s = 0; s < SeedsFor(c); ++s) {
       const uint32_t seed = 5000 + s * 17 + c.nodes * 5 + c.stages;
-      RandomInstanceOptions o;
-      o.nodes = c.nodes;
-      o.stages = c.stages;
-      o.chain = c.chain;
-      o.heterogeneous = c.heterogeneous;
-      o.comm = CommModel::kDirect;
-      RandomInstance inst = MakeRandomInstance(seed, o);
+      RandomInstance inst = MakeRandomInstance(seed, c.Options(CommModel::kDirect));
       auto brute = BruteForce(inst.problem);
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
-      const std::string where =
-          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
-                       " het ", c.heterogeneous);
+      const std::string where = c.Describe(seed);
       EXPECT_TRUE(r->fits_memory) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << where;
