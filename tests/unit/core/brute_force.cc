@@ -90,17 +90,23 @@ RandomInstance MakeRandomInstance(uint32_t seed, const RandomInstanceOptions& op
   return MakeInstance(std::move(spec), std::move(cs), co);
 }
 
+PartitionProblem PipelineProblem(const CostModel& cost, int stages) {
+  PartitionProblem p;
+  p.cost = &cost;
+  for (int j = 0; j < stages; ++j) {
+    p.stage_device.push_back(j);
+    p.stage_inflight.push_back(stages - j);
+  }
+  return p;
+}
+
 RandomInstance MakeInstance(GraphSpec graph, ClusterSpec cluster, const CostOptions& cost) {
   const int stages = static_cast<int>(cluster.devices.size());
   RandomInstance inst;
   inst.graph = std::make_unique<Graph>(*Graph::Build(std::move(graph)));
   inst.cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cluster)));
   inst.cost = std::make_unique<CostModel>(*inst.graph, *inst.cluster, cost);
-  inst.problem.cost = inst.cost.get();
-  for (int j = 0; j < stages; ++j) {
-    inst.problem.stage_device.push_back(j);
-    inst.problem.stage_inflight.push_back(stages - j);
-  }
+  inst.problem = PipelineProblem(*inst.cost, stages);
   return inst;
 }
 

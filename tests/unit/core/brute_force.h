@@ -48,9 +48,12 @@ struct RandomInstanceOptions {
 
 RandomInstance MakeRandomInstance(uint32_t seed, const RandomInstanceOptions& options);
 
-// An instance from given specs (which must build): one stage per device of
-// `cluster`, stage j on device j with `stages - j` microbatches in flight
-// (1F1B's warm-up).
+// A problem over `stages` stages of `cost`: stage j on device j with
+// `stages - j` microbatches in flight (1F1B's warm-up). `cost` must outlive it.
+PartitionProblem PipelineProblem(const CostModel& cost, int stages);
+
+// An instance from given specs (which must build): PipelineProblem with one
+// stage per device of `cluster`.
 RandomInstance MakeInstance(GraphSpec graph, ClusterSpec cluster, const CostOptions& cost);
 
 }  // namespace pipeplan::testing

@@ -22,6 +22,7 @@ using lattice_dp_internal::DirectPairOptimum;
 using lattice_dp_internal::FindSeparators;
 using testing::BruteForce;
 using testing::MakeRandomInstance;
+using testing::PipelineProblem;
 using testing::RandomInstance;
 using testing::RandomInstanceOptions;
 
@@ -168,10 +169,7 @@ TEST(LatticeDpTest, WideGraphDeclinesQuickly) {
     for (int d = 0; d < 4; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
     Cluster cluster = *Cluster::Build(cs);
     CostModel cost(g, cluster, {});
-    PartitionProblem p;
-    p.cost = &cost;
-    p.stage_device = {0, 1, 2, 3};
-    p.stage_inflight = {4, 3, 2, 1};
+    PartitionProblem p = PipelineProblem(cost, 4);
     const absl::Time start = absl::Now();
     auto r = MakeLatticeDpPartitioner()->Solve(p);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -360,12 +358,7 @@ TEST(LatticeDpTest, DirectIsOptimalWithPerEdgeBytesAndMixedSpeeds) {
     cs.intra_host_latency = 1e-3 * unit(rng);
     Cluster cluster = *Cluster::Build(cs);
     CostModel cost(g, cluster, {});
-    PartitionProblem p;
-    p.cost = &cost;
-    for (int j = 0; j < stages; ++j) {
-      p.stage_device.push_back(j);
-      p.stage_inflight.push_back(stages - j);
-    }
+    PartitionProblem p = PipelineProblem(cost, stages);
     auto brute = BruteForce(p);
     auto r = solver->Solve(p);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -431,10 +424,7 @@ TEST(LatticeDpTest, ResidualTensorIsCharged) {
   cs.intra_host_latency = 0;
   Cluster cluster = *Cluster::Build(cs);
   CostModel cost(g, cluster, {});
-  PartitionProblem p;
-  p.cost = &cost;
-  p.stage_device = {0, 1};
-  p.stage_inflight = {2, 1};
+  PartitionProblem p = PipelineProblem(cost, 2);
   auto brute = BruteForce(p);
   auto r = MakeLatticeDpPartitioner()->Solve(p);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -548,12 +538,7 @@ TEST(LatticeDpTest, GluedFreeSourcesKeepTheBoundValid) {
       CostOptions co;
       co.comm_model = comm;
       CostModel cost(g, cluster, co);
-      PartitionProblem p;
-      p.cost = &cost;
-      for (int j = 0; j < stages; ++j) {
-        p.stage_device.push_back(j);
-        p.stage_inflight.push_back(stages - j);
-      }
+      PartitionProblem p = PipelineProblem(cost, stages);
       auto brute = BruteForce(p);
       auto r = solver->Solve(p);
       ASSERT_TRUE(r.ok()) << r.status();
@@ -663,10 +648,7 @@ TEST(LatticeDpTest, IdealEnumerationStopsAtDeadlineAndOnCancel) {
   for (int d = 0; d < 4; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
   Cluster cluster = *Cluster::Build(cs);
   CostModel cost(g, cluster, {});
-  PartitionProblem p;
-  p.cost = &cost;
-  p.stage_device = {0, 1, 2, 3};
-  p.stage_inflight = {4, 3, 2, 1};
+  PartitionProblem p = PipelineProblem(cost, 4);
   p.deadline = absl::Now() + absl::Milliseconds(20);
   absl::Time start = absl::Now();
   auto r = MakeLatticeDpPartitioner()->Solve(p);
