@@ -59,6 +59,35 @@ struct Result {
   std::string first_error;
 };
 
+// One caller thread's latencies and errors; merged into the Result when the
+// thread ends.
+struct Tally {
+  std::vector<double> latencies_ms;
+  int64_t errors = 0;
+  std::string first_error;
+
+  // A call that started at `t0` ended now with `s`.
+  void Record(absl::Time t0, const absl::Status& s) {
+    latencies_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    if (!s.ok()) {
+      ++errors;
+      if (first_error.empty()) first_error = s.ToString();
+    }
+  }
+  void MergeInto(Result& r, std::mutex& mu) const {
+    std::lock_guard<std::mutex> l(mu);
+    r.latencies_ms.insert(r.latencies_ms.end(), latencies_ms.begin(), latencies_ms.end());
+    r.errors += errors;
+    if (r.first_error.empty()) r.first_error = first_error;
+  }
+};
+
+// After every caller joined: wall time and call count of a run that began at `start`.
+void Finish(Result& r, absl::Time start) {
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.calls = static_cast<int64_t>(r.latencies_ms.size());
+}
+
 template <typename M>
 M ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -95,28 +124,17 @@ Result ClosedLoop(const std::string& name, int threads, double seconds, F call) 
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&] {
-      std::vector<double> lat;
-      int64_t errors = 0;
-      std::string first_error;
+      Tally tally;
       while (absl::Now() < end) {
         const int64_t i = counter++;
         const absl::Time t0 = absl::Now();
-        absl::Status s = call(i);
-        lat.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-        if (!s.ok()) {
-          ++errors;
-          if (first_error.empty()) first_error = s.ToString();
-        }
+        tally.Record(t0, call(i));
       }
-      std::lock_guard<std::mutex> l(mu);
-      r.latencies_ms.insert(r.latencies_ms.end(), lat.begin(), lat.end());
-      r.errors += errors;
-      if (r.first_error.empty()) r.first_error = first_error;
+      tally.MergeInto(r, mu);
     });
   }
   for (auto& t : ts) t.join();
-  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  r.calls = static_cast<int64_t>(r.latencies_ms.size());
+  Finish(r, start);
   return r;
 }
 
@@ -149,9 +167,7 @@ Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& re
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
-      std::vector<double> lat;
-      int64_t errors = 0;
-      std::string first_error;
+      Tally tally;
       v1::ReportStepRequest rep;
       rep.set_job_id(job->id());
       rep.set_plan_version(1);
@@ -170,23 +186,14 @@ Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& re
           rep.set_worker_id(absl::StrFormat("w%04d", w));
           rep.set_step(k);
           const absl::Time t0 = absl::Now();
-          auto s = c.ReportStep(rep);
-          lat.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
-          if (!s.ok()) {
-            ++errors;
-            if (first_error.empty()) first_error = s.status().ToString();
-          }
+          tally.Record(t0, c.ReportStep(rep).status());
         }
       }
-      std::lock_guard<std::mutex> l(mu);
-      r.latencies_ms.insert(r.latencies_ms.end(), lat.begin(), lat.end());
-      r.errors += errors;
-      if (r.first_error.empty()) r.first_error = first_error;
+      tally.MergeInto(r, mu);
     });
   }
   for (auto& t : ts) t.join();
-  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  r.calls = static_cast<int64_t>(r.latencies_ms.size());
+  Finish(r, start);
   (void)c.DeleteJob(job->id());
   return r;
 }

@@ -63,6 +63,10 @@ WGF_NONE = 1e-6  # "no weight gradient": 0 would mean one half
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT_DIR = os.path.join(REPO_ROOT, "tests", "data")
 
+# The one Python copy of the planner's graph rules.
+sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
+from pipeplan_graph_check import validate  # noqa: E402
+
 
 class GraphBuilder:
     """Collects nodes and edges in topological order."""
@@ -491,42 +495,6 @@ def dumps(obj):
             lines.append(" %s:%s%s" % (json.dumps(key), json.dumps(value), sep))
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def validate(graph):
-    """The planner's validation rules (docs/graph-format.md); raises ValueError."""
-    ids = {}
-    if not graph["nodes"]:
-        raise ValueError("graph has no nodes")
-    for n in graph["nodes"]:
-        if not n.get("id") or n["id"] in ids:
-            raise ValueError("empty or duplicate id %r" % n.get("id"))
-        ids[n["id"]] = len(ids)
-        for k, v in n.items():
-            if isinstance(v, (int, float)) and (not math.isfinite(v) or v < 0):
-                raise ValueError("%s.%s = %r" % (n["id"], k, v))
-        if n.get("weight_grad_fraction", 0) > 1:
-            raise ValueError("%s.weight_grad_fraction > 1" % n["id"])
-    succ = [[] for _ in ids]
-    indeg = [0] * len(ids)
-    for e in graph["edges"]:
-        if e["src"] not in ids or e["dst"] not in ids or e["src"] == e["dst"]:
-            raise ValueError("bad edge %r" % (e,))
-        if not math.isfinite(e.get("bytes", 0)) or e.get("bytes", 0) < 0:
-            raise ValueError("bad edge bytes %r" % (e,))
-        succ[ids[e["src"]]].append(ids[e["dst"]])
-        indeg[ids[e["dst"]]] += 1
-    ready = [v for v, d in enumerate(indeg) if d == 0]
-    seen = 0
-    while ready:
-        v = ready.pop()
-        seen += 1
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    if seen != len(ids):
-        raise ValueError("graph has a cycle")
 
 
 def write(path, obj):

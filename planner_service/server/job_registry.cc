@@ -348,7 +348,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   if (!job) return JobNotFound(job_id);
   auto it = job->workers.find(worker_id);
   if (it == job->workers.end()) {
-    return absl::NotFoundError(absl::StrCat(
+    return absl::FailedPreconditionError(absl::StrCat(
         "worker \"", worker_id, "\" is not registered with job ", job_id, "; call RegisterWorker"));
   }
   Worker& w = it->second;
@@ -381,8 +381,8 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   if (!job) return JobNotFound(report.job_id());
   auto it = job->workers.find(report.worker_id());
   if (it == job->workers.end()) {
-    return absl::NotFoundError(absl::StrCat("worker \"", report.worker_id(),
-                                            "\" is not registered with job ", report.job_id()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker \"", report.worker_id(), "\" is not registered with job ", report.job_id()));
   }
   if (report.plan_version() != job->record.current_version) {
     return absl::FailedPreconditionError(absl::StrCat(

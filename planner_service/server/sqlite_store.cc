@@ -348,6 +348,9 @@ class SqliteStore : public Store {
     return absl::OkStatus();
   }
 
+  // Runs `body` between BEGIN and COMMIT (ROLLBACK when it fails). Clang
+  // analyses a lambda on its own, so bodies that touch the database say
+  // ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) themselves.
   template <typename F>
   absl::Status Transaction(F body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PIPEPLAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));

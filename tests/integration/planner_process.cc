@@ -21,16 +21,6 @@
 
 namespace pipeplan::testing {
 
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "pipeplan-it-XXXXXX").string();
-  path_ = mkdtemp(tmpl.data());
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 namespace {
 
 bool HasFlag(const std::vector<std::string>& args, const std::string& name) {
@@ -203,38 +193,6 @@ absl::StatusOr<std::string> ScrapeMetrics(int port) {
   while ((n = read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
   close(fd);
   return body;
-}
-
-v1::PlanRequest SmallRequest() {
-  v1::PlanRequest r;
-  *r.mutable_graph() = ReadJson<v1::ModelGraph>("chain_small.json");
-  *r.mutable_cluster() = ReadJson<v1::ClusterTopology>("cluster_8xa100.json");
-  r.mutable_options()->set_num_ranks(4);
-  r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
-  r.mutable_options()->set_microbatches(8);
-  r.mutable_options()->set_method(v1::METHOD_DP);
-  return r;
-}
-
-v1::PlanRequest ChainRequest(int n) {
-  v1::PlanRequest r;
-  r.mutable_graph()->set_name("chain" + std::to_string(n));
-  for (int i = 0; i < n; ++i) {
-    v1::Node* node = r.mutable_graph()->add_nodes();
-    node->set_id("n" + std::to_string(i));
-    node->set_op("linear");
-    node->set_forward_flops(1e9 + (i * 7919 % 1000) * 1e6);
-    node->set_param_bytes(1e3);
-    node->set_output_bytes(1e6);
-    if (i > 0) {
-      v1::Edge* e = r.mutable_graph()->add_edges();
-      e->set_src("n" + std::to_string(i - 1));
-      e->set_dst("n" + std::to_string(i));
-    }
-  }
-  *r.mutable_cluster() = ReadJson<v1::ClusterTopology>("cluster_8xa100.json");
-  r.mutable_options()->set_time_limit_seconds(60);
-  return r;
 }
 
 }  // namespace pipeplan::testing

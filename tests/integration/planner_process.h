@@ -14,19 +14,11 @@
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
 #include "pipeplan/v1/planner_service.pb.h"
+#include "support/plan_requests.h"
+#include "support/temp_dir.h"
 #include "support/test_data.h"
 
 namespace pipeplan::testing {
-
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class PlannerProcess {
  public:
@@ -66,10 +58,6 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out,
 
 // GET http://127.0.0.1:port/metrics.
 absl::StatusOr<std::string> ScrapeMetrics(int port);
-
-v1::PlanRequest SmallRequest();
-// A chain of `n` nodes (for slow solves and big messages).
-v1::PlanRequest ChainRequest(int n);
 
 }  // namespace pipeplan::testing
 

@@ -22,32 +22,8 @@ namespace {
 // 16 equal nodes of 2 ms forward (4 ms backward) each on 4 equal devices:
 // version 1 gives every stage 4 nodes.
 v1::PlanRequest ChainJob() {
-  v1::PlanRequest r;
-  r.mutable_graph()->set_name("chain16");
-  for (int i = 0; i < 16; ++i) {
-    v1::Node* n = r.mutable_graph()->add_nodes();
-    n->set_id(absl::StrCat("n", i));
-    n->set_forward_flops(2e-3 * 100e12);
-    n->set_param_bytes(1e6);
-    n->set_output_bytes(4096);
-    if (i > 0) {
-      v1::Edge* e = r.mutable_graph()->add_edges();
-      e->set_src(absl::StrCat("n", i - 1));
-      e->set_dst(n->id());
-    }
-  }
-  for (int d = 0; d < 4; ++d) {
-    v1::Device* dev = r.mutable_cluster()->add_devices();
-    dev->set_id(absl::StrCat("gpu", d));
-    dev->set_host("host0");
-    dev->set_flops(100e12);
-    dev->set_memory_bytes(80e9);
-  }
-  r.mutable_options()->set_num_ranks(4);
-  r.mutable_options()->set_microbatches(4);
-  r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
-  r.mutable_options()->set_method(v1::METHOD_DP);
-  return r;
+  return UniformChainRequest(
+      {.forward_flops = 2e-3 * 100e12, .param_bytes = 1e6, .output_bytes = 4096});
 }
 
 const v1::Stage* StageOn(const v1::Plan& plan, const std::string& device) {
@@ -75,26 +51,9 @@ TEST(ReplanIntegration, SlowWorkerGetsLessWorkInVersionTwo) {
   TempDir dir;
   std::vector<std::unique_ptr<WorkerProcess>> workers;
   for (int r = 0; r < 4; ++r) {
-    std::vector<std::string> args = {"--planner",
-                                     (*planner)->address(),
-                                     "--job",
-                                     job->id(),
-                                     "--worker-id",
-                                     absl::StrCat("w", r),
-                                     "--device",
-                                     absl::StrCat("gpu", r),
-                                     "--transport",
-                                     "gloo",
-                                     "--listen-host",
-                                     "127.0.0.1",
-                                     "--max-message-bytes",
-                                     "65536",
-                                     "--comm-timeout-seconds",
-                                     "20",
-                                     "--connect-timeout-seconds",
-                                     "20",
-                                     "--time-scale",
-                                     "1"};
+    std::vector<std::string> args =
+        WorkerArgs((*planner)->address(), job->id(), absl::StrCat("w", r), absl::StrCat("gpu", r));
+    args.insert(args.end(), {"--time-scale", "1"});
     if (r == 1) args.insert(args.end(), {"--slowdown", "2.0"});
     workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
   }

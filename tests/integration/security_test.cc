@@ -53,6 +53,26 @@ client::ClientOptions Opts() {
   return o;
 }
 
+// TLS client options trusting `ca` (a file of `certs`), presenting the
+// certificate `leaf`.crt/.key when `leaf` is given.
+client::ClientOptions TlsOpts(const Certs& certs, const std::string& ca,
+                              const std::string& leaf = "") {
+  client::ClientOptions o = Opts();
+  o.tls_ca_file = certs.path(ca);
+  if (!leaf.empty()) {
+    o.tls_cert_file = certs.path(leaf + ".crt");
+    o.tls_key_file = certs.path(leaf + ".key");
+  }
+  return o;
+}
+
+// What ListJobs answers a client with `options` (creating the client must work).
+absl::Status ListJobsAs(const PlannerProcess& planner, const client::ClientOptions& options) {
+  auto c = planner.Client(options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? (*c)->ListJobs().status() : c.status();
+}
+
 TEST(Security, TlsAcceptsTrustingClientsOnly) {
   Certs certs;
   ASSERT_TRUE(certs.ok());
@@ -60,21 +80,10 @@ TEST(Security, TlsAcceptsTrustingClientsOnly) {
       {"--tls-cert", certs.path("server.crt"), "--tls-key", certs.path("server.key")});
   ASSERT_TRUE(planner.ok()) << planner.status();
 
-  client::ClientOptions good = Opts();
-  good.tls_ca_file = certs.path("ca.crt");
-  auto c = (*planner)->Client(good);
-  ASSERT_TRUE(c.ok());
-  EXPECT_TRUE((*c)->ListJobs().ok()) << (*c)->ListJobs().status();
-
-  auto plain = (*planner)->Client(Opts());
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ((*plain)->ListJobs().status().code(), absl::StatusCode::kUnavailable);
-
-  client::ClientOptions wrong_ca = Opts();
-  wrong_ca.tls_ca_file = certs.path("otherca.crt");
-  auto w = (*planner)->Client(wrong_ca);
-  ASSERT_TRUE(w.ok());
-  EXPECT_EQ((*w)->ListJobs().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(ListJobsAs(**planner, TlsOpts(certs, "ca.crt")).ok());
+  EXPECT_EQ(ListJobsAs(**planner, Opts()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ListJobsAs(**planner, TlsOpts(certs, "otherca.crt")).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(Security, MutualTlsRequiresAClientCertificateFromTheCa) {
@@ -85,27 +94,11 @@ TEST(Security, MutualTlsRequiresAClientCertificateFromTheCa) {
                              certs.path("server.key"), "--tls-client-ca", certs.path("ca.crt")});
   ASSERT_TRUE(planner.ok()) << planner.status();
 
-  client::ClientOptions good = Opts();
-  good.tls_ca_file = certs.path("ca.crt");
-  good.tls_cert_file = certs.path("client.crt");
-  good.tls_key_file = certs.path("client.key");
-  auto c = (*planner)->Client(good);
-  ASSERT_TRUE(c.ok());
-  EXPECT_TRUE((*c)->ListJobs().ok()) << (*c)->ListJobs().status();
-
-  client::ClientOptions no_cert = Opts();
-  no_cert.tls_ca_file = certs.path("ca.crt");
-  auto n = (*planner)->Client(no_cert);
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ((*n)->ListJobs().status().code(), absl::StatusCode::kUnavailable);
-
-  client::ClientOptions rogue = Opts();
-  rogue.tls_ca_file = certs.path("ca.crt");
-  rogue.tls_cert_file = certs.path("rogue.crt");
-  rogue.tls_key_file = certs.path("rogue.key");
-  auto r = (*planner)->Client(rogue);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)->ListJobs().status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status good = ListJobsAs(**planner, TlsOpts(certs, "ca.crt", "client"));
+  EXPECT_TRUE(good.ok()) << good;
+  EXPECT_EQ(ListJobsAs(**planner, TlsOpts(certs, "ca.crt")).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ListJobsAs(**planner, TlsOpts(certs, "ca.crt", "rogue")).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(Security, BearerTokenOnEveryRpcButHealth) {
@@ -143,9 +136,7 @@ TEST(Security, BearerTokenOnEveryRpcButHealth) {
 
   client::ClientOptions wrong = Opts();
   wrong.token_file = wrong_file;
-  auto w = (*planner)->Client(wrong);
-  ASSERT_TRUE(w.ok());
-  EXPECT_EQ((*w)->ListJobs().status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ListJobsAs(**planner, wrong).code(), absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace

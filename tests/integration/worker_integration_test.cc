@@ -63,24 +63,8 @@ void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string>
   const std::vector<std::string> devices = RankDevices(job->plan());
   ASSERT_EQ(static_cast<int>(devices.size()), stages);
   for (int r = 0; r < stages; ++r) {
-    std::vector<std::string> args = {"--planner",
-                                     c->planner->address(),
-                                     "--job",
-                                     job->id(),
-                                     "--worker-id",
-                                     absl::StrCat("w", r),
-                                     "--device",
-                                     devices[r],
-                                     "--transport",
-                                     "gloo",
-                                     "--listen-host",
-                                     "127.0.0.1",
-                                     "--max-message-bytes",
-                                     "65536",
-                                     "--comm-timeout-seconds",
-                                     "20",
-                                     "--connect-timeout-seconds",
-                                     "20"};
+    std::vector<std::string> args =
+        WorkerArgs(c->planner->address(), job->id(), absl::StrCat("w", r), devices[r]);
     if (r == metrics_worker) {
       args.push_back("--metrics-listen");
       args.push_back("127.0.0.1:0");
@@ -243,6 +227,23 @@ TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
   std::vector<double> l(losses.size());
   for (size_t i = 0; i < l.size(); ++i) ASSERT_TRUE(absl::SimpleAtod(losses[i], &l[i]));
   for (size_t i = 1; i < l.size(); ++i) EXPECT_LT(l[i], l[i - 1]) << "step " << i;
+}
+
+// The planner answers NOT_FOUND once the job is gone (the watch stream ends
+// with it, Heartbeat returns it); the worker decides by that code and exits 3.
+TEST(WorkerIntegration, DeletedJobEndsItsWorkerWithExitCodeThree) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 1, 2, {"--time-scale", "0.2"}));
+  WorkerProcess& w = *c.workers[0];
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (w.Values("step", "step").empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_FALSE(w.Values("step", "step").empty()) << w.Output();
+  ASSERT_TRUE(c.client->DeleteJob(c.job.id()).ok());
+  EXPECT_EQ(w.Wait(absl::Seconds(20)), 3) << w.Output();
+  EXPECT_TRUE(absl::StrContains(w.Output(), "was deleted")) << w.Output();
+  EXPECT_TRUE(w.Values("done", "steps").empty()) << w.Output();
 }
 
 TEST(WorkerIntegration, RendezvousKeyValueRpcs) {

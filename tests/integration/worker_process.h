@@ -19,6 +19,32 @@
 
 namespace pipeplan::testing {
 
+// The flags every test worker runs with: Gloo on 127.0.0.1, 64 KiB synthetic
+// messages, 20 s communication and connect timeouts. Append test-specific
+// flags to the result.
+inline std::vector<std::string> WorkerArgs(const std::string& planner_address,
+                                           const std::string& job_id, const std::string& worker_id,
+                                           const std::string& device_id) {
+  return {"--planner",
+          planner_address,
+          "--job",
+          job_id,
+          "--worker-id",
+          worker_id,
+          "--device",
+          device_id,
+          "--transport",
+          "gloo",
+          "--listen-host",
+          "127.0.0.1",
+          "--max-message-bytes",
+          "65536",
+          "--comm-timeout-seconds",
+          "20",
+          "--connect-timeout-seconds",
+          "20"};
+}
+
 // A pipeplan-worker child; stdout goes to a file. The destructor SIGKILLs and
 // reaps it if it still runs (only this child, by pid).
 class WorkerProcess {

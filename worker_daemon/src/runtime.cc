@@ -78,119 +78,173 @@ absl::StatusOr<StageRuntime> StageRuntime::Create(RuntimeOptions options,
   return StageRuntime(std::move(options), std::move(actions));
 }
 
-absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, Transport& transport,
-                                                 Executor& executor) const {
+absl::StatusOr<StageRuntime> StageRuntime::ForRank(const schedule::PipelineSchedule& lowered,
+                                                   int rank, absl::Duration comm_timeout) {
+  if (rank < 0 || rank >= static_cast<int>(lowered.programs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not one of the schedule's ",
+                                                   lowered.programs.size(), " ranks"));
+  }
+  RuntimeOptions options;
+  options.rank = rank;
+  options.num_stages = lowered.num_stages;
+  options.num_microbatches = lowered.num_microbatches;
+  options.stage_to_rank = lowered.stage_to_rank;
+  options.comm_timeout = comm_timeout;
+  return Create(std::move(options), lowered.programs[rank]);
+}
+
+namespace {
+
+// One step of one rank: runs the actions in order, posting SEND/RECV on the
+// transport and computing on the executor, and charges each action its time.
+class StepRun {
+ public:
+  StepRun(const StageRuntime& runtime, int64_t step, Transport& transport, Executor& executor)
+      : runtime_(runtime), step_(step), transport_(transport), executor_(executor) {
+    result_.step = step;
+  }
+
+  absl::StatusOr<StepResult> Run(const std::vector<Action>& actions) && {
+    const auto step_start = Clock::now();
+    result_.timings.reserve(actions.size());
+    PIPEPLAN_RETURN_IF_ERROR(executor_.BeginStep(step_));
+    for (const Action& a : actions) {
+      const size_t index = result_.timings.size();
+      result_.timings.push_back({a, 0});
+      if (IsTransfer(a)) {
+        PIPEPLAN_RETURN_IF_ERROR(Post(a, index));
+      } else {
+        PIPEPLAN_RETURN_IF_ERROR(Compute(a, index));
+      }
+    }
+    PIPEPLAN_RETURN_IF_ERROR(WaitForPosted());
+    PIPEPLAN_RETURN_IF_ERROR(executor_.EndStep());
+    result_.step_seconds = Since(step_start);
+    return std::move(result_);
+  }
+
+ private:
   using Clock = std::chrono::steady_clock;
-  const auto step_start = Clock::now();
-  const int m = options_.num_microbatches;
-  StepResult result;
-  result.step = step;
-  result.timings.reserve(actions_.size());
   struct Pending {
     std::unique_ptr<PendingOp> op;
     size_t timing_index;
   };
-  absl::flat_hash_map<uint64_t, Pending> recvs;
-  std::vector<Pending> sends;
 
-  PIPEPLAN_RETURN_IF_ERROR(executor.BeginStep(step));
+  static bool IsTransfer(const Action& a) {
+    return a.type == ActionType::kSendF || a.type == ActionType::kSendB ||
+           a.type == ActionType::kRecvF || a.type == ActionType::kRecvB;
+  }
 
-  auto wait_recv = [&](bool backward, int stage, int microbatch) -> absl::Status {
-    auto it = recvs.find(RecvKey(backward, stage, microbatch));
-    if (it == recvs.end()) return absl::OkStatus();  // local hop, or fed earlier
+  // Posts a SEND or RECV; it is charged its posting time now and its final
+  // wait later.
+  absl::Status Post(const Action& a, size_t index) {
+    const bool send = a.type == ActionType::kSendF || a.type == ActionType::kSendB;
+    const bool backward = a.type == ActionType::kSendB || a.type == ActionType::kRecvB;
+    // Boundary b lies between stages b and b + 1.
+    const int boundary = send == backward ? a.stage - 1 : a.stage;
+    const uint64_t tag =
+        StageRuntime::Tag(backward, boundary, a.microbatch, runtime_.options().num_microbatches);
+    std::unique_ptr<PendingOp> op;
+    if (send) {
+      PIPEPLAN_ASSIGN_OR_RETURN(std::span<const std::byte> data, executor_.SendBuffer(a));
+      const auto t0 = Clock::now();
+      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Send(runtime_.PeerOf(a), tag, data));
+      result_.timings[index].seconds = Since(t0);
+      sends_.push_back({std::move(op), index});
+    } else {
+      PIPEPLAN_ASSIGN_OR_RETURN(std::span<std::byte> data, executor_.RecvBuffer(a));
+      const auto t0 = Clock::now();
+      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Recv(runtime_.PeerOf(a), tag, data));
+      result_.timings[index].seconds = Since(t0);
+      recvs_[RecvKey(backward, a.stage, a.microbatch)] = Pending{std::move(op), index};
+    }
+    return absl::OkStatus();
+  }
+
+  // F, I, W, B, or an OVERLAP_F_B as its forward half then its backward half,
+  // after the RECVs that feed it.
+  absl::Status Compute(const Action& a, size_t index) {
+    const bool overlap = a.type == ActionType::kOverlapFB;
+    if (overlap) {
+      PIPEPLAN_RETURN_IF_ERROR(WaitInput(schedule::ForwardHalf(a)));
+      PIPEPLAN_RETURN_IF_ERROR(WaitInput(schedule::BackwardHalf(a)));
+    } else {
+      PIPEPLAN_RETURN_IF_ERROR(WaitInput(a));
+    }
     const auto t0 = Clock::now();
-    absl::Status s = it->second.op->Wait(options_.comm_timeout);
-    result.timings[it->second.timing_index].seconds += Since(t0);
-    recvs.erase(it);
+    if (overlap) {
+      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(schedule::ForwardHalf(a)));
+      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(schedule::BackwardHalf(a)));
+    } else {
+      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(a));
+    }
+    result_.timings[index].seconds = Since(t0);
+    return absl::OkStatus();
+  }
+
+  // The wait for a compute action's input is charged to its RECV, not to the
+  // compute: compute timings are what calibration compares with the model.
+  absl::Status WaitInput(const Action& a) {
+    if (a.type == ActionType::kForward) return WaitRecv(false, a.stage, a.microbatch);
+    if (a.type == ActionType::kBackwardInput || a.type == ActionType::kFullBackward) {
+      return WaitRecv(true, a.stage, a.microbatch);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitRecv(bool backward, int stage, int microbatch) {
+    auto it = recvs_.find(RecvKey(backward, stage, microbatch));
+    if (it == recvs_.end()) return absl::OkStatus();  // local hop, or fed earlier
+    const absl::Status s = Wait(it->second);
+    recvs_.erase(it);
     if (!s.ok()) {
       return absl::Status(
           s.code(),
-          absl::StrCat("step ", step, ": receiving ", backward ? "gradient" : "activation",
+          absl::StrCat("step ", step_, ": receiving ", backward ? "gradient" : "activation",
                        " for stage ", stage, " microbatch ", microbatch, ": ", s.message()));
     }
     return absl::OkStatus();
-  };
-  // The wait for a compute action's input is charged to its RECV, not to the
-  // compute: compute timings are what calibration compares with the model.
-  auto wait_input = [&](const Action& a) -> absl::Status {
-    if (a.type == ActionType::kForward) {
-      return wait_recv(false, a.stage, a.microbatch);
-    } else if (a.type == ActionType::kBackwardInput || a.type == ActionType::kFullBackward) {
-      return wait_recv(true, a.stage, a.microbatch);
+  }
+
+  // End of the step: RECVs nothing consumed (a malformed but harmless
+  // program) still complete, then every SEND.
+  absl::Status WaitForPosted() {
+    for (auto& [key, pending] : recvs_) PIPEPLAN_RETURN_IF_ERROR(Wait(pending));
+    for (Pending& pending : sends_) {
+      const absl::Status s = Wait(pending);
+      if (!s.ok()) {
+        return absl::Status(
+            s.code(),
+            absl::StrCat("step ", step_, ": ",
+                         schedule::ActionToString(result_.timings[pending.timing_index].action),
+                         ": ", s.message()));
+      }
     }
     return absl::OkStatus();
-  };
+  }
 
-  for (const Action& a : actions_) {
-    const size_t index = result.timings.size();
-    result.timings.push_back({a, 0});
-    switch (a.type) {
-      case ActionType::kSendF:
-      case ActionType::kSendB: {
-        const bool backward = a.type == ActionType::kSendB;
-        const int boundary = backward ? a.stage - 1 : a.stage;
-        PIPEPLAN_ASSIGN_OR_RETURN(std::span<const std::byte> data, executor.SendBuffer(a));
-        const auto t0 = Clock::now();
-        PIPEPLAN_ASSIGN_OR_RETURN(
-            std::unique_ptr<PendingOp> op,
-            transport.Send(PeerOf(a), Tag(backward, boundary, a.microbatch, m), data));
-        result.timings[index].seconds = Since(t0);
-        sends.push_back({std::move(op), index});
-        break;
-      }
-      case ActionType::kRecvF:
-      case ActionType::kRecvB: {
-        const bool backward = a.type == ActionType::kRecvB;
-        const int boundary = backward ? a.stage : a.stage - 1;
-        PIPEPLAN_ASSIGN_OR_RETURN(std::span<std::byte> data, executor.RecvBuffer(a));
-        const auto t0 = Clock::now();
-        PIPEPLAN_ASSIGN_OR_RETURN(
-            std::unique_ptr<PendingOp> op,
-            transport.Recv(PeerOf(a), Tag(backward, boundary, a.microbatch, m), data));
-        result.timings[index].seconds = Since(t0);
-        recvs[RecvKey(backward, a.stage, a.microbatch)] = Pending{std::move(op), index};
-        break;
-      }
-      case ActionType::kOverlapFB: {
-        PIPEPLAN_RETURN_IF_ERROR(wait_input(schedule::ForwardHalf(a)));
-        PIPEPLAN_RETURN_IF_ERROR(wait_input(schedule::BackwardHalf(a)));
-        const auto t0 = Clock::now();
-        PIPEPLAN_RETURN_IF_ERROR(executor.Compute(schedule::ForwardHalf(a)));
-        PIPEPLAN_RETURN_IF_ERROR(executor.Compute(schedule::BackwardHalf(a)));
-        result.timings[index].seconds = Since(t0);
-        break;
-      }
-      default: {
-        PIPEPLAN_RETURN_IF_ERROR(wait_input(a));
-        const auto t0 = Clock::now();
-        PIPEPLAN_RETURN_IF_ERROR(executor.Compute(a));
-        result.timings[index].seconds = Since(t0);
-        break;
-      }
-    }
-  }
-  // RECVs nothing consumed (a malformed but harmless program) still complete.
-  for (auto& [key, pending] : recvs) {
+  // Waits for a posted op and charges the wait to its action.
+  absl::Status Wait(Pending& pending) {
     const auto t0 = Clock::now();
-    absl::Status s = pending.op->Wait(options_.comm_timeout);
-    result.timings[pending.timing_index].seconds += Since(t0);
-    PIPEPLAN_RETURN_IF_ERROR(s);
+    const absl::Status s = pending.op->Wait(runtime_.options().comm_timeout);
+    result_.timings[pending.timing_index].seconds += Since(t0);
+    return s;
   }
-  for (Pending& pending : sends) {
-    const auto t0 = Clock::now();
-    absl::Status s = pending.op->Wait(options_.comm_timeout);
-    result.timings[pending.timing_index].seconds += Since(t0);
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(),
-          absl::StrCat("step ", step, ": ",
-                       schedule::ActionToString(result.timings[pending.timing_index].action), ": ",
-                       s.message()));
-    }
-  }
-  PIPEPLAN_RETURN_IF_ERROR(executor.EndStep());
-  result.step_seconds = Since(step_start);
-  return result;
+
+  const StageRuntime& runtime_;
+  const int64_t step_;
+  Transport& transport_;
+  Executor& executor_;
+  StepResult result_;
+  absl::flat_hash_map<uint64_t, Pending> recvs_;
+  std::vector<Pending> sends_;
+};
+
+}  // namespace
+
+absl::StatusOr<StepResult> StageRuntime::RunStep(int64_t step, Transport& transport,
+                                                 Executor& executor) const {
+  return StepRun(*this, step, transport, executor).Run(actions_);
 }
 
 }  // namespace pipeplan::worker

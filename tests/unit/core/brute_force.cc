@@ -84,18 +84,29 @@ RandomInstance MakeRandomInstance(uint32_t seed, const RandomInstanceOptions& op
   }
   cs.intra_host_bandwidth = 1e10;
   cs.inter_host_bandwidth = 2e9;
-  RandomInstance inst;
-  inst.graph = std::make_unique<Graph>(*Graph::Build(std::move(spec)));
-  inst.cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cs)));
   CostOptions co;
   co.comm_model = options.comm;
   co.optimizer_state_multiplier = 2;
-  inst.cost = std::make_unique<CostModel>(*inst.graph, *inst.cluster, co);
-  inst.problem.cost = inst.cost.get();
-  for (int j = 0; j < options.stages; ++j) {
-    inst.problem.stage_device.push_back(j);
-    inst.problem.stage_inflight.push_back(options.stages - j);
+  return MakeInstance(std::move(spec), std::move(cs), co);
+}
+
+PartitionProblem PipelineProblem(const CostModel& cost, int stages) {
+  PartitionProblem p;
+  p.cost = &cost;
+  for (int j = 0; j < stages; ++j) {
+    p.stage_device.push_back(j);
+    p.stage_inflight.push_back(stages - j);
   }
+  return p;
+}
+
+RandomInstance MakeInstance(GraphSpec graph, ClusterSpec cluster, const CostOptions& cost) {
+  const int stages = static_cast<int>(cluster.devices.size());
+  RandomInstance inst;
+  inst.graph = std::make_unique<Graph>(*Graph::Build(std::move(graph)));
+  inst.cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cluster)));
+  inst.cost = std::make_unique<CostModel>(*inst.graph, *inst.cluster, cost);
+  inst.problem = PipelineProblem(*inst.cost, stages);
   return inst;
 }
 

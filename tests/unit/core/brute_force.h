@@ -26,8 +26,9 @@ struct BruteForceResult {
 // device's memory). Exponential: keep graphs to about 10 nodes.
 BruteForceResult BruteForce(const PartitionProblem& problem);
 
-// A random instance: a DAG (chain when `chain`), a cluster, a cost model and
-// a problem over `stages` stages. Owns everything the problem points to.
+// A test instance: a graph, a cluster, a cost model and a problem over them
+// (for MakeRandomInstance a random DAG, a chain when `chain`, on `stages`
+// devices). Owns everything the problem points to.
 struct RandomInstance {
   std::unique_ptr<Graph> graph;
   std::unique_ptr<Cluster> cluster;
@@ -46,6 +47,14 @@ struct RandomInstanceOptions {
 };
 
 RandomInstance MakeRandomInstance(uint32_t seed, const RandomInstanceOptions& options);
+
+// A problem over `stages` stages of `cost`: stage j on device j with
+// `stages - j` microbatches in flight (1F1B's warm-up). `cost` must outlive it.
+PartitionProblem PipelineProblem(const CostModel& cost, int stages);
+
+// An instance from given specs (which must build): PipelineProblem with one
+// stage per device of `cluster`.
+RandomInstance MakeInstance(GraphSpec graph, ClusterSpec cluster, const CostOptions& cost);
 
 }  // namespace pipeplan::testing
 

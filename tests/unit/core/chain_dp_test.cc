@@ -145,7 +145,7 @@ TEST(BaselinesTest, TimeBlocksBalanceCompute) {
                 {.id = "b", .host = "h", .flops = 1e12, .memory_bytes = 1e12}};
   Cluster c = *Cluster::Build(cs);
   CostModel cost(g, c, {});
-  PartitionProblem p{.cost = &cost, .stage_device = {0, 1}, .stage_inflight = {2, 1}};
+  PartitionProblem p = testing::PipelineProblem(cost, 2);
   auto got = MakeTimeBlockPartitioner()->Solve(p);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->stage_of_node, (std::vector<int>{0, 0, 0, 0, 1}));

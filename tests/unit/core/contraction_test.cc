@@ -16,6 +16,7 @@ namespace pipeplan {
 namespace {
 
 using ::pipeplan::testing::BruteForce;
+using ::pipeplan::testing::MakeInstance;
 using ::pipeplan::testing::MakeRandomInstance;
 using ::pipeplan::testing::RandomInstance;
 using ::pipeplan::testing::RandomInstanceOptions;
@@ -118,15 +119,8 @@ TEST(ContractionTest, KeepCutsStayRepresentable) {
 
 // Small DAGs with free sources (no in-edges, zero work, zero memory, one
 // consumer) in front of random nodes.
-struct FreeSourceInstance {
-  std::unique_ptr<Graph> graph;
-  std::unique_ptr<Cluster> cluster;
-  std::unique_ptr<CostModel> cost;
-  PartitionProblem problem;
-};
-
-FreeSourceInstance MakeFreeSourceInstance(uint32_t seed, int work_nodes, int sources, int k,
-                                          CommModel comm) {
+RandomInstance MakeFreeSourceInstance(uint32_t seed, int work_nodes, int sources, int k,
+                                      CommModel comm) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> unit(0, 1);
   GraphSpec spec;
@@ -156,18 +150,9 @@ FreeSourceInstance MakeFreeSourceInstance(uint32_t seed, int work_nodes, int sou
   }
   cs.intra_host_bandwidth = 1e10;
   cs.inter_host_bandwidth = 2e9;
-  FreeSourceInstance inst;
-  inst.graph = std::make_unique<Graph>(*Graph::Build(std::move(spec)));
-  inst.cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cs)));
   CostOptions co;
   co.comm_model = comm;
-  inst.cost = std::make_unique<CostModel>(*inst.graph, *inst.cluster, co);
-  inst.problem.cost = inst.cost.get();
-  for (int j = 0; j < k; ++j) {
-    inst.problem.stage_device.push_back(j);
-    inst.problem.stage_inflight.push_back(k - j);
-  }
-  return inst;
+  return MakeInstance(std::move(spec), std::move(cs), co);
 }
 
 // Best split constant on super-nodes, by enumeration.
@@ -194,8 +179,8 @@ TEST(ContractionTest, FreeSourceMergeIsExactForTheBound) {
   int merged = 0, equal = 0;
   for (uint32_t seed = 0; seed < 40; ++seed) {
     const int k = 2 + seed % 3;
-    FreeSourceInstance inst = MakeFreeSourceInstance(
-        seed, 5 + seed % 2, 2, k, seed % 2 ? CommModel::kRelay : CommModel::kDirect);
+    RandomInstance inst = MakeFreeSourceInstance(seed, 5 + seed % 2, 2, k,
+                                                 seed % 2 ? CommModel::kRelay : CommModel::kDirect);
     const Contraction c = Contract(inst.problem, ContractionOptions{});
     EXPECT_FALSE(c.lossy);
     if (!c.merged_free_sources) continue;
@@ -221,8 +206,8 @@ TEST(ContractionTest, MilpMatchesBruteForceWithFreeSources) {
   auto milp = MakeMilpPartitioner();
   for (uint32_t seed = 0; seed < 30; ++seed) {
     const int k = 2 + seed % 3;
-    FreeSourceInstance inst = MakeFreeSourceInstance(
-        100 + seed, 5, 2, k, seed % 2 ? CommModel::kRelay : CommModel::kDirect);
+    RandomInstance inst = MakeFreeSourceInstance(100 + seed, 5, 2, k,
+                                                 seed % 2 ? CommModel::kRelay : CommModel::kDirect);
     inst.problem.relative_gap = 0;
     const auto bf = BruteForce(inst.problem);
     const auto p = milp->Solve(inst.problem);

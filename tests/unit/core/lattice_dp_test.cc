@@ -24,6 +24,7 @@ using lattice_dp_internal::DirectPairOptimum;
 using lattice_dp_internal::FindSeparators;
 using testing::BruteForce;
 using testing::MakeRandomInstance;
+using testing::PipelineProblem;
 using testing::RandomInstance;
 using testing::RandomInstanceOptions;
 
@@ -170,10 +171,7 @@ TEST(LatticeDpTest, WideGraphDeclinesQuickly) {
     for (int d = 0; d < 4; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
     Cluster cluster = *Cluster::Build(cs);
     CostModel cost(g, cluster, {});
-    PartitionProblem p;
-    p.cost = &cost;
-    p.stage_device = {0, 1, 2, 3};
-    p.stage_inflight = {4, 3, 2, 1};
+    PartitionProblem p = PipelineProblem(cost, 4);
     const absl::Time start = absl::Now();
     auto r = MakeLatticeDpPartitioner()->Solve(p);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -202,6 +200,20 @@ struct Combo {
   int stages;
   bool chain;
   bool heterogeneous;
+
+  RandomInstanceOptions Options(CommModel comm) const {
+    RandomInstanceOptions o;
+    o.nodes = nodes;
+    o.stages = stages;
+    o.chain = chain;
+    o.heterogeneous = heterogeneous;
+    o.comm = comm;
+    return o;
+  }
+  std::string Describe(uint32_t seed) const {
+    return absl::StrCat("seed ", seed, " nodes ", nodes, " stages ", stages, " chain ", chain,
+                        " het ", heterogeneous);
+  }
 };
 
 std::vector<Combo> Combos() {
@@ -225,20 +237,12 @@ TEST(LatticeDpTest, RelayIsOptimalWithLooseMemory) {
   for (const Combo& c : Combos()) {
     for (int s = 0; s < SeedsFor(c); ++s) {
       const uint32_t seed = 1000 + s * 31 + c.nodes * 7 + c.stages;
-      RandomInstanceOptions o;
-      o.nodes = c.nodes;
-      o.stages = c.stages;
-      o.chain = c.chain;
-      o.heterogeneous = c.heterogeneous;
-      o.comm = CommModel::kRelay;
-      RandomInstance inst = MakeRandomInstance(seed, o);
+      RandomInstance inst = MakeRandomInstance(seed, c.Options(CommModel::kRelay));
       auto brute = BruteForce(inst.problem);
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_TRUE(r->fits_memory);
-      const std::string where =
-          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
-                       " het ", c.heterogeneous);
+      const std::string where = c.Describe(seed);
       EXPECT_NEAR(r->objective, brute.best, kTol * brute.best) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->lower_bound, brute.best * (1 - kTol)) << where;
@@ -259,19 +263,11 @@ TEST(LatticeDpTest, DirectBoundsBracketTheOptimum) {
   for (const Combo& c : Combos()) {
     for (int s = 0; s < SeedsFor(c); ++s) {
       const uint32_t seed = 5000 + s * 17 + c.nodes * 5 + c.stages;
-      RandomInstanceOptions o;
-      o.nodes = c.nodes;
-      o.stages = c.stages;
-      o.chain = c.chain;
-      o.heterogeneous = c.heterogeneous;
-      o.comm = CommModel::kDirect;
-      RandomInstance inst = MakeRandomInstance(seed, o);
+      RandomInstance inst = MakeRandomInstance(seed, c.Options(CommModel::kDirect));
       auto brute = BruteForce(inst.problem);
       auto r = solver->Solve(inst.problem);
       ASSERT_TRUE(r.ok()) << r.status();
-      const std::string where =
-          absl::StrCat("seed ", seed, " nodes ", c.nodes, " stages ", c.stages, " chain ", c.chain,
-                       " het ", c.heterogeneous);
+      const std::string where = c.Describe(seed);
       EXPECT_TRUE(r->fits_memory) << where;
       EXPECT_LE(r->lower_bound, brute.best * (1 + 1e-12)) << where;
       EXPECT_GE(r->objective, brute.best * (1 - 1e-12)) << where;
@@ -364,12 +360,7 @@ TEST(LatticeDpTest, DirectIsOptimalWithPerEdgeBytesAndMixedSpeeds) {
     cs.intra_host_latency = 1e-3 * unit(rng);
     Cluster cluster = *Cluster::Build(cs);
     CostModel cost(g, cluster, {});
-    PartitionProblem p;
-    p.cost = &cost;
-    for (int j = 0; j < stages; ++j) {
-      p.stage_device.push_back(j);
-      p.stage_inflight.push_back(stages - j);
-    }
+    PartitionProblem p = PipelineProblem(cost, stages);
     auto brute = BruteForce(p);
     auto r = solver->Solve(p);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -435,10 +426,7 @@ TEST(LatticeDpTest, ResidualTensorIsCharged) {
   cs.intra_host_latency = 0;
   Cluster cluster = *Cluster::Build(cs);
   CostModel cost(g, cluster, {});
-  PartitionProblem p;
-  p.cost = &cost;
-  p.stage_device = {0, 1};
-  p.stage_inflight = {2, 1};
+  PartitionProblem p = PipelineProblem(cost, 2);
   auto brute = BruteForce(p);
   auto r = MakeLatticeDpPartitioner()->Solve(p);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -552,12 +540,7 @@ TEST(LatticeDpTest, GluedFreeSourcesKeepTheBoundValid) {
       CostOptions co;
       co.comm_model = comm;
       CostModel cost(g, cluster, co);
-      PartitionProblem p;
-      p.cost = &cost;
-      for (int j = 0; j < stages; ++j) {
-        p.stage_device.push_back(j);
-        p.stage_inflight.push_back(stages - j);
-      }
+      PartitionProblem p = PipelineProblem(cost, stages);
       auto brute = BruteForce(p);
       auto r = solver->Solve(p);
       ASSERT_TRUE(r.ok()) << r.status();
@@ -667,10 +650,7 @@ TEST(LatticeDpTest, IdealEnumerationStopsAtDeadlineAndOnCancel) {
   for (int d = 0; d < 4; ++d) cs.devices.push_back({absl::StrCat("g", d), "h", 1e14, 1e12});
   Cluster cluster = *Cluster::Build(cs);
   CostModel cost(g, cluster, {});
-  PartitionProblem p;
-  p.cost = &cost;
-  p.stage_device = {0, 1, 2, 3};
-  p.stage_inflight = {4, 3, 2, 1};
+  PartitionProblem p = PipelineProblem(cost, 4);
   p.deadline = absl::Now() + absl::Milliseconds(20);
   absl::Time start = absl::Now();
   auto r = MakeLatticeDpPartitioner()->Solve(p);

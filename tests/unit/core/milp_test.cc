@@ -29,6 +29,7 @@ namespace {
 
 using ::pipeplan::testing::BruteForce;
 using ::pipeplan::testing::MakeRandomInstance;
+using ::pipeplan::testing::PipelineProblem;
 using ::pipeplan::testing::RandomInstance;
 using ::pipeplan::testing::RandomInstanceOptions;
 
@@ -250,13 +251,8 @@ TEST(MilpTest, ResNet50ReturnsNearItsDeadline) {
   const char* s_env = std::getenv("PIPEPLAN_MILP_SECONDS");
   const int k = k_env ? std::atoi(k_env) : 8;
   const double budget = s_env ? std::atof(s_env) : 1.0;
-  PartitionProblem problem;
-  problem.cost = &cost;
+  PartitionProblem problem = PipelineProblem(cost, k);
   problem.relative_gap = 0.01;
-  for (int j = 0; j < k; ++j) {
-    problem.stage_device.push_back(j);
-    problem.stage_inflight.push_back(k - j);
-  }
   const auto dp = MakeChainDpPartitioner()->Solve(problem);
   ASSERT_TRUE(dp.ok()) << dp.status();
   problem.warm_start = dp->stage_of_node;
@@ -296,12 +292,7 @@ TEST(MilpTest, ResNet50Measurement) {
         co.comm_model = comm;
         co.optimizer_state_multiplier = 2;
         CostModel cost(graph, *cluster, co);
-        PartitionProblem problem;
-        problem.cost = &cost;
-        for (int j = 0; j < k; ++j) {
-          problem.stage_device.push_back(j);
-          problem.stage_inflight.push_back(k - j);
-        }
+        PartitionProblem problem = PipelineProblem(cost, k);
         const absl::Time start = absl::Now();
         // PIPEPLAN_MILP_SECONDS sets the budget for longer measurements.
         const char* budget = std::getenv("PIPEPLAN_MILP_SECONDS");

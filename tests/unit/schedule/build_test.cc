@@ -100,19 +100,10 @@ TEST(BuildScheduleTest, StageToRankMappings) {
 }
 
 TEST(BuildScheduleTest, EveryMicrobatchOnEveryStageAndValid) {
-  for (ScheduleKind kind : kAllScheduleKinds) {
-    for (int p = 1; p <= 5; ++p) {
-      for (int m = 1; m <= 12; ++m) {
-        for (int v = 1; v <= 3; ++v) {
-          absl::StatusOr<PipelineSchedule> s = BuildSchedule(kind, p, m, v);
-          if (!s.ok()) continue;
-          EXPECT_EQ(s->num_stages, p * StagesPerRank(kind, v));
-          EXPECT_TRUE(ValidateSchedule(*s).ok())
-              << ScheduleKindName(kind) << " p=" << p << " m=" << m << " v=" << v << ": "
-              << ValidateSchedule(*s);
-        }
-      }
-    }
+  for (const testing::BuiltSchedule& b : testing::EveryBuildableSchedule()) {
+    EXPECT_EQ(b.schedule.num_stages, b.ranks * StagesPerRank(b.kind, b.chunks));
+    EXPECT_TRUE(ValidateSchedule(b.schedule).ok())
+        << b.label << ": " << ValidateSchedule(b.schedule);
   }
 }
 

@@ -3,6 +3,7 @@
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
+#include "test_util.h"
 
 namespace pipeplan::schedule {
 namespace {
@@ -16,24 +17,15 @@ TEST(PeakInflightTest, ClosedForms) {
 }
 
 TEST(PeakInflightTest, AgreesWithTheSimulatorOnEveryStage) {
-  for (ScheduleKind kind : kAllScheduleKinds) {
-    for (int p = 1; p <= 5; ++p) {
-      for (int m = 1; m <= 12; ++m) {
-        for (int v = 1; v <= 3; ++v) {
-          absl::StatusOr<PipelineSchedule> s = BuildSchedule(kind, p, m, v);
-          if (!s.ok()) continue;
-          absl::StatusOr<SimulationResult> r =
-              Simulate(*s, StageCosts::Uniform(s->num_stages, 1, 1, 1));
-          ASSERT_TRUE(r.ok());
-          for (int stage = 0; stage < s->num_stages; ++stage) {
-            absl::StatusOr<int> peak = PeakInflightMicrobatches(kind, stage, s->num_stages, m, v);
-            ASSERT_TRUE(peak.ok()) << peak.status();
-            EXPECT_EQ(*peak, r->peak_inflight_per_stage[stage])
-                << ScheduleKindName(kind) << " p=" << p << " m=" << m << " v=" << v
-                << " stage=" << stage;
-          }
-        }
-      }
+  for (const testing::BuiltSchedule& b : testing::EveryBuildableSchedule()) {
+    const PipelineSchedule& s = b.schedule;
+    absl::StatusOr<SimulationResult> r = Simulate(s, StageCosts::Uniform(s.num_stages, 1, 1, 1));
+    ASSERT_TRUE(r.ok());
+    for (int stage = 0; stage < s.num_stages; ++stage) {
+      absl::StatusOr<int> peak =
+          PeakInflightMicrobatches(b.kind, stage, s.num_stages, b.microbatches, b.chunks);
+      ASSERT_TRUE(peak.ok()) << peak.status();
+      EXPECT_EQ(*peak, r->peak_inflight_per_stage[stage]) << b.label << " stage=" << stage;
     }
   }
 }

@@ -1,14 +1,18 @@
-// Helpers shared by the schedule tests: build schedules from compact text.
+// Helpers shared by the schedule tests: build schedules from compact text,
+// and the sweep of every buildable schedule.
 #ifndef PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
 #define PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/action.h"
+#include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan::schedule::testing {
 
@@ -45,6 +49,36 @@ inline PipelineSchedule MakeSchedule(std::vector<int> stage_to_rank, int microba
   s.stage_to_rank = std::move(stage_to_rank);
   for (const std::string& p : programs) s.programs.push_back(Program(p));
   return s;
+}
+
+struct BuiltSchedule {
+  ScheduleKind kind;
+  int ranks;
+  int microbatches;
+  int chunks;  // BuildSchedule's stages-per-rank argument
+  PipelineSchedule schedule;
+  // "<kind> p=<ranks> m=<microbatches> v=<chunks>", for failure messages.
+  std::string label;
+};
+
+// Every schedule BuildSchedule accepts for every kind x 1..5 ranks x 1..12
+// microbatches x 1..3 chunks (the sweep the property tests run over).
+inline std::vector<BuiltSchedule> EveryBuildableSchedule() {
+  std::vector<BuiltSchedule> out;
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    for (int p = 1; p <= 5; ++p) {
+      for (int m = 1; m <= 12; ++m) {
+        for (int v = 1; v <= 3; ++v) {
+          absl::StatusOr<PipelineSchedule> s = BuildSchedule(kind, p, m, v);
+          if (!s.ok()) continue;
+          out.push_back(
+              {kind, p, m, v, *std::move(s),
+               absl::StrCat(std::string(ScheduleKindName(kind)), " p=", p, " m=", m, " v=", v)});
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace pipeplan::schedule::testing

@@ -187,7 +187,8 @@ TEST_F(JobRegistryTest, LeasesExpireAndHeartbeatsRevive) {
   EXPECT_EQ(registry_->CheckLeases(), 0);  // counted once
   ASSERT_TRUE(registry_->Heartbeat(id, "w2").ok());
   EXPECT_EQ(registry_->counts().lost_workers, 0);
-  EXPECT_EQ(registry_->Heartbeat(id, "w9").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Heartbeat(id, "w9").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry_->Heartbeat("job-nope", "w2").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(JobRegistryTest, StepReports) {
@@ -210,7 +211,10 @@ TEST_F(JobRegistryTest, StepReports) {
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->current_plan_version(), 2);
   r.set_worker_id("ghost");
+  EXPECT_EQ(registry_->ReportStep(r).status().code(), absl::StatusCode::kFailedPrecondition);
+  r.set_job_id("job-nope");
   EXPECT_EQ(registry_->ReportStep(r).status().code(), absl::StatusCode::kNotFound);
+  r.set_job_id(id);
   auto recent = registry_->RecentStepReports(id, 10);
   ASSERT_TRUE(recent.ok());
   ASSERT_EQ(recent->size(), 2u);

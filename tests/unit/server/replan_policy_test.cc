@@ -13,39 +13,16 @@
 #include "pipeplan/core/planner.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
+#include "support/plan_requests.h"
 
 namespace pipeplan::server {
 namespace {
 
-// A chain of 16 equal nodes on 4 equal devices: 4 stages, 1F1B, 4
-// microbatches; every stage gets 4 nodes.
+// The uniform 16-node chain on 4 devices (every stage gets 4 nodes when
+// memory allows).
 v1::PlanRequest ChainRequest(double memory_bytes = 80e9, double param_bytes = 1e6) {
-  v1::PlanRequest r;
-  r.mutable_graph()->set_name("chain16");
-  for (int i = 0; i < 16; ++i) {
-    v1::Node* n = r.mutable_graph()->add_nodes();
-    n->set_id(absl::StrCat("n", i));
-    n->set_forward_flops(1e12);
-    n->set_param_bytes(param_bytes);
-    n->set_output_bytes(1e3);
-    if (i > 0) {
-      v1::Edge* e = r.mutable_graph()->add_edges();
-      e->set_src(absl::StrCat("n", i - 1));
-      e->set_dst(n->id());
-    }
-  }
-  for (int d = 0; d < 4; ++d) {
-    v1::Device* dev = r.mutable_cluster()->add_devices();
-    dev->set_id(absl::StrCat("gpu", d));
-    dev->set_host("h0");
-    dev->set_flops(100e12);
-    dev->set_memory_bytes(memory_bytes);
-  }
-  r.mutable_options()->set_num_ranks(4);
-  r.mutable_options()->set_microbatches(4);
-  r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
-  r.mutable_options()->set_method(v1::METHOD_DP);
-  return r;
+  return ::pipeplan::testing::UniformChainRequest(
+      {.param_bytes = param_bytes, .memory_bytes = memory_bytes});
 }
 
 int NodesOn(const v1::Plan& plan, const std::string& device) {

@@ -37,13 +37,7 @@ MlpOptions Options(std::vector<std::vector<int>> stages, std::vector<int> local)
 }
 
 StageRuntime MakeRuntime(const schedule::PipelineSchedule& lowered, int rank) {
-  RuntimeOptions o;
-  o.rank = rank;
-  o.num_stages = lowered.num_stages;
-  o.num_microbatches = lowered.num_microbatches;
-  o.stage_to_rank = lowered.stage_to_rank;
-  o.comm_timeout = absl::Seconds(20);
-  auto r = StageRuntime::Create(o, lowered.programs[rank]);
+  auto r = StageRuntime::ForRank(lowered, rank, absl::Seconds(20));
   EXPECT_TRUE(r.ok()) << r.status();
   return std::move(*r);
 }

@@ -98,13 +98,7 @@ std::vector<absl::StatusOr<StepResult>> RunAll(const schedule::PipelineSchedule&
   std::vector<std::thread> threads;
   for (int r = 0; r < lowered.num_ranks; ++r) {
     threads.emplace_back([&, r] {
-      RuntimeOptions o;
-      o.rank = r;
-      o.num_stages = lowered.num_stages;
-      o.num_microbatches = lowered.num_microbatches;
-      o.stage_to_rank = lowered.stage_to_rank;
-      o.comm_timeout = absl::Seconds(10);
-      auto runtime = StageRuntime::Create(o, lowered.programs[r]);
+      auto runtime = StageRuntime::ForRank(lowered, r, absl::Seconds(10));
       if (!runtime.ok()) {
         results[r] = runtime.status();
         return;
@@ -227,19 +221,25 @@ TEST(StageRuntime, RejectsActionsOfAnotherRank) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StageRuntime, ForRankRejectsARankTheScheduleDoesNotHave) {
+  auto compute = schedule::BuildSchedule(ScheduleKind::kGPipe, 2, 1);
+  ASSERT_TRUE(compute.ok());
+  auto lowered = schedule::InsertSendRecv(*compute);
+  ASSERT_TRUE(lowered.ok());
+  EXPECT_TRUE(StageRuntime::ForRank(*lowered, 1, absl::Seconds(1)).ok());
+  EXPECT_EQ(StageRuntime::ForRank(*lowered, 2, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StageRuntime::ForRank(*lowered, -1, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(StageRuntime, MissingPeerTimesOut) {
   auto compute = schedule::BuildSchedule(ScheduleKind::kGPipe, 2, 1);
   ASSERT_TRUE(compute.ok());
   auto lowered = schedule::InsertSendRecv(*compute);
   ASSERT_TRUE(lowered.ok());
   MemoryHub hub(2);
-  RuntimeOptions o;
-  o.rank = 1;
-  o.num_stages = 2;
-  o.num_microbatches = 1;
-  o.stage_to_rank = lowered->stage_to_rank;
-  o.comm_timeout = absl::Milliseconds(50);
-  auto runtime = StageRuntime::Create(o, lowered->programs[1]);
+  auto runtime = StageRuntime::ForRank(*lowered, 1, absl::Milliseconds(50));
   ASSERT_TRUE(runtime.ok());
   Recorder rec;
   RecordingExecutor ex(&rec);

@@ -52,6 +52,11 @@ class StageRuntime {
   // INVALID_ARGUMENT when the program names a stage not on `options.rank`,
   // a microbatch out of range or a hop without a peer stage.
   static absl::StatusOr<StageRuntime> Create(RuntimeOptions options, schedule::RankProgram program);
+  // The runtime of `rank` in `lowered` (InsertSendRecv's output), its
+  // options taken from the schedule. INVALID_ARGUMENT for a rank the schedule
+  // does not have, else as Create.
+  static absl::StatusOr<StageRuntime> ForRank(const schedule::PipelineSchedule& lowered, int rank,
+                                              absl::Duration comm_timeout);
 
   // Runs one step. On error the step is abandoned (the executor's EndStep is
   // not called) and the transport should be rebuilt.

@@ -15,47 +15,24 @@
 //   runs a new rendezvous round keyed by the version and rebuilds runtime and
 //   executor.
 // * A worker whose device has no stage in a version waits for the next one.
+//
+// Pieces (worker_daemon/src): ControlThreads (watch, heartbeat) write
+// ControlState; StepLoop (AgreeAtBoundary, SwitchTo, RunOneStep) reads it,
+// builds an ActivePlan per version (the executor through MakeExecutor) and
+// reports each step (step_report.h).
 #ifndef PIPEPLAN_WORKER_WORKER_H_
 #define PIPEPLAN_WORKER_WORKER_H_
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
+#include "pipeplan/worker/worker_options.h"
 
 namespace pipeplan::worker {
-
-struct WorkerOptions {
-  client::ClientOptions planner;
-  std::string job_id;
-  std::string worker_id;
-  std::string device_id;
-  std::string transport = "gloo";      // gloo | nccl
-  std::string executor = "synthetic";  // synthetic | mlp
-  // Steps to run before exiting 0; 0 runs until stopped.
-  int64_t steps = 0;
-  std::string listen_host = "127.0.0.1";
-  double time_scale = 1.0;
-  // Synthetic executor: this device runs `slowdown` times the modelled time
-  // (emulates a straggler; the planner's calibration should notice).
-  double slowdown = 1.0;
-  size_t max_message_bytes = size_t{64} << 20;
-  double memory_bytes = 0;
-  absl::Duration comm_timeout = absl::Seconds(60);
-  // Registration and rendezvous give up after this.
-  absl::Duration connect_timeout = absl::Seconds(60);
-  // mlp executor.
-  int mlp_width = 16;
-  int mlp_rows = 8;
-  float mlp_learning_rate = 1.0f;
-  // "off" or HOST:PORT (port 0 picks one).
-  std::string metrics_listen = "off";
-};
 
 class WorkerMetrics;
 
@@ -78,8 +55,10 @@ class Worker {
   std::string metrics_address() const;
 
  private:
-  struct State;
   explicit Worker(WorkerOptions options);
+  // RegisterWorker, retried with backoff while the planner is unavailable,
+  // up to connect_timeout or a Stop().
+  absl::StatusOr<v1::Assignment> Register(const v1::WorkerInfo& info);
 
   WorkerOptions options_;
   std::atomic<bool> stop_{false};

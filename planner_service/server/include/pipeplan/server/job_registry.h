@@ -86,10 +86,12 @@ class JobRegistry {
   // job's cluster; NOT_FOUND for an unknown job.
   absl::StatusOr<v1::Assignment> RegisterWorker(const std::string& job_id,
                                                 const v1::WorkerInfo& worker);
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
+  // does not know (it registers again).
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
-  // FAILED_PRECONDITION when the report's plan version is not the current
-  // one; NOT_FOUND for an unknown job or worker.
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
+  // does not know, or when the report's plan version is not the current one.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
                                                                        int limit) const;

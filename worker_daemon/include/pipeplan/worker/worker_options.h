@@ -1,0 +1,45 @@
+// Everything a worker daemon is configured with (`pipeplan-worker` flags,
+// docs/worker.md). Worker::Create checks it; the executor factory reads the
+// executor's part.
+#ifndef PIPEPLAN_WORKER_WORKER_OPTIONS_H_
+#define PIPEPLAN_WORKER_WORKER_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "pipeplan/client/planner_client.h"
+
+namespace pipeplan::worker {
+
+struct WorkerOptions {
+  client::ClientOptions planner;
+  std::string job_id;
+  std::string worker_id;
+  std::string device_id;
+  std::string transport = "gloo";      // gloo | nccl
+  std::string executor = "synthetic";  // synthetic | mlp
+  // Steps to run before exiting 0; 0 runs until stopped.
+  int64_t steps = 0;
+  std::string listen_host = "127.0.0.1";
+  double time_scale = 1.0;
+  // Synthetic executor: this device runs `slowdown` times the modelled time
+  // (emulates a straggler; the planner's calibration should notice).
+  double slowdown = 1.0;
+  size_t max_message_bytes = size_t{64} << 20;
+  double memory_bytes = 0;
+  absl::Duration comm_timeout = absl::Seconds(60);
+  // Registration and rendezvous give up after this.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // mlp executor.
+  int mlp_width = 16;
+  int mlp_rows = 8;
+  float mlp_learning_rate = 1.0f;
+  // "off" or HOST:PORT (port 0 picks one).
+  std::string metrics_listen = "off";
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_WORKER_OPTIONS_H_

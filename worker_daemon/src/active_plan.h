@@ -1,0 +1,47 @@
+// One plan version as this worker runs it: the decoded stage plan, this
+// device's rank, and, when the rank holds stages, the transport to its peers,
+// the stage runtime and the executor. Built at every plan switch, dropped at
+// the next. Internal to libpipeplan_worker.
+#ifndef PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
+#define PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/client/planner_client.h"
+#include "pipeplan/worker/executor.h"
+#include "pipeplan/worker/rendezvous.h"
+#include "pipeplan/worker/runtime.h"
+#include "pipeplan/worker/stage_plan.h"
+#include "pipeplan/worker/transport.h"
+#include "pipeplan/worker/worker_options.h"
+
+namespace pipeplan::worker {
+
+struct ActivePlan {
+  int64_t version = 0;
+  StagePlan plan;
+  // -1 when the version gives this device no stage; then the rest is null.
+  int rank = -1;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<StageRuntime> runtime;
+  std::unique_ptr<Executor> executor;
+
+  // Connected to its peers: can vote at a step boundary and run steps.
+  bool connected() const { return transport != nullptr; }
+};
+
+// Fetches `version` (GetPlan: plan and request graph, retried while the
+// planner is unavailable), decodes it, and for a device with a rank connects
+// the transport (a rendezvous round through `kv` keyed by the version),
+// builds the stage runtime and the executor (MakeExecutor). Every rank of the
+// version must call it for the rendezvous to complete.
+absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
+                                                            KeyValue& kv,
+                                                            const WorkerOptions& options,
+                                                            int64_t version);
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_

@@ -1,0 +1,90 @@
+// What the worker's watch and heartbeat threads learn from the planner (the
+// newest plan version, whether the job is gone, the lease), shared with the
+// step loop. Thread-safe; internal to libpipeplan_worker.
+#ifndef PIPEPLAN_WORKER_SRC_CONTROL_STATE_H_
+#define PIPEPLAN_WORKER_SRC_CONTROL_STATE_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pipeplan/client/planner_client.h"
+
+namespace pipeplan::worker {
+
+class ControlState {
+ public:
+  // Remembers `version` when it is newer than any seen so far.
+  void SawVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    latest_version_ = std::max(latest_version_, version);
+  }
+  int64_t Latest() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return latest_version_;
+  }
+
+  void MarkJobDeleted() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    job_deleted_ = true;
+  }
+  bool JobDeleted() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return job_deleted_;
+  }
+
+  void SetLease(absl::Duration lease) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    lease_ = lease;
+  }
+  absl::Duration Lease() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return lease_;
+  }
+
+  // Sleeps up to `d`; true (at once) when shutting down.
+  bool SleepOrShutdown(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&shutting_down_), d);
+    return shutting_down_;
+  }
+
+  // The watch stream Shutdown cancels. false (and nothing attached) when
+  // already shutting down.
+  bool AttachWatch(client::PlanWatch* watch) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (shutting_down_) return false;
+    watch_ = watch;
+    return true;
+  }
+  // Detaches the ended watch stream; with `job_gone` the job is marked
+  // deleted. true when the watch thread should end: shutting down or gone.
+  bool DetachWatch(bool job_gone) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    watch_ = nullptr;
+    if (shutting_down_) return true;
+    if (job_gone) job_deleted_ = true;
+    return job_gone;
+  }
+
+  // Wakes every SleepOrShutdown and cancels the attached watch stream.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    shutting_down_ = true;
+    if (watch_) watch_->Cancel();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t latest_version_ ABSL_GUARDED_BY(mu_) = 0;
+  bool job_deleted_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  client::PlanWatch* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_CONTROL_STATE_H_

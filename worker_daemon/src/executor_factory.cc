@@ -1,0 +1,62 @@
+#include "pipeplan/worker/executor_factory.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/mlp_executor.h"
+#include "pipeplan/worker/synthetic_executor.h"
+
+namespace pipeplan::worker {
+namespace {
+
+std::unique_ptr<Executor> MakeSynthetic(const WorkerOptions& o, const StagePlan& plan) {
+  SyntheticOptions so;
+  so.forward_seconds = plan.forward_seconds;
+  so.backward_seconds = plan.backward_seconds;
+  so.boundary_bytes = plan.boundary_bytes;
+  so.time_scale = o.time_scale;
+  so.time_factor = plan.time_factor;
+  so.slowdown = o.slowdown;
+  so.max_message_bytes = o.max_message_bytes;
+  return std::make_unique<SyntheticExecutor>(std::move(so));
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> MakeMlp(const WorkerOptions& o, const StagePlan& plan,
+                                                  const v1::ModelGraph& graph, int rank) {
+  if (plan.stage_nodes.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plan version ", plan.version, " has no graph to build the mlp from"));
+  }
+  MlpOptions mo;
+  mo.layers = LayersFromGraph(graph);
+  mo.stage_layers = plan.stage_nodes;
+  for (int s = 0; s < plan.num_stages; ++s) {
+    if (plan.lowered.stage_to_rank[s] == rank) mo.local_stages.push_back(s);
+  }
+  mo.num_microbatches = plan.microbatches;
+  mo.width = o.mlp_width;
+  mo.rows = o.mlp_rows;
+  mo.learning_rate = o.mlp_learning_rate;
+  return std::make_unique<MlpExecutor>(std::move(mo));
+}
+
+}  // namespace
+
+absl::Status CheckExecutorOptions(const WorkerOptions& options) {
+  if (options.executor != "synthetic" && options.executor != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--executor must be synthetic or mlp, got \"", options.executor, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const WorkerOptions& options,
+                                                       const StagePlan& plan,
+                                                       const v1::ModelGraph& graph, int rank) {
+  PIPEPLAN_RETURN_IF_ERROR(CheckExecutorOptions(options));
+  if (options.executor == "mlp") return MakeMlp(options, plan, graph, rank);
+  return MakeSynthetic(options, plan);
+}
+
+}  // namespace pipeplan::worker

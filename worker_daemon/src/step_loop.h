@@ -1,0 +1,66 @@
+// The worker's main loop, after registration:
+//
+//   at each step boundary:  AgreeAtBoundary (plan version and stop vote,
+//                           over the running transport)
+//   on a new version:       SwitchTo (BuildActivePlan: fetch, rendezvous,
+//                           runtime, executor)
+//   otherwise:              RunOneStep (run the rank's actions, report)
+//
+// Every rank runs the same sequence of boundaries, so all of them switch
+// plans, and stop, after the same step. Internal to libpipeplan_worker.
+#ifndef PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
+#define PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "active_plan.h"
+#include "control_state.h"
+#include "pipeplan/client/planner_client.h"
+#include "pipeplan/worker/metrics.h"
+#include "pipeplan/worker/rendezvous.h"
+#include "pipeplan/worker/worker_options.h"
+
+namespace pipeplan::worker {
+
+class StepLoop {
+ public:
+  // Everything passed in must outlive the loop; `metrics` may be null.
+  StepLoop(client::PlannerClient& planner, const WorkerOptions& options, ControlState& state,
+           const std::atomic<bool>& stop, WorkerMetrics* metrics);
+
+  // Runs until `options.steps` steps are done, a stop is voted at a boundary
+  // or requested while not connected (OK), the job is deleted (NOT_FOUND) or
+  // an error (a failed vote, switch or step).
+  absl::Status Run();
+  // Steps completed so far.
+  int64_t steps() const { return step_; }
+
+ private:
+  struct Boundary {
+    int64_t version = 0;  // the highest version any rank knows
+    bool stop = false;    // some rank was asked to stop
+  };
+  absl::StatusOr<Boundary> AgreeAtBoundary(int64_t known_version);
+  // Drops the running version and builds `version`; a device without a stage
+  // in it waits for the next version.
+  absl::Status SwitchTo(int64_t version);
+  void WaitForVersionAfter(int64_t version);
+  absl::Status RunOneStep();
+
+  client::PlannerClient& planner_;
+  const WorkerOptions& options_;
+  ControlState& state_;
+  const std::atomic<bool>& stop_;
+  WorkerMetrics* metrics_;
+  PlannerKeyValue kv_;
+  std::unique_ptr<ActivePlan> active_;
+  int64_t step_ = 0;
+};
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
