@@ -206,6 +206,7 @@ struct JobSpec {
   std::string data;
   OptimizerOptions optimizer;
   bool skip_nonfinite = false;
+  int chunks = 1;  // stages per rank of the interleaved schedules
 };
 
 class Job {
@@ -213,8 +214,8 @@ class Job {
   // `transports[r]` is rank r's; they must outlive the job.
   static std::unique_ptr<Job> Create(const JobSpec& spec, std::vector<Transport*> transports) {
     auto job = std::unique_ptr<Job>(new Job());
-    auto lowered =
-        schedule::InsertSendRecv(*schedule::BuildSchedule(spec.kind, spec.ranks, kMicrobatches));
+    auto lowered = schedule::InsertSendRecv(
+        *schedule::BuildSchedule(spec.kind, spec.ranks, kMicrobatches, spec.chunks));
     EXPECT_TRUE(lowered.ok()) << lowered.status();
     auto package = ReadModelPackage(Package(spec.model));
     auto stages = ReadCompiledStages(spec.stages_dir);
@@ -392,15 +393,18 @@ TEST_P(TwoRanks, MatchesReference) {
   const Case& c = GetParam();
   const OptimizerOptions opt = c.model == "gpt" ? GptOptimizer() : CnnOptimizer();
   const std::string data = "tensors:" + DataFile(c.model);
-  const int stages = c.kind == ScheduleKind::kZBVZeroBubble ? 4 : 2;
-  JobSpec spec{c.model, Stages(c.model, EvenSplit(NumNodes(c.model), stages)), c.kind, 2, data,
-               opt};
+  const bool four =
+      c.kind == ScheduleKind::kZBVZeroBubble || c.kind == ScheduleKind::kInterleaved1F1B;
+  JobSpec spec{
+      c.model, Stages(c.model, EvenSplit(NumNodes(c.model), four ? 4 : 2)), c.kind, 2, data, opt};
+  spec.chunks = c.kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
   ExpectLossesMatch(Train(spec), Reference(c.model, data, opt, kSteps));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Schedules, TwoRanks,
     ::testing::Values(Case{"gpt", ScheduleKind::kGPipe}, Case{"gpt", ScheduleKind::k1F1B},
+                      Case{"gpt", ScheduleKind::kInterleaved1F1B},
                       Case{"gpt", ScheduleKind::kInterleavedZeroBubble},
                       Case{"gpt", ScheduleKind::kZBVZeroBubble}, Case{"cnn", ScheduleKind::kGPipe},
                       Case{"cnn", ScheduleKind::k1F1B},
