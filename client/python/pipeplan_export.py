@@ -76,6 +76,7 @@ import inspect
 import json
 import math
 import operator
+import os
 import re
 import sys
 
@@ -958,6 +959,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
                           "bytes": _edge_bytes(src, node)})
     graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
     if package is not None:
+        if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+            sys.path.append(os.path.dirname(os.path.abspath(__file__)))
         import pipeplan_package  # it imports this module back (ReloadTracer)
         pipeplan_package.write_package(gm, graph, example_inputs, package, loss)
     return graph
@@ -1118,6 +1121,8 @@ def _load(spec, shapes, dtype):
     mod_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit("--model must be a built-in (%s) or module:attr" % ", ".join(BUILTINS))
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(1, os.getcwd())  # the user's modules, as `python -m` finds them
     obj = importlib.import_module(mod_name)
     for part in attr.split("."):
         obj = getattr(obj, part)

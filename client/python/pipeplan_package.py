@@ -36,8 +36,9 @@ import torch
 import torch.fx
 import torch.nn as nn
 
+from pipeplan_loss import LOSSES
+
 FORMAT = "pipeplan-model-package/1"
-LOSSES = ("cross_entropy", "mse")
 MANIFEST, GRAPH_MODULE, PARAMS = "manifest.json", "graph_module.pt", "params.pt"
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -138,6 +139,23 @@ def _first_embedding_size(gm, placeholder):
     return None
 
 
+def _check_reload(gm, nodes):
+    """torch.load rebuilds the graph by tracing the saved code: check, without
+    copying a tensor, that it gives back the same node names (the plan's keys)."""
+    rebuild, args = gm.__reduce__()
+    try:
+        names = [n.name for n in rebuild(*args).graph.nodes if n.op != "output"]
+    except Exception as e:  # tracing raises anything the model's code raises
+        raise PackageError("torch.fx cannot reload the traced module: %s: %s"
+                           % (type(e).__name__, e)) from e
+    if names != nodes:
+        pad = max(len(names), len(nodes))
+        names, nodes = names + [None] * pad, nodes + [None] * pad
+        i = next(i for i in range(pad) if names[i] != nodes[i])
+        raise PackageError("torch.fx gives node %d (%r) back as %r when it reloads the "
+                           "traced module" % (i, nodes[i], names[i]))
+
+
 def _get_attr(module, target):
     for part in target.split("."):
         module = getattr(module, part)
@@ -160,9 +178,11 @@ def _tensor_entry(t):
 
 def _input_entries(gm, example_inputs):
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != len(example_inputs):
+    # Arguments left out keep their defaults (nn.TransformerEncoder's mask=None).
+    required = [n for n in placeholders if not n.args]
+    if not len(required) <= len(example_inputs) <= len(placeholders):
         raise PackageError("the model takes %d inputs but %d example inputs were given"
-                           % (len(placeholders), len(example_inputs)))
+                           % (len(required), len(example_inputs)))
     entries = []
     for node, x in zip(placeholders, example_inputs):
         if not isinstance(x, torch.Tensor):
@@ -205,6 +225,7 @@ def write_package(gm, graph, example_inputs, out_dir, loss=None):
     params = canonical_parameters(gm)
     # Name a tracer that a fresh process can import (never __main__'s copy).
     gm._tracer_cls = ReloadTracer if _needs_patched_reload(gm) else None
+    _check_reload(gm, nodes)
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)

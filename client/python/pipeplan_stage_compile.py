@@ -5,7 +5,7 @@
       --node-stage plan.json --microbatch-size 4 --out stages/
 
 `--node-stage` is a JSON file holding the plan's `node_stage` list, or a plan JSON
-with a top-level `node_stage` field, or the list itself inline (`[0,0,1,1]`). Writes
+with a top-level `node_stage` field, or either inline (`[0,0,1,1]`). Writes
 `stage_<s>.pt` (torch.jit.save of a scripted module) and `stages.json`
 (docs/model-package.md) into a temporary directory beside `--out`, then renames it:
 readers never see half a result. When `--out` already holds the stages of the same
@@ -121,7 +121,7 @@ def example_inputs(manifest, microbatch_size):
 def read_node_stage(arg):
     """The node_stage list from a file (list or plan JSON) or an inline JSON list."""
     text = arg
-    if not arg.lstrip().startswith("["):
+    if not arg.lstrip().startswith(("[", "{")):
         try:
             with open(arg) as f:
                 text = f.read()

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Train a model package in one process, as a pipelined job would: the oracle of the
+exactness tests (docs/model-package.md).
+
+  /usr/bin/python3 client/python/pipeplan_reference_train.py --package model.ptpkg \\
+      --data tensors:train.pt --optimizer adamw --lr 3e-4 --batch-size 32 \\
+      --microbatches 4 --steps 100 --out losses.json
+
+Step s takes the rows of step s (pipeplan_data), splits them in order into the
+microbatches and, per microbatch, runs the model, takes the mean loss divided by the
+number of microbatches and calls backward, accumulating gradients: what the
+pipeline's stages do, in the same order (so the per-microbatch rounding matches a
+pipelined run better than one full-batch backward would). The step's loss is the sum
+of those terms (the batch's mean loss). Then the optional global-norm clipping over
+every parameter (a tied one once) and the optimizer step. Parameters start from the
+package's params.pt; `--dtype float64` converts parameters, buffers and floating
+inputs.
+
+Writes a JSON list of {"step": s, "loss": x}, one per step, atomically. Exit status
+0; 2 bad input (the message names the flag, package or data file); 1 a non-finite
+loss (the steps before it are written).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+import torch
+
+import pipeplan_data
+import pipeplan_loss
+import pipeplan_package as pp
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+class TrainError(ValueError):
+    """Bad arguments; the message names the flag."""
+
+
+def make_optimizer(params, name, lr, weight_decay=None, momentum=0.0):
+    """torch.optim's SGD (momentum 0 unless given), Adam or AdamW (betas 0.9/0.999,
+    eps 1e-8); weight decay defaults to 0, for AdamW to 0.01, as in PyTorch."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum,
+                               weight_decay=weight_decay or 0.0)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=weight_decay or 0.0)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                 weight_decay=0.01 if weight_decay is None else weight_decay)
+    raise TrainError("--optimizer %r: use one of %s" % (name, ", ".join(OPTIMIZERS)))
+
+
+def prepare_model(package, dtype=torch.float32):
+    """The package's module with params.pt's values, in training mode, in `dtype`."""
+    model = package.module
+    with torch.no_grad():
+        for name, p in pp.canonical_parameters(model):
+            p.copy_(package.params[name])
+    model.train()
+    return model.to(dtype)
+
+
+def train_step(model, params, optimizer, loss, inputs, targets, microbatches,
+               clip_grad_norm=None):
+    """One step on a batch; returns the batch's mean loss (a 0-dim tensor)."""
+    optimizer.zero_grad(set_to_none=True)
+    total = None
+    for mb_inputs, mb_targets in pipeplan_data.microbatches(inputs, targets, microbatches):
+        term = pipeplan_loss.compute(loss, model(*mb_inputs), mb_targets) / microbatches
+        term.backward()
+        total = term.detach() if total is None else total + term.detach()
+    if clip_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
+    optimizer.step()
+    return total
+
+
+def _cast_inputs(inputs, dtype):
+    return [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+
+
+def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
+          start_step=0, weight_decay=None, momentum=0.0, clip_grad_norm=None,
+          dtype=torch.float32):
+    """Trains and returns [{"step", "loss"}]; stops at a non-finite loss (the list then
+    ends with it)."""
+    if batch_size < 1 or microbatches < 1 or batch_size % microbatches:
+        raise TrainError("--batch-size %d must be a positive multiple of --microbatches %d"
+                         % (batch_size, microbatches))
+    if steps < 0 or start_step < 0:
+        raise TrainError("--steps and --start-step must be >= 0")
+    model = prepare_model(package, dtype)
+    params = [p for _, p in pp.canonical_parameters(model)]
+    opt = make_optimizer(params, optimizer, lr, weight_decay, momentum)
+    out = []
+    for step in range(start_step, start_step + steps):
+        inputs, targets = data.batch(step, batch_size)
+        value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype),
+                           targets, microbatches, clip_grad_norm).item()
+        out.append({"step": step, "loss": value})
+        if not math.isfinite(value):
+            break
+    return out
+
+
+def write_losses(losses, path):
+    """Writes the list, one step per line, to a temporary file beside `path`, then
+    renames it. Floats are written in full (repr), so they read back exactly."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("[\n" + ",\n".join(json.dumps(x) for x in losses) + "\n]\n"
+                    if losses else "[]\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Train a model package in one process.")
+    parser.add_argument("--package", required=True, help="model package directory")
+    parser.add_argument("--data", required=True, help="tensors:FILE or synthetic:seed=N")
+    parser.add_argument("--loss", choices=pipeplan_loss.LOSSES,
+                        help="default: the package's loss")
+    parser.add_argument("--optimizer", required=True, choices=OPTIMIZERS)
+    parser.add_argument("--lr", required=True, type=float)
+    parser.add_argument("--weight-decay", type=float,
+                        help="default 0 (sgd, adam), 0.01 (adamw)")
+    parser.add_argument("--momentum", type=float, default=0.0, help="sgd only")
+    parser.add_argument("--clip-grad-norm", type=float, metavar="X",
+                        help="clip the global gradient L2 norm to X")
+    parser.add_argument("--batch-size", required=True, type=int, help="rows per step")
+    parser.add_argument("--microbatches", required=True, type=int)
+    parser.add_argument("--steps", required=True, type=int, help="steps to train")
+    parser.add_argument("--start-step", type=int, default=0,
+                        help="index of the first step (its data rows)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--out", required=True, help="losses JSON")
+    args = parser.parse_args(argv)
+    try:
+        package = pp.load_package(args.package)
+        loss = args.loss or package.manifest["loss"]
+        data = pipeplan_data.open_data(args.data, package.manifest, loss)
+        losses = train(package, data, loss, args.optimizer, args.lr, args.batch_size,
+                       args.microbatches, args.steps, args.start_step, args.weight_decay,
+                       args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype))
+    except (TrainError, pp.PackageError, pipeplan_data.DataError) as e:
+        print("pipeplan_reference_train: %s" % e, file=sys.stderr)
+        return 2
+    finite = all(math.isfinite(x["loss"]) for x in losses)
+    write_losses([x if math.isfinite(x["loss"]) else {"step": x["step"], "loss": None}
+                for x in losses], args.out)
+    if not finite:
+        print("pipeplan_reference_train: step %d: loss is %s" % (losses[-1]["step"],
+                                                                   losses[-1]["loss"]),
+              file=sys.stderr)
+        return 1
+    if losses:
+        print("%s: %d steps, loss %.6g -> %.6g" % (args.out, len(losses), losses[0]["loss"],
+                                                   losses[-1]["loss"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
