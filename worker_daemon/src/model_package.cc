@@ -199,6 +199,28 @@ absl::StatusOr<CompiledStages> ReadCompiledStages(const std::string& dir) {
   return out;
 }
 
+absl::Status CheckPackageFitsPlan(const ModelPackage& package,
+                                  const std::vector<std::string>& graph_nodes,
+                                  const std::vector<int>& node_stage) {
+  const std::string where = absl::StrCat("model package ", package.dir);
+  if (graph_nodes.size() != package.nodes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has ", package.nodes.size(),
+                                                   " nodes, the job's graph ", graph_nodes.size()));
+  }
+  for (size_t i = 0; i < graph_nodes.size(); ++i) {
+    if (graph_nodes[i] != package.nodes[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": node ", i, " is \"",
+                                                     package.nodes[i], "\", the job's graph has \"",
+                                                     graph_nodes[i], "\""));
+    }
+  }
+  if (node_stage.size() != package.nodes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the plan places ", node_stage.size(), " nodes, ", where, " has ", package.nodes.size()));
+  }
+  return absl::OkStatus();
+}
+
 ParameterOwners OwnersOf(const CompiledStages& stages, const std::vector<int>& stage_to_rank) {
   ParameterOwners owners;
   for (const CompiledStage& stage : stages.stages) {

@@ -120,6 +120,19 @@ TEST(ModelPackage, ReadsManifest) {
               HasSubstr("reads pipeplan-model-package/1"));
 }
 
+TEST(ModelPackage, MustFitTheJobsGraphAndPlan) {
+  ModelPackage p;
+  p.dir = "pkg";
+  p.nodes = {"x", "fc", "out"};
+  EXPECT_TRUE(CheckPackageFitsPlan(p, {"x", "fc", "out"}, {0, 0, 1}).ok());
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc2", "out"}, {0, 0, 1}).message()),
+              HasSubstr("node 1 is \"fc\", the job's graph has \"fc2\""));
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc"}, {0, 0}).message()),
+              HasSubstr("has 3 nodes, the job's graph 2"));
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc", "out"}, {0, 1}).message()),
+              HasSubstr("the plan places 2 nodes"));
+}
+
 TEST(Checkpoint, ManifestRoundTripAndLatestComplete) {
   TempDir dir;
   const std::string root = dir.path() + "/ckpt";

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace pipeplan::worker {
@@ -79,6 +80,13 @@ int64_t BoundaryBytes(const std::vector<TensorSpec>& tensors, bool gradients);
 absl::StatusOr<ModelPackage> ReadModelPackage(const std::string& dir);
 // Also checks that stage s's outputs are stage s+1's inputs.
 absl::StatusOr<CompiledStages> ReadCompiledStages(const std::string& dir);
+
+// INVALID_ARGUMENT unless `graph_nodes` (the job graph's node ids, in order)
+// are the package's nodes and `node_stage` gives each a stage: a package
+// exported from another model, or a plan for another graph.
+absl::Status CheckPackageFitsPlan(const ModelPackage& package,
+                                  const std::vector<std::string>& graph_nodes,
+                                  const std::vector<int>& node_stage);
 
 // Canonical parameter name -> the ranks holding it, ascending (a tied
 // parameter used by stages on two ranks has two). REQUIRES:
