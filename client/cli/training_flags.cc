@@ -5,8 +5,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/client/model_package.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/model_package.h"
 
 namespace pipeplan::cli {
 namespace {
@@ -67,11 +67,13 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(const Flag
   }
   v1::TrainingSpec spec;
   spec.set_model_package(Absolute(*flags.Get("model-package")));
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::ModelPackageManifest package,
-                            client::ReadModelPackage(spec.model_package()));
-  PIPEPLAN_RETURN_IF_ERROR(client::CheckPackageMatchesGraph(package, graph));
-  spec.set_package_digest(package.digest());
-  spec.set_loss(flags.Get("loss").value_or(package.loss()));
+  PIPEPLAN_ASSIGN_OR_RETURN(worker::ModelPackage package,
+                            worker::ReadModelPackage(spec.model_package()));
+  std::vector<std::string> graph_nodes;
+  for (const v1::Node& node : graph.nodes()) graph_nodes.push_back(node.id());
+  PIPEPLAN_RETURN_IF_ERROR(worker::CheckPackageMatchesGraph(package, graph_nodes));
+  spec.set_package_digest(package.digest);
+  spec.set_loss(flags.Get("loss").value_or(package.loss));
   spec.set_optimizer(flags.Get("optimizer").value_or("adamw"));
   PIPEPLAN_ASSIGN_OR_RETURN(double lr, flags.GetDouble("lr", 1e-3));
   spec.set_lr(lr);

@@ -1,0 +1,244 @@
+// The torch-free parts of the torch executor: manifest parsing and its
+// errors, checkpoint directories, and the transport-level collectives and
+// state moves (over the in-memory transport, ranks as threads).
+#include "pipeplan/worker/model_package.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipeplan/worker/checkpoint.h"
+#include "pipeplan/worker/collectives.h"
+#include "pipeplan/worker/in_memory_transport.h"
+#include "pipeplan/worker/state_transfer.h"
+
+namespace pipeplan::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "pipeplan_pkg_XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  void Write(const std::string& name, const std::string& text) const {
+    fs::create_directories(fs::path(path_ / fs::path(name)).parent_path());
+    std::ofstream(fs::path(path_) / name) << text;
+  }
+
+ private:
+  std::string path_;
+};
+
+constexpr char kStages[] = R"({
+  "format": "pipeplan-stages/1", "package_digest": "d", "assignment_digest": "a",
+  "microbatch_size": 2, "num_stages": 2, "unknown_field": 1,
+  "stages": [
+    {"index": 0, "file": "stage_0.pt",
+     "inputs": [{"name": "idx", "shape": [2, 4], "dtype": "int64", "requires_grad": false}],
+     "outputs": [{"name": "h", "shape": [2, 4, 8], "dtype": "float32", "requires_grad": true},
+                 {"name": "m", "shape": [2, 4], "dtype": "bool", "requires_grad": false}],
+     "parameters": [{"name": "wte.weight", "path": "wte.weight"}]},
+    {"index": 1, "file": "stage_1.pt",
+     "inputs": [{"name": "h", "shape": [2, 4, 8], "dtype": "float32", "requires_grad": true},
+                {"name": "m", "shape": [2, 4], "dtype": "bool", "requires_grad": false}],
+     "outputs": [{"name": "out", "shape": [2, 4, 16], "dtype": "float32", "requires_grad": true}],
+     "parameters": [{"name": "wte.weight", "path": "lm_head.weight"},
+                    {"name": "ln.bias", "path": "ln.bias"}]}
+  ]})";
+
+TEST(ModelPackage, ReadsStagesAndSizesBoundaries) {
+  TempDir dir;
+  dir.Write("stages.json", kStages);
+  auto stages = ReadCompiledStages(dir.path());
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  ASSERT_EQ(stages->num_stages(), 2);
+  EXPECT_EQ(stages->microbatch_size, 2);
+  EXPECT_EQ(stages->StagePath(1), dir.path() + "/stage_1.pt");
+  // Activations: 2*4*8 floats + 2*4 bools; gradients: the floats only.
+  EXPECT_EQ(BoundaryBytes(stages->stages[0].outputs, false), 2 * 4 * 8 * 4 + 2 * 4);
+  EXPECT_EQ(BoundaryBytes(stages->stages[0].outputs, true), 2 * 4 * 8 * 4);
+  const ParameterOwners owners = OwnersOf(*stages, {0, 1});
+  EXPECT_EQ(owners.at("wte.weight"), (std::vector<int>{0, 1}));
+  EXPECT_EQ(owners.at("ln.bias"), (std::vector<int>{1}));
+  EXPECT_EQ(OwnersOf(*stages, {0, 0}).at("wte.weight"), (std::vector<int>{0}));
+}
+
+TEST(ModelPackage, StageErrorsNameTheField) {
+  TempDir dir;
+  std::string text = kStages;
+  text.replace(text.find("\"bool\", \"requires_grad\": false}],\n     \"parameters\""), 6,
+               "\"int8\"");
+  dir.Write("stages.json", text);
+  auto stages = ReadCompiledStages(dir.path());
+  ASSERT_EQ(stages.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(stages.status().message()), HasSubstr("stage 0 outputs"));
+
+  dir.Write("stages.json", R"({"format": "pipeplan-stages/1", "microbatch_size": 2,
+    "num_stages": 1, "stages": [{"index": 0, "file": "s.pt",
+    "inputs": [{"name": "x", "shape": [2], "dtype": "complex64"}]}]})");
+  stages = ReadCompiledStages(dir.path());
+  EXPECT_THAT(std::string(stages.status().message()), HasSubstr("unknown dtype \"complex64\""));
+
+  dir.Write("stages.json", R"({"format": "pipeplan-stages/1", "microbatch_size": 2,
+    "num_stages": 1, "stages": [{"index": 0, "file": "s.pt",
+    "inputs": [{"name": "x", "shape": [2], "dtype": "int64", "requires_grad": true}]}]})");
+  stages = ReadCompiledStages(dir.path());
+  EXPECT_THAT(std::string(stages.status().message()),
+              HasSubstr("requires a gradient but is int64"));
+
+  dir.Write("stages.json", "{not json");
+  EXPECT_EQ(ReadCompiledStages(dir.path()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadCompiledStages(dir.path() + "/missing").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ModelPackage, ReadsManifest) {
+  TempDir dir;
+  dir.Write("manifest.json", R"({"format": "pipeplan-model-package/1", "digest": "abc",
+    "nodes": ["idx", "wte"], "inputs": [{"name": "idx", "shape": [4, 8], "dtype": "int64",
+    "high": 100}], "output": {"shape": [4, 8, 100], "dtype": "float32"}, "batch_dim": 0,
+    "parameters": [{"name": "wte.weight", "shape": [100, 16], "dtype": "float32"}],
+    "loss": "cross_entropy"})");
+  auto package = ReadModelPackage(dir.path());
+  ASSERT_TRUE(package.ok()) << package.status();
+  EXPECT_EQ(package->inputs[0].high, 100);
+  EXPECT_EQ(package->output.shape, (std::vector<int64_t>{4, 8, 100}));
+  EXPECT_EQ(package->ParamsPath(), dir.path() + "/params.pt");
+
+  dir.Write("manifest.json", R"({"format": "pipeplan-model-package/2"})");
+  EXPECT_THAT(std::string(ReadModelPackage(dir.path()).status().message()),
+              HasSubstr("reads pipeplan-model-package/1"));
+}
+
+TEST(ModelPackage, MustFitTheJobsGraphAndPlan) {
+  ModelPackage p;
+  p.dir = "pkg";
+  p.nodes = {"x", "fc", "out"};
+  EXPECT_TRUE(CheckPackageFitsPlan(p, {"x", "fc", "out"}, {0, 0, 1}).ok());
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc2", "out"}, {0, 0, 1}).message()),
+              HasSubstr("node 1 is \"fc\", the job's graph has \"fc2\""));
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc"}, {0, 0}).message()),
+              HasSubstr("has 3 nodes, the job's graph 2"));
+  EXPECT_THAT(std::string(CheckPackageFitsPlan(p, {"x", "fc", "out"}, {0, 1}).message()),
+              HasSubstr("the plan places 2 nodes"));
+}
+
+TEST(Checkpoint, ManifestRoundTripAndLatestComplete) {
+  TempDir dir;
+  const std::string root = dir.path() + "/ckpt";
+  auto none = LatestCheckpoint(root);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+
+  CheckpointManifest m;
+  m.meta = {30, 2, 30 * 8};
+  m.package_digest = "abc";
+  m.optimizer = "adamw";
+  m.shards = {{ShardFileName(0), 0, {"a", "b"}}, {ShardFileName(1), 1, {}}};
+  ASSERT_TRUE(WriteCheckpointManifest(CheckpointDir(root, 30), m).ok());
+  // A later checkpoint cut short (no MANIFEST) is not complete.
+  const std::string shard = "partial";
+  ASSERT_TRUE(WriteFileAtomically(CheckpointDir(root, 40) + "/" + ShardFileName(0),
+                                  std::as_bytes(std::span(shard)))
+                  .ok());
+  auto latest = LatestCheckpoint(root);
+  ASSERT_TRUE(latest.ok());
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ(**latest, CheckpointDir(root, 30));
+  EXPECT_EQ(ReadCheckpointManifest(CheckpointDir(root, 40)).status().code(),
+            absl::StatusCode::kNotFound);
+
+  auto read = ReadCheckpointManifest(**latest);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->meta.step, 30);
+  EXPECT_EQ(read->meta.plan_version, 2);
+  EXPECT_EQ(read->meta.data_position, 240);
+  EXPECT_EQ(read->optimizer, "adamw");
+  ASSERT_EQ(read->shards.size(), 2u);
+  EXPECT_EQ(read->shards[0].parameters, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(read->shards[1].file, "shard_1.pt");
+
+  auto bytes = ReadFileBytes(CheckpointDir(root, 40) + "/shard_0.pt");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(bytes->size(), shard.size());
+  for (const auto& e : fs::directory_iterator(CheckpointDir(root, 40))) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
+  }
+}
+
+// Runs `body(rank, transport)` on `n` threads over one MemoryHub.
+template <typename Body>
+void OnRanks(int n, Body body) {
+  MemoryHub hub(n);
+  std::vector<std::unique_ptr<Transport>> transports;
+  for (int r = 0; r < n; ++r) transports.push_back(hub.Connect(r));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r, *transports[r]); });
+  for (auto& t : threads) t.join();
+}
+
+TEST(Collectives, SumOverRanksIsTheSameEverywhere) {
+  std::vector<std::vector<double>> results(3);
+  OnRanks(3, [&](int r, Transport& t) {
+    for (uint64_t epoch = 0; epoch < 3; ++epoch) {  // consecutive calls stay apart
+      std::vector<double> v = {0.1 * (r + 1), r == 2 ? 1.0 : 0.0, 1e-17 * r};
+      ASSERT_TRUE(SumOverRanks(t, v, epoch, absl::Seconds(10)).ok());
+      results[r] = v;
+    }
+  });
+  EXPECT_DOUBLE_EQ(results[0][0], 0.1 + 0.2 + 0.30000000000000004);
+  EXPECT_EQ(results[0][1], 1.0);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(results[r], results[0]);  // bit-identical
+}
+
+std::vector<std::byte> Blob(const std::string& s) {
+  std::vector<std::byte> b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+TEST(StateTransfer, MovesEveryNameToItsNewOwners) {
+  // Old plan: "tied" on ranks 0 and 2, "a" on 0, "b" on 1, "c" on 2.
+  // New plan: "tied" on 1 and 2, "a" on 2, "b" on 1, "c" on 0 and 1.
+  const ParameterOwners from = {{"tied", {0, 2}}, {"a", {0}}, {"b", {1}}, {"c", {2}}};
+  const ParameterOwners to = {{"tied", {1, 2}}, {"a", {2}}, {"b", {1}}, {"c", {0, 1}}};
+  std::vector<NamedState> mine(3);
+  mine[0] = {{"tied", Blob("T0")}, {"a", Blob("A")}};
+  mine[1] = {{"b", Blob("B")}};
+  mine[2] = {{"tied", Blob("T0")}, {"c", Blob(std::string(100000, 'c'))}};
+  std::vector<NamedState> got(3);
+  OnRanks(3, [&](int r, Transport& t) {
+    auto moved = MoveState(t, mine[r], from, to, 7, absl::Seconds(10));
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    got[r] = std::move(*moved);
+  });
+  EXPECT_EQ(got[0], (NamedState{{"c", Blob(std::string(100000, 'c'))}}));
+  EXPECT_EQ(
+      got[1],
+      (NamedState{{"tied", Blob("T0")}, {"b", Blob("B")}, {"c", Blob(std::string(100000, 'c'))}}));
+  EXPECT_EQ(got[2], (NamedState{{"tied", Blob("T0")}, {"a", Blob("A")}}));
+}
+
+TEST(StateTransfer, ErrorsNameTheParameter) {
+  OnRanks(1, [&](int, Transport& t) {
+    auto s = MoveState(t, {{"a", Blob("A")}}, {{"a", {0}}}, {{"a", {0}}, {"new", {0}}}, 0,
+                       absl::Seconds(1));
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("\"new\""));
+    s = MoveState(t, {}, {{"a", {0}}}, {{"a", {0}}}, 0, absl::Seconds(1));
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  });
+}
+
+}  // namespace
+}  // namespace pipeplan::worker

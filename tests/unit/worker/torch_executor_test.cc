@@ -1,0 +1,628 @@
+// The torch executor trains real models (tests/models/tiny_models.py: a small
+// GPT with tied embeddings, a small CNN, an MLP whose skips cross stages, with
+// the mse loss) pipelined by the stage runtime, and its per-step losses equal
+// pipeplan_reference_train.py's single-process training within 1e-4
+// relative: one rank and two (threads over the in-memory transport, one run
+// over Gloo on 127.0.0.1), GPipe, 1F1B, Interleaved1F1B, ZB-H1 and ZBV (two
+// stages per rank, local hops). State moves to a different split, and
+// checkpoints load under another split, without changing the losses. Bad
+// data files and non-finite losses get their errors.
+//
+// Fixtures (packages, compiled stages, reference losses) are built at test
+// time by /usr/bin/python3 with the repository's Python tools.
+#include "pipeplan/worker/torch_executor.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "gloo/rendezvous/hash_store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/schedule/lowering.h"
+#include "pipeplan/worker/gloo_transport.h"
+#include "pipeplan/worker/in_memory_transport.h"
+#include "pipeplan/worker/runtime.h"
+
+namespace pipeplan::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using schedule::ScheduleKind;
+using ::testing::HasSubstr;
+
+constexpr int kMicrobatches = 4;
+constexpr int kMicrobatchSize = 2;
+constexpr int kBatch = kMicrobatches * kMicrobatchSize;
+constexpr int kSteps = 10;
+constexpr char kPython[] = "/usr/bin/python3";
+
+// ---------------------------------------------------------------------------
+// Fixtures built by the Python tools
+
+struct Fixtures {
+  std::string skip_reason;  // non-empty: tests skip
+  std::string dir;
+  std::map<std::string, std::string> stage_dirs;          // by model + node_stage
+  std::map<std::string, std::vector<double>> references;  // by command line
+};
+
+Fixtures& F() {
+  static Fixtures* f = new Fixtures();
+  return *f;
+}
+
+// The Python tools of this checkout (PIPEPLAN_SOURCE_DIR in the environment
+// overrides it, e.g. to try another checkout's tools).
+std::string Source(const std::string& rel) {
+  const char* env = std::getenv("PIPEPLAN_SOURCE_DIR");
+  return std::string(env != nullptr ? env : PIPEPLAN_SOURCE_DIR) + "/" + rel;
+}
+
+// Runs a shell command with its output in a log; returns the log on failure.
+std::optional<std::string> Shell(const std::string& command) {
+  const std::string log = F().dir + "/command.log";
+  const int rc = std::system(("OMP_NUM_THREADS=1 " + command + " > " + log + " 2>&1").c_str());
+  if (rc == 0) return std::nullopt;
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  return "`" + command + "` failed:\n" + text.str();
+}
+
+std::string Package(const std::string& model) { return F().dir + "/" + model + ".ptpkg"; }
+std::string DataFile(const std::string& name) { return F().dir + "/" + name + "_data.pt"; }
+
+// Bad data files for the error tests.
+constexpr char kBadData[] = R"(
+import sys, torch
+d = sys.argv[1]
+g = torch.Generator().manual_seed(2)
+tok = torch.randint(0, 64, (16, 16), generator=g)
+torch.save({"inputs": tok.float(), "targets": tok}, d + "/bad_dtype_data.pt")
+torch.save({"inputs": tok[:, :8], "targets": tok[:, :8]}, d + "/bad_shape_data.pt")
+torch.save({"inputs": tok, "labels": tok}, d + "/no_targets_data.pt")
+torch.save([tok], d + "/list_data.pt")
+torch.save({"inputs": tok}, d + "/one_entry_data.pt")
+torch.save({"inputs": tok, "targets": tok[:8]}, d + "/bad_rows_data.pt")
+torch.save({"inputs": tok, "targets": tok.float()}, d + "/float_targets_data.pt")
+open(d + "/garbage_data.pt", "w").write("not a torch file")
+)";
+
+void BuildFixtures() {
+  Fixtures& f = F();
+  std::string tmpl = (fs::temp_directory_path() / "pipeplan_torch_XXXXXX").string();
+  f.dir = ::mkdtemp(tmpl.data());
+  if (std::system((std::string(kPython) + " -c 'import torch' > /dev/null 2>&1").c_str()) != 0) {
+    f.skip_reason = "needs /usr/bin/python3 with torch (python3-torch) to build the fixtures";
+    return;
+  }
+  if (auto err = Shell(std::string(kPython) + " " + Source("tests/models/make_fixtures.py") +
+                       " --out-dir " + f.dir + " --model gpt --model cnn --model skip --rows 48")) {
+    ADD_FAILURE() << *err;
+    f.skip_reason = "fixtures failed";
+    return;
+  }
+  std::ofstream(f.dir + "/bad_data.py") << kBadData;
+  if (auto err = Shell(std::string(kPython) + " " + f.dir + "/bad_data.py " + f.dir)) {
+    ADD_FAILURE() << *err;
+    f.skip_reason = "fixtures failed";
+  }
+}
+
+// node_stage of `n` nodes cut before the given node indices.
+std::vector<int> CutAt(int n, std::vector<int> cuts) {
+  std::vector<int> stage(n);
+  for (int i = 0; i < n; ++i) {
+    for (int c : cuts) stage[i] += i >= c ? 1 : 0;
+  }
+  return stage;
+}
+
+std::vector<int> EvenSplit(int n, int k) {
+  std::vector<int> cuts;
+  for (int s = 1; s < k; ++s) cuts.push_back(s * n / k);
+  return CutAt(n, cuts);
+}
+
+int NumNodes(const std::string& model) {
+  auto p = ReadModelPackage(Package(model));
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? static_cast<int>(p->nodes.size()) : 0;
+}
+
+// Compiles `model` for `node_stage` (once per assignment).
+std::string Stages(const std::string& model, const std::vector<int>& node_stage) {
+  std::string list = "[";
+  for (size_t i = 0; i < node_stage.size(); ++i) {
+    list += (i ? "," : "") + std::to_string(node_stage[i]);
+  }
+  list += "]";
+  const std::string key = model + list;
+  auto it = F().stage_dirs.find(key);
+  if (it != F().stage_dirs.end()) return it->second;
+  const std::string out = F().dir + "/stages_" + std::to_string(F().stage_dirs.size());
+  std::ofstream(out + ".json") << list;
+  if (auto err =
+          Shell(std::string(kPython) + " " + Source("client/python/pipeplan_stage_compile.py") +
+                " --package " + Package(model) + " --node-stage " + out +
+                ".json --microbatch-size " + std::to_string(kMicrobatchSize) + " --out " + out)) {
+    ADD_FAILURE() << *err;
+  }
+  return F().stage_dirs[key] = out;
+}
+
+std::string OptimizerFlags(const OptimizerOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "--optimizer " << o.kind << " --lr " << o.lr;
+  if (o.momentum != 0) s << " --momentum " << o.momentum;
+  if (o.weight_decay) s << " --weight-decay " << *o.weight_decay;
+  if (o.clip_grad_norm > 0) s << " --clip-grad-norm " << o.clip_grad_norm;
+  return s.str();
+}
+
+// pipeplan_reference_train.py's per-step losses.
+std::vector<double> Reference(const std::string& model, const std::string& data,
+                              const OptimizerOptions& o, int steps) {
+  const std::string args = " --package " + Package(model) + " --data " + data + " " +
+                           OptimizerFlags(o) + " --batch-size " + std::to_string(kBatch) +
+                           " --microbatches " + std::to_string(kMicrobatches) + " --steps " +
+                           std::to_string(steps);
+  auto it = F().references.find(args);
+  if (it != F().references.end()) return it->second;
+  const std::string out = F().dir + "/losses_" + std::to_string(F().references.size()) + ".json";
+  if (auto err =
+          Shell(std::string(kPython) + " " + Source("client/python/pipeplan_reference_train.py") +
+                args + " --out " + out)) {
+    ADD_FAILURE() << *err;
+    return {};
+  }
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<double> losses;
+  const std::regex number("\"loss\": ([-+0-9.eE]+)");
+  for (auto m = std::sregex_iterator(text.begin(), text.end(), number); m != std::sregex_iterator();
+       ++m) {
+    losses.push_back(std::stod((*m)[1]));
+  }
+  EXPECT_EQ(static_cast<int>(losses.size()), steps) << text;
+  return F().references[args] = losses;
+}
+
+// ---------------------------------------------------------------------------
+// A pipelined job: one executor and one runtime per rank
+
+struct JobSpec {
+  std::string model;
+  std::string stages_dir;
+  ScheduleKind kind = ScheduleKind::k1F1B;
+  int ranks = 1;
+  std::string data;
+  OptimizerOptions optimizer;
+  bool skip_nonfinite = false;
+  int chunks = 1;  // stages per rank of the interleaved schedules
+};
+
+class Job {
+ public:
+  // `transports[r]` is rank r's; they must outlive the job.
+  static std::unique_ptr<Job> Create(const JobSpec& spec, std::vector<Transport*> transports) {
+    auto job = std::unique_ptr<Job>(new Job());
+    auto lowered = schedule::InsertSendRecv(
+        *schedule::BuildSchedule(spec.kind, spec.ranks, kMicrobatches, spec.chunks));
+    EXPECT_TRUE(lowered.ok()) << lowered.status();
+    auto package = ReadModelPackage(Package(spec.model));
+    auto stages = ReadCompiledStages(spec.stages_dir);
+    EXPECT_TRUE(package.ok() && stages.ok()) << package.status() << stages.status();
+    if (!lowered.ok() || !package.ok() || !stages.ok()) return nullptr;
+    for (int r = 0; r < spec.ranks; ++r) {
+      TorchExecutorOptions o;
+      o.package = *package;
+      o.stages = *stages;
+      o.stage_to_rank = lowered->stage_to_rank;
+      o.rank = r;
+      o.num_microbatches = kMicrobatches;
+      o.data = spec.data;
+      o.optimizer = spec.optimizer;
+      o.skip_nonfinite_steps = spec.skip_nonfinite;
+      o.transport = transports[r];
+      o.comm_timeout = absl::Seconds(30);
+      auto ex = TorchExecutor::Create(std::move(o));
+      EXPECT_TRUE(ex.ok()) << "rank " << r << ": " << ex.status();
+      if (!ex.ok()) return nullptr;
+      job->executors.push_back(std::move(*ex));
+      RuntimeOptions ro;
+      ro.rank = r;
+      ro.num_stages = lowered->num_stages;
+      ro.num_microbatches = kMicrobatches;
+      ro.stage_to_rank = lowered->stage_to_rank;
+      ro.comm_timeout = absl::Seconds(30);
+      auto rt = StageRuntime::Create(ro, lowered->programs[r]);
+      EXPECT_TRUE(rt.ok()) << rt.status();
+      if (!rt.ok()) return nullptr;
+      job->runtimes.push_back(std::move(*rt));
+    }
+    for (const auto& program : lowered->programs) {
+      for (const auto& a : program) {
+        job->split_backwards += a && a->type == schedule::ActionType::kBackwardInput ? 1 : 0;
+      }
+    }
+    job->transports = std::move(transports);
+    job->last_rank = lowered->stage_to_rank.back();
+    return job;
+  }
+
+  // Runs steps [first, first + steps) on one thread per rank; the losses of
+  // the last stage's rank, and each rank's status.
+  std::vector<double> Run(int64_t first, int steps) {
+    status.assign(executors.size(), absl::OkStatus());
+    std::vector<double> losses;
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < executors.size(); ++r) {
+      threads.emplace_back([&, r] {
+        for (int64_t s = first; s < first + steps; ++s) {
+          auto result = runtimes[r].RunStep(s, *transports[r], *executors[r]);
+          if (!result.ok()) {
+            status[r] = result.status();
+            return;
+          }
+          if (static_cast<int>(r) == last_rank) losses.push_back(*executors[r]->LastLoss());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return losses;
+  }
+
+  bool AllOk() const {
+    for (const absl::Status& s : status) {
+      if (!s.ok()) return false;
+    }
+    return true;
+  }
+
+  std::vector<std::unique_ptr<TorchExecutor>> executors;
+  std::vector<StageRuntime> runtimes;
+  std::vector<Transport*> transports;
+  std::vector<absl::Status> status;
+  int last_rank = 0;
+  int split_backwards = 0;  // I actions: the backward runs split into I and W
+};
+
+struct Hub {
+  explicit Hub(int n) : hub(n) {
+    for (int r = 0; r < n; ++r) owned.push_back(hub.Connect(r));
+  }
+  std::vector<Transport*> transports() const {
+    std::vector<Transport*> out;
+    for (const auto& t : owned) out.push_back(t.get());
+    return out;
+  }
+  MemoryHub hub;
+  std::vector<std::unique_ptr<Transport>> owned;
+};
+
+void ExpectLossesMatch(const std::vector<double>& got, const std::vector<double>& want,
+                       size_t offset = 0) {
+  ASSERT_LE(got.size() + offset, want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i + offset], 1e-4 * std::abs(want[i + offset]))
+        << "step " << i + offset;
+  }
+}
+
+OptimizerOptions GptOptimizer() {
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.lr = 1e-2;
+  o.clip_grad_norm = 1.0;
+  return o;
+}
+
+OptimizerOptions CnnOptimizer() {
+  OptimizerOptions o;
+  o.kind = "sgd";
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  return o;
+}
+
+// Builds the fixtures once for every suite of the binary.
+class FixtureEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { BuildFixtures(); }
+  void TearDown() override { fs::remove_all(F().dir); }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new FixtureEnvironment);
+
+// skip: an MLP whose input and first activation cross several stages
+// (relayed), with the mse loss.
+OptimizerOptions OptimizerFor(const std::string& model) {
+  if (model == "gpt") return GptOptimizer();
+  if (model == "cnn") return CnnOptimizer();
+  OptimizerOptions o;
+  o.kind = "adam";
+  o.lr = 1e-2;
+  return o;
+}
+
+class TorchExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!F().skip_reason.empty()) GTEST_SKIP() << F().skip_reason;
+  }
+
+  // Trains `spec` for kSteps over the in-memory transport.
+  std::vector<double> Train(const JobSpec& spec) {
+    Hub hub(spec.ranks);
+    auto job = Job::Create(spec, hub.transports());
+    if (job == nullptr) return {};
+    const bool zero_bubble = spec.kind == ScheduleKind::kInterleavedZeroBubble ||
+                             spec.kind == ScheduleKind::kZBVZeroBubble;
+    EXPECT_EQ(job->split_backwards > 0, zero_bubble);
+    std::vector<double> losses = job->Run(0, kSteps);
+    for (size_t r = 0; r < job->status.size(); ++r) {
+      EXPECT_TRUE(job->status[r].ok()) << "rank " << r << ": " << job->status[r];
+    }
+    return losses;
+  }
+};
+
+TEST_F(TorchExecutorTest, WholeGptOnOneRankMatchesReference) {
+  const std::vector<double> want =
+      Reference("gpt", "tensors:" + DataFile("gpt"), GptOptimizer(), kSteps);
+  JobSpec spec{"gpt",
+               Stages("gpt", EvenSplit(NumNodes("gpt"), 1)),
+               ScheduleKind::kGPipe,
+               1,
+               "tensors:" + DataFile("gpt"),
+               GptOptimizer()};
+  const std::vector<double> got = Train(spec);
+  ExpectLossesMatch(got, want);
+  EXPECT_LT(got.back(), got.front());  // it learns
+}
+
+struct Case {
+  std::string model;
+  ScheduleKind kind;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " " << schedule::ScheduleKindName(c.kind);
+}
+
+class TwoRanks : public TorchExecutorTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(TwoRanks, MatchesReference) {
+  const Case& c = GetParam();
+  const OptimizerOptions opt = OptimizerFor(c.model);
+  const std::string data = "tensors:" + DataFile(c.model);
+  const bool four =
+      c.kind == ScheduleKind::kZBVZeroBubble || c.kind == ScheduleKind::kInterleaved1F1B;
+  JobSpec spec{
+      c.model, Stages(c.model, EvenSplit(NumNodes(c.model), four ? 4 : 2)), c.kind, 2, data, opt};
+  spec.chunks = c.kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+  ExpectLossesMatch(Train(spec), Reference(c.model, data, opt, kSteps));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, TwoRanks,
+    ::testing::Values(Case{"gpt", ScheduleKind::kGPipe}, Case{"gpt", ScheduleKind::k1F1B},
+                      Case{"gpt", ScheduleKind::kInterleaved1F1B},
+                      Case{"gpt", ScheduleKind::kInterleavedZeroBubble},
+                      Case{"gpt", ScheduleKind::kZBVZeroBubble}, Case{"cnn", ScheduleKind::kGPipe},
+                      Case{"cnn", ScheduleKind::k1F1B},
+                      Case{"cnn", ScheduleKind::kInterleavedZeroBubble},
+                      Case{"skip", ScheduleKind::k1F1B},
+                      Case{"skip", ScheduleKind::kZBVZeroBubble}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return info.param.model + "_" + std::string(schedule::ScheduleKindName(info.param.kind));
+    });
+
+TEST_F(TorchExecutorTest, GptOverGlooMatchesReference) {
+  const std::string data = "tensors:" + DataFile("gpt");
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<Transport>> owned(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto t = ConnectGloo(
+          {.rank = r, .size = 2, .host = "127.0.0.1", .timeout = absl::Seconds(20)}, store);
+      if (t.ok()) owned[r] = std::move(*t);
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(owned[0] && owned[1]);
+  JobSpec spec{
+      "gpt",         Stages("gpt", EvenSplit(NumNodes("gpt"), 2)), ScheduleKind::k1F1B, 2, data,
+      GptOptimizer()};
+  auto job = Job::Create(spec, {owned[0].get(), owned[1].get()});
+  ASSERT_NE(job, nullptr);
+  const std::vector<double> got = job->Run(0, kSteps);
+  ASSERT_TRUE(job->AllOk()) << job->status[0] << job->status[1];
+  ExpectLossesMatch(got, Reference("gpt", data, GptOptimizer(), kSteps));
+  EXPECT_FALSE(job->executors[0]->LastLoss().has_value());  // only the last stage has a loss
+  EXPECT_GT(job->executors[1]->PeakMemoryBytes(), 0);
+}
+
+// Moves state between two jobs over the same transports, one thread per rank.
+void MoveAll(Job& from, Job& to, const std::vector<Transport*>& transports) {
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < transports.size(); ++r) {
+    threads.emplace_back([&, r] {
+      auto mine = from.executors[r]->ExportState();
+      ASSERT_TRUE(mine.ok()) << mine.status();
+      auto moved = MoveState(*transports[r], *mine, from.executors[r]->owners(),
+                             to.executors[r]->owners(), 1, absl::Seconds(20));
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      absl::Status s = to.executors[r]->ImportState(*moved);
+      ASSERT_TRUE(s.ok()) << s;
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST_F(TorchExecutorTest, StateMovesToADifferentSplit) {
+  // Adam, so that losses after the switch depend on the moved moments too.
+  OptimizerOptions opt;
+  opt.kind = "adam";
+  opt.lr = 1e-2;
+  const std::string data = "tensors:" + DataFile("gpt");
+  const std::vector<double> want = Reference("gpt", data, opt, kSteps);
+  const int n = NumNodes("gpt");
+  Hub hub(2);
+  // Before: 1F1B, the tied embedding on both ranks. After: ZBV, a different
+  // cut into four stages; stages 0 and 3 (both ends of the tie) on rank 0.
+  auto before =
+      Job::Create({"gpt", Stages("gpt", CutAt(n, {n / 3})), ScheduleKind::k1F1B, 2, data, opt},
+                  hub.transports());
+  auto after = Job::Create({"gpt", Stages("gpt", CutAt(n, {n / 5, n / 2, 4 * n / 5})),
+                            ScheduleKind::kZBVZeroBubble, 2, data, opt},
+                           hub.transports());
+  ASSERT_TRUE(before && after);
+  std::vector<double> got = before->Run(0, kSteps / 2);
+  ASSERT_TRUE(before->AllOk()) << before->status[0] << before->status[1];
+  MoveAll(*before, *after, hub.transports());
+  const std::vector<double> rest = after->Run(kSteps / 2, kSteps / 2);
+  ASSERT_TRUE(after->AllOk()) << after->status[0] << after->status[1];
+  got.insert(got.end(), rest.begin(), rest.end());
+  ExpectLossesMatch(got, want);
+}
+
+TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
+  const std::string data = "tensors:" + DataFile("cnn");
+  const std::vector<double> want = Reference("cnn", data, CnnOptimizer(), kSteps);
+  const std::string root = F().dir + "/ckpt";
+  {
+    Hub hub(2);
+    auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 2)),
+                            ScheduleKind::k1F1B, 2, data, CnnOptimizer()},
+                           hub.transports());
+    ASSERT_NE(job, nullptr);
+    ExpectLossesMatch(job->Run(0, kSteps / 2), want);
+    std::vector<absl::Status> status(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        status[r] = job->executors[r]->WriteCheckpoint(CheckpointDir(root, kSteps / 2),
+                                                       {kSteps / 2, 1, kSteps / 2 * kBatch});
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(status[0].ok()) << status[0];
+    ASSERT_TRUE(status[1].ok()) << status[1];
+  }
+  auto latest = LatestCheckpoint(root);
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_TRUE(fs::exists(**latest + "/shard_1.pt"));
+  // Resume on one rank holding the whole model.
+  Hub hub(1);
+  auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 1)), ScheduleKind::kGPipe,
+                          1, data, CnnOptimizer()},
+                         hub.transports());
+  ASSERT_NE(job, nullptr);
+  auto meta = job->executors[0]->LoadCheckpoint(**latest);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->step, kSteps / 2);
+  EXPECT_EQ(meta->plan_version, 1);
+  EXPECT_EQ(meta->data_position, kSteps / 2 * kBatch);
+  ExpectLossesMatch(job->Run(meta->step, kSteps - meta->step), want, kSteps / 2);
+
+  // A checkpoint without its MANIFEST is never loaded.
+  fs::copy(**latest, root + "/partial");
+  fs::remove(root + "/partial/MANIFEST.json");
+  EXPECT_EQ(job->executors[0]->LoadCheckpoint(root + "/partial").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(TorchExecutorTest, SyntheticDataMatchesReference) {
+  for (const std::string model : {"gpt", "cnn"}) {
+    const OptimizerOptions opt = OptimizerFor(model);
+    JobSpec spec{model,
+                 Stages(model, EvenSplit(NumNodes(model), 2)),
+                 ScheduleKind::k1F1B,
+                 2,
+                 "synthetic:seed=3",
+                 opt};
+    Hub hub(2);
+    auto job = Job::Create(spec, hub.transports());
+    ASSERT_NE(job, nullptr);
+    const std::vector<double> got = job->Run(0, 3);
+    ASSERT_TRUE(job->AllOk()) << job->status[0] << job->status[1];
+    ExpectLossesMatch(got, Reference(model, "synthetic:seed=3", opt, 3));
+  }
+}
+
+TEST_F(TorchExecutorTest, BadDataIsRejectedWithTheReason) {
+  auto package = ReadModelPackage(Package("gpt"));
+  auto stages = ReadCompiledStages(Stages("gpt", EvenSplit(NumNodes("gpt"), 1)));
+  ASSERT_TRUE(package.ok() && stages.ok());
+  auto create = [&](const std::string& data) {
+    TorchExecutorOptions o;
+    o.package = *package;
+    o.stages = *stages;
+    o.stage_to_rank = {0};
+    o.num_microbatches = kMicrobatches;
+    o.data = data;
+    return TorchExecutor::Create(std::move(o)).status();
+  };
+  const std::map<std::string, std::string> cases = {
+      {"tensors:" + DataFile("bad_dtype"),
+       "input \"idx\" is float32 [16, 16]; the model takes int64"},
+      {"tensors:" + DataFile("bad_shape"), "the model takes int64 rows of shape [16]"},
+      {"tensors:" + DataFile("no_targets"), "has no \"targets\" tensor; loss cross_entropy"},
+      // Without targets; LibTorch 1.13 cannot even read these (pickle's
+      // SETITEM and APPEND), later versions can: either way an error.
+      {"tensors:" + DataFile("list"), "list_data.pt: "},
+      {"tensors:" + DataFile("one_entry"), "one_entry_data.pt: "},
+      {"tensors:" + DataFile("bad_rows"), "same number (>0) of rows, got 16, 8"},
+      {"tensors:" + DataFile("float_targets"), "cross_entropy needs integer class targets"},
+      {"tensors:" + DataFile("garbage"), "garbage_data.pt: not a torch.save'd file"},
+      {"synthetic:seed=-1", "the seed must be in [0, 2^31)"},
+      {"csv:x", "want tensors:FILE or synthetic:seed=N"},
+  };
+  for (const auto& [data, message] : cases) {
+    const absl::Status s = create(data);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << data << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message)) << data;
+  }
+  EXPECT_EQ(create("tensors:" + F().dir + "/missing.pt").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(create("tensors:" + DataFile("gpt")).ok());
+}
+
+TEST_F(TorchExecutorTest, NonFiniteLossStopsEveryRankOrIsSkipped) {
+  OptimizerOptions blowup;
+  blowup.kind = "sgd";
+  blowup.lr = 1e30;  // step 0's update leaves the weights huge
+  for (const bool skip : {false, true}) {
+    Hub hub(2);
+    auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 2)),
+                            ScheduleKind::k1F1B, 2, "tensors:" + DataFile("cnn"), blowup, skip},
+                           hub.transports());
+    ASSERT_NE(job, nullptr);
+    const std::vector<double> losses = job->Run(0, 3);
+    if (!skip) {
+      for (const absl::Status& s : job->status) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+        EXPECT_THAT(std::string(s.message()), HasSubstr("step 1: "));
+      }
+      EXPECT_EQ(losses.size(), 1u);
+    } else {
+      ASSERT_TRUE(job->AllOk()) << job->status[0] << job->status[1];
+      ASSERT_EQ(losses.size(), 3u);
+      EXPECT_FALSE(std::isfinite(losses[2]));
+      EXPECT_TRUE(job->executors[0]->LastStepSkipped());
+      EXPECT_TRUE(job->executors[1]->LastStepSkipped());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan::worker
