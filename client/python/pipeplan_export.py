@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Export a PyTorch nn.Module as a pipeplan graph (pipeplan.v1.ModelGraph JSON).
 
-The module is traced with a torch.fx Tracer (PipeplanTracer) and run once on the
-example inputs under torch.fx.passes.shape_prop.ShapeProp, so every node knows the
-shape and dtype of what it produces.
+The module is traced with a torch.fx Tracer (PipeplanTracer) and the traced graph is
+run once on fake tensors of the example inputs' shapes and dtypes
+(torch._subclasses.FakeTensorMode: shapes only, no arithmetic, no activation memory),
+so every node knows the shape and dtype of what it produces (`propagate`). A model
+whose code needs tensor values (`.item()`, data-dependent shapes) is run for real on
+the example inputs instead, with a warning. The model's parameters are never copied
+or changed; a GPT-2-small-sized model with 8 x 1,024 tokens exports in seconds.
 
 Tracing. Leaf modules become single `call_module` nodes: torch.fx's rule (torch.nn
 modules except containers) plus nn.MultiheadAttention and the RNN family by default,
@@ -63,7 +67,9 @@ consumer is a getitem on it, 1 byte (nothing) into a shape query (`x.shape`,
 API:
   export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
          leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
-         package=None, loss=None) -> dict
+         package=None, loss=None, real_forward=False) -> dict
+  propagate(gm, example_inputs, count=(), real_forward=False)   shapes onto gm's nodes
+  parse_input_spec("input_ids:int64[8,1024]") -> (name, dtype, shape)
   trace(module, ...) -> torch.fx.GraphModule   (raises ExportError)
   write_graph(graph, path)
 """
@@ -79,12 +85,16 @@ import operator
 import os
 import re
 import sys
+import warnings
 
 import torch
 import torch.fx
 import torch.nn as nn
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.node import map_aggregate
+from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
 
 ACT_NONE = 1.0  # activation_bytes meaning "saves nothing" (0 would mean output_bytes)
 WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would mean 0.5)
@@ -827,8 +837,27 @@ class _FlopCounter(TorchDispatchMode):
         return out
 
 
-class _CostProp(ShapeProp):
-    """ShapeProp that also counts the flops of the call_module nodes in `count`."""
+class _NonFakeInputsAsFake(FakeTensorMode):
+    """FakeTensorMode that turns the real tensors an op meets (the example inputs,
+    the model's parameters and buffers) into fake ones of the same shape, dtype and
+    device, as later torch's allow_non_fake_inputs does: the model itself is never
+    copied, moved or changed. An op whose result depends on tensor values
+    (`.item()`, `torch.equal`, `nonzero`) raises instead of reading zeros."""
+
+    def __init__(self):
+        super().__init__(throw_on_data_dependent_ops=True)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        args, kwargs = tree_map_only(
+            torch.Tensor, lambda t: t if isinstance(t, FakeTensor) else self.from_tensor(t),
+            (args, kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+class _CostProp(torch.fx.Interpreter):
+    """Runs the traced graph and records on every node the TensorMetadata of what it
+    produces (`tensor_meta`, as ShapeProp does) and, for the call_module nodes in
+    `count`, the matmul / conv / softmax flops counted while running it."""
 
     def __init__(self, gm, count):
         super().__init__(gm)
@@ -840,11 +869,60 @@ class _CostProp(ShapeProp):
                 with _FlopCounter() as counter:
                     result = super().run_node(n)
                 n.meta["pipeplan_counted_flops"] = counter.flops
-                return result
-            return super().run_node(n)
-        except RuntimeError as e:
+            else:
+                result = super().run_node(n)
+        except Exception as e:  # any error of the model's code, named by its node
             raise ExportError("running the traced graph on the example inputs failed at "
                               "%s: %s" % (n.format_node(), e.__context__ or e)) from e
+        found = []
+
+        def extract(obj):
+            if isinstance(obj, torch.Tensor):
+                found.append(obj)
+                return _extract_tensor_metadata(obj)
+            return obj
+
+        meta = map_aggregate(result, extract)
+        if found:
+            n.meta["tensor_meta"] = meta
+        n.meta["type"] = type(result)
+        return result
+
+
+def _clear_meta(gm):
+    for node in gm.graph.nodes:
+        for key in ("tensor_meta", "type", "pipeplan_counted_flops"):
+            node.meta.pop(key, None)
+
+
+def propagate(gm, example_inputs, count=(), real_forward=False):
+    """Records every node's output shape and dtype (node.meta["tensor_meta"]) and the
+    counted flops of the call_module nodes in `count`; returns the graph's output (a
+    fake tensor unless the model ran for real).
+
+    Shapes come from fake tensors (torch._subclasses.FakeTensorMode): no real
+    arithmetic and no activation memory, so a GPT-2-sized model with 8 x 1,024 tokens
+    takes seconds. Models whose code needs tensor values (`.item()`, data-dependent
+    output shapes) or ops without a fake implementation are run for real on the
+    example inputs instead, with a warning; `real_forward` always runs them for real.
+    Raises ExportError naming the node that failed.
+    """
+    _clear_meta(gm)
+    fake_error = None
+    if not real_forward:
+        try:
+            with torch.no_grad(), _NonFakeInputsAsFake():
+                return _CostProp(gm, set(count)).run(*example_inputs)
+        except ExportError as e:
+            fake_error = e
+        _clear_meta(gm)
+    with torch.no_grad():
+        result = _CostProp(gm, set(count)).run(*example_inputs)
+    if fake_error is not None:  # the model runs for real: the fake error was not its fault
+        reason = str(fake_error).strip().splitlines()[0]
+        warnings.warn("pipeplan_export: shapes from fake tensors failed (%s); ran the model on "
+                      "the example inputs instead" % reason, stacklevel=2)
+    return result
 
 
 def _param_names(module):
@@ -861,7 +939,7 @@ def _get_attr(module, target):
 
 def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
            leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
-           package=None, loss=None):
+           package=None, loss=None, real_forward=False):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
@@ -871,6 +949,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     as single nodes (see PipeplanTracer). Raises ExportError when tracing fails.
     With `package` (a directory) it also writes the model package
     (pipeplan_package.write_package, docs/model-package.md) with default loss `loss`.
+    Shapes come from fake tensors (see propagate); `real_forward` runs the model on
+    the example inputs instead. Only the inputs' shapes and dtypes matter.
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -879,8 +959,7 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
                transformer_layers_as_leaves)
     count = {n.target for n in gm.graph.nodes
              if n.op == "call_module" and _needs_counting(gm.get_submodule(n.target))}
-    with torch.no_grad():
-        _CostProp(gm, count).propagate(*example_inputs)
+    propagate(gm, example_inputs, count, real_forward)
     modules = dict(gm.named_modules())
     canonical = _param_names(module)
 
@@ -1111,13 +1190,71 @@ def builtin(name):
 
 BUILTINS = ("torchvision-free-example", "transformer", "mlp")
 
-_DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.float16,
+_DTYPES = {"float32": torch.float32, "float": torch.float32, "float64": torch.float64,
+           "double": torch.float64, "float16": torch.float16, "half": torch.float16,
            "bfloat16": torch.bfloat16, "int64": torch.int64, "long": torch.int64,
-           "int32": torch.int32}
+           "int32": torch.int32, "int": torch.int32, "int16": torch.int16,
+           "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
+
+_INPUT_SPEC = re.compile(r"^(?:([A-Za-z_][A-Za-z0-9_]*):)?([A-Za-z0-9_]+)\[([0-9,\s]*)\]$")
 
 
-def _load(spec, shapes, dtype):
-    """Resolves `package.module:attr` to (module, example_inputs)."""
+def parse_input_spec(spec):
+    """`name:dtype[d0,d1,...]` (name optional) -> (name or None, torch dtype, shape).
+    Raises ValueError saying what is wrong."""
+    m = _INPUT_SPEC.match(spec.strip())
+    if not m:
+        raise ValueError("--input %r: write it as name:dtype[d0,d1,...], e.g. "
+                         "input_ids:int64[8,1024]" % spec)
+    name, dtype, dims = m.groups()
+    if dtype not in _DTYPES:
+        raise ValueError("--input %r: unknown dtype %r (use one of %s)"
+                         % (spec, dtype, ", ".join(sorted(_DTYPES))))
+    shape = tuple(int(d) for d in dims.split(",") if d.strip())
+    return name, _DTYPES[dtype], shape
+
+
+def example_tensor(shape, dtype):
+    """An example input: normal floats, zero integers (valid indices), all-true
+    booleans (masks that keep everything). Only shape and dtype reach the graph."""
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=dtype)
+    return torch.zeros(shape, dtype=dtype)
+
+
+def inputs_from_specs(module, specs):
+    """Example inputs of `module` from --input specs, in the order of its forward's
+    parameters: named specs go to the parameter of that name, unnamed ones fill the
+    positions in order. Raises ValueError for an unknown or missing name."""
+    parsed = [parse_input_spec(s) for s in specs]
+    if all(name is None for name, _, _ in parsed):
+        return tuple(example_tensor(shape, dt) for _, dt, shape in parsed)
+    if any(name is None for name, _, _ in parsed):
+        raise ValueError("--input: name all inputs or none (name:dtype[shape])")
+    params = [p for p in inspect.signature(module.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params]
+    given = {}
+    for name, dt, shape in parsed:
+        if name not in names:
+            raise ValueError("--input %s: %s.forward has no parameter %r (it takes %s)"
+                             % (name, type(module).__name__, name, ", ".join(names)))
+        if name in given:
+            raise ValueError("--input %s given twice" % name)
+        given[name] = example_tensor(shape, dt)
+    last = max(names.index(n) for n in given)
+    missing = [n for n in names[:last] if n not in given]
+    if missing:
+        raise ValueError("--input: %s.forward's parameter %r comes before %r and has no "
+                         "--input" % (type(module).__name__, missing[0],
+                                      names[last]))
+    return tuple(given[n] for n in names[:last + 1])
+
+
+def _load(spec):
+    """Resolves `package.module:attr` to (module, example_inputs or None)."""
     mod_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit("--model must be a built-in (%s) or module:attr" % ", ".join(BUILTINS))
@@ -1129,22 +1266,27 @@ def _load(spec, shapes, dtype):
     if not isinstance(obj, nn.Module):
         obj = obj()
     if isinstance(obj, tuple):
-        module, inputs = obj
-        return module, inputs
-    module = obj
-    if shapes:
-        dt = _DTYPES[dtype]
-        inputs = []
-        for s in shapes:
-            shape = tuple(int(v) for v in s.split(","))
-            if dt.is_floating_point:
-                inputs.append(torch.randn(shape, dtype=dt))
-            else:
-                inputs.append(torch.zeros(shape, dtype=dt))
-        return module, tuple(inputs)
-    if hasattr(module, "example_inputs"):
-        return module, module.example_inputs()
-    raise SystemExit("%s: give --input-shape (the module has no example_inputs())" % spec)
+        return obj
+    if hasattr(obj, "example_inputs"):
+        return obj, obj.example_inputs()
+    return obj, None
+
+
+def _inputs_from_args(args, module, inputs):
+    """The example inputs the command line asks for: --input, else --input-shape with
+    --input-dtype, else the model's own."""
+    if args.input and args.input_shape:
+        raise ValueError("give --input or --input-shape, not both")
+    if args.input:
+        return inputs_from_specs(module, args.input)
+    if args.input_shape:
+        dt = _DTYPES[args.input_dtype]
+        return tuple(example_tensor(tuple(int(v) for v in s.split(",")), dt)
+                     for s in args.input_shape)
+    if inputs is None:
+        raise ValueError("%s: give --input (the module has no example_inputs())"
+                         % args.model)
+    return inputs
 
 
 def main(argv=None):
@@ -1153,8 +1295,15 @@ def main(argv=None):
                         help="built-in (%s) or package.module:attr" % ", ".join(BUILTINS))
     parser.add_argument("--out", required=True, help="output graph JSON")
     parser.add_argument("--name", help="graph name (default: the model argument)")
+    parser.add_argument("--input", action="append", default=[],
+                        metavar="NAME:DTYPE[SHAPE]",
+                        help="an example input by its forward parameter's name, dtype and "
+                             "shape, e.g. input_ids:int64[8,1024] or mask:bool[8,1024] "
+                             "(repeatable; the name may be left out on all of them: "
+                             "positional)")
     parser.add_argument("--input-shape", action="append", default=[],
-                        help="comma-separated shape of a positional input (repeatable)")
+                        help="comma-separated shape of a positional input (repeatable), "
+                             "all of --input-dtype")
     parser.add_argument("--input-dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--batch-size", type=float,
                         help="samples the costs describe (default: first input's dim 0)")
@@ -1175,19 +1324,24 @@ def main(argv=None):
     parser.add_argument("--no-default-leaves", action="store_true",
                         help="do not add nn.MultiheadAttention and the RNN modules to "
                              "the leaves (torch.fx's own rule still applies)")
+    parser.add_argument("--real-forward", action="store_true",
+                        help="get shapes by running the model on the example inputs "
+                             "(slow, memory of a real forward) instead of fake tensors")
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)
     if args.model in BUILTINS:
         module, inputs = builtin(args.model)
     else:
-        module, inputs = _load(args.model, args.input_shape, args.input_dtype)
+        module, inputs = _load(args.model)
     try:
+        inputs = _inputs_from_args(args, module, inputs)
         graph = export(module, inputs, name=args.name or args.model,
                        batch_size=args.batch_size, leaf_modules=args.leaf_module,
                        leaf_names=args.leaf_name, default_leaves=not args.no_default_leaves,
                        transformer_layers_as_leaves=args.transformer_layers_as_leaves,
-                       package=args.package, loss=args.loss)
+                       package=args.package, loss=args.loss,
+                       real_forward=args.real_forward)
     except (ExportError, ValueError) as e:  # pipeplan_package.PackageError is a ValueError
         print("pipeplan_export: %s" % e, file=sys.stderr)
         return 2

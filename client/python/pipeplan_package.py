@@ -196,12 +196,30 @@ def _input_entries(gm, example_inputs):
 
 
 def _output_entry(gm, example_inputs):
+    """Shape and dtype of the model's output: from the exporter's shape propagation
+    (the output node's tensor_meta) when it ran, else by running the module."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    kind = output.meta.get("type")
+    if kind is not None:
+        if not issubclass(kind, torch.Tensor):
+            raise PackageError("the model's output must be one tensor (the loss takes it), "
+                               "got %s" % kind.__name__)
+        return _tensor_entry(output.meta["tensor_meta"])
     with torch.no_grad():
         y = gm(*example_inputs)
     if not isinstance(y, torch.Tensor):
         raise PackageError("the model's output must be one tensor (the loss takes it), "
                            "got %s" % type(y).__name__)
     return _tensor_entry(y)
+
+
+def _own_storage(p):
+    """p's values, detached; copied only when p is a view into a larger storage
+    (torch.save writes whole storages), so a large model is not held twice."""
+    t = p.detach()
+    if t.storage_offset() != 0 or t.storage().size() != t.numel() or not t.is_contiguous():
+        t = t.clone()
+    return t
 
 
 def write_package(gm, graph, example_inputs, out_dir, loss=None):
@@ -231,8 +249,7 @@ def write_package(gm, graph, example_inputs, out_dir, loss=None):
     tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
     try:
         torch.save(gm, os.path.join(tmp, GRAPH_MODULE))
-        torch.save({name: p.detach().clone() for name, p in params},
-                   os.path.join(tmp, PARAMS))
+        torch.save({name: _own_storage(p) for name, p in params}, os.path.join(tmp, PARAMS))
         manifest = {
             "format": FORMAT,
             "graph_name": graph.get("name", "model"),

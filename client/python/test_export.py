@@ -194,6 +194,42 @@ class StarUnpack(nn.Module):
         return x.view(-1, c)
 
 
+class ValueDependent(nn.Module):
+    """Scales by a tensor's value (`.item()`): fake tensors cannot say it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x) * x.abs().max().item()
+
+
+class SeenInputs(nn.Module):
+    """A leaf that records the type of what its forward is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(type(x))
+        return self.fc(x)
+
+
+class TwoDtypes(nn.Module):
+    """Token ids and a boolean padding mask, in that order of forward's parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, input_ids, mask):
+        return self.fc(self.emb(input_ids) * mask.unsqueeze(-1))
+
+
 def mha_hand_flops(n, l, s, e, heads, kdim=None, vdim=None):
     kdim, vdim = kdim or e, vdim or e
     return (2 * n * l * e * e + 2 * n * s * kdim * e + 2 * n * s * vdim * e  # q, k, v
@@ -459,6 +495,94 @@ class ExportTest(unittest.TestCase):
                              0)
             with open(path) as f:
                 check_valid(self, json.load(f))
+
+    # --- shapes from fake tensors; inputs with their own dtypes ----------------------
+
+    def test_fake_shapes_equal_a_real_run(self):
+        # Each export gets a fresh module: tracing names tensor constants it adds to
+        # the module (_tensor_constant0, 1, ...) after those already there.
+        cases = [lambda name=name: pe.builtin(name) for name in pe.BUILTINS] + [
+            lambda: (ConvNet(), (torch.randn(2, 3, 16, 16),)),
+            lambda: (MHATransformer(), (torch.randint(0, 50, (3, 10)),)),
+            lambda: (LSTMTagger(), (torch.randint(0, 40, (2, 7)),)),
+            lambda: (NanoGPT(), (torch.randint(0, 64, (2, 10)),)),
+            lambda: (nn.Transformer(d_model=16, nhead=4, num_encoder_layers=1,
+                                    num_decoder_layers=1, dim_feedforward=32),
+                     (torch.randn(7, 2, 16), torch.randn(5, 2, 16)))]
+        for build in cases:
+            torch.manual_seed(0)
+            fake = pe.export(*build())
+            torch.manual_seed(0)
+            module, inputs = build()
+            with self.subTest(model=type(module).__name__):
+                self.assertEqual(fake, pe.export(module, inputs, real_forward=True))
+        counted = pe.export(HasDataDependent(), (torch.randn(2, 8),), leaf_names=["gate"])
+        self.assertEqual(by_id(counted)["gate"]["forward_flops"], 2 * 2 * 8 * 8)
+
+    def test_export_does_not_run_the_model(self):
+        net = ConvNet()  # training mode: a real forward would update BatchNorm's stats
+        before = {k: v.clone() for k, v in net.state_dict().items()}
+        pe.export(net, (torch.randn(2, 3, 16, 16),))
+        for k, v in net.state_dict().items():
+            self.assertTrue(torch.equal(v, before[k]), k)
+        leaf = SeenInputs()
+        pe.export(nn.Sequential(nn.Linear(8, 8), leaf), (torch.randn(2, 8),),
+                  leaf_modules=[SeenInputs])
+        self.assertEqual(leaf.seen, [pe.FakeTensor])
+
+    def test_value_dependent_model_runs_for_real(self):
+        with self.assertWarnsRegex(UserWarning, "fake tensors failed.*item"):
+            graph = pe.export(ValueDependent(), (torch.randn(2, 8),))
+        check_valid(self, graph)
+        self.assertEqual(by_id(graph)["fc"]["forward_flops"], 2 * 2 * 8 * 8)
+        self.assertEqual(by_id(graph)["mul"]["output_bytes"], 2 * 8 * 4)
+
+    def test_input_specs(self):
+        self.assertEqual(pe.parse_input_spec("input_ids:int64[8,1024]"),
+                         ("input_ids", torch.int64, (8, 1024)))
+        self.assertEqual(pe.parse_input_spec("bool[3]"), (None, torch.bool, (3,)))
+        self.assertEqual(pe.parse_input_spec("x:float32[]"), ("x", torch.float32, ()))
+        for bad in ("x:int64(8)", "x:complex[2]", "x:int64[a]", "1x:int64[2]"):
+            with self.assertRaises(ValueError, msg=bad):
+                pe.parse_input_spec(bad)
+        ids, mask = pe.inputs_from_specs(TwoDtypes(), ["mask:bool[2,5]", "input_ids:int64[2,5]"])
+        self.assertEqual((ids.dtype, tuple(ids.shape)), (torch.int64, (2, 5)))
+        self.assertEqual((mask.dtype, tuple(mask.shape)), (torch.bool, (2, 5)))
+        with self.assertRaisesRegex(ValueError, "no parameter 'masks'"):
+            pe.inputs_from_specs(TwoDtypes(), ["input_ids:int64[2,5]", "masks:bool[2,5]"])
+        with self.assertRaisesRegex(ValueError, "'input_ids' comes before 'mask'"):
+            pe.inputs_from_specs(TwoDtypes(), ["mask:bool[2,5]"])
+
+    def test_cli_inputs_with_their_own_dtypes(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "g.json")
+            argv = ["--model", __name__ + ":TwoDtypes", "--out", path,
+                    "--input", "input_ids:int64[2,5]", "--input", "mask:bool[2,5]"]
+            self.assertEqual(pe.main(argv + ["--package", os.path.join(d, "pkg")]), 0)
+            with open(path) as f:
+                graph = json.load(f)
+            check_valid(self, graph)
+            nodes = by_id(graph)
+            self.assertEqual(nodes["input_ids"]["output_bytes"], 2 * 5 * 8)
+            self.assertEqual(nodes["mask"]["output_bytes"], 2 * 5 * 1)
+            self.assertEqual(nodes["fc"]["forward_flops"], 2 * 2 * 5 * 8 * 4)
+            with open(os.path.join(d, "pkg", "manifest.json")) as f:
+                manifest = json.load(f)
+            self.assertEqual([(i["name"], i["dtype"], i["shape"]) for i in manifest["inputs"]],
+                             [("input_ids", "int64", [2, 5]), ("mask", "bool", [2, 5])])
+            self.assertEqual(manifest["output"], {"shape": [2, 5, 4], "dtype": "float32"})
+            with open(os.devnull, "w") as null:
+                saved, sys.stderr = sys.stderr, null
+                try:
+                    self.assertEqual(pe.main(argv[:4] + ["--input", "nope:int64[2]"]), 2)
+                    self.assertEqual(pe.main(argv + ["--input-shape", "2,5"]), 2)
+                finally:
+                    sys.stderr = saved
+            # --input-shape with one --input-dtype still works
+            self.assertEqual(pe.main(["--model", "test_export:TiedFunctional", "--out", path,
+                                      "--input-shape", "4,8", "--input-dtype", "int32"]), 0)
+            with open(path) as f:
+                self.assertEqual(by_id(json.load(f))["idx"]["output_bytes"], 4 * 8 * 4)
 
 
 if __name__ == "__main__":
