@@ -19,12 +19,13 @@ void OnSignal(int) {
 
 constexpr char kUsage[] =
     "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device DEVICE_ID\n"
-    "  [--transport gloo|nccl] [--executor synthetic|mlp] [--steps N]\n"
+    "  [--transport gloo|nccl] [--executor synthetic|mlp|torch] [--steps N]\n"
     "  [--listen-host 127.0.0.1] [--time-scale X] [--slowdown X] [--max-message-bytes N]\n"
     "  [--memory-bytes N] [--comm-timeout-seconds S] [--connect-timeout-seconds S]\n"
     "  [--mlp-width N] [--mlp-rows N] [--mlp-learning-rate X]\n"
     "  [--metrics-listen HOST:PORT|off] [--token-file F] [--tls-ca F]\n"
-    "  [--tls-cert F --tls-key F] [--rpc-timeout-seconds S]\n";
+    "  [--tls-cert F --tls-key F] [--rpc-timeout-seconds S]\n"
+    "  [--python /usr/bin/python3] [--stage-compiler PATH] [--stage-cache DIR]\n";
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "pipeplan-worker: %s\n%s", msg.c_str(), kUsage);
@@ -59,6 +60,12 @@ int main(int argc, char** argv) {
       o.transport = value;
     else if (flag == "--executor")
       o.executor = value;
+    else if (flag == "--python")
+      o.python = value;
+    else if (flag == "--stage-compiler")
+      o.stage_compiler = value;
+    else if (flag == "--stage-cache")
+      o.stage_cache = value;
     else if (flag == "--listen-host")
       o.listen_host = value;
     else if (flag == "--metrics-listen")
@@ -109,7 +116,9 @@ int main(int argc, char** argv) {
   absl::Status s = (*worker)->Run();
   g_worker = nullptr;
   if (!s.ok()) {
-    std::fprintf(stderr, "pipeplan-worker: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "pipeplan-worker: %s\n",
+                 std::string(s.ToString(absl::StatusToStringMode::kWithNoExtraData)).c_str());
+    if (pipeplan::worker::IsJobFailure(s)) return 4;
     return s.code() == absl::StatusCode::kNotFound ? 3 : 1;
   }
   return 0;

@@ -384,7 +384,12 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
     return absl::FailedPreconditionError(absl::StrCat(
         "worker \"", report.worker_id(), "\" is not registered with job ", report.job_id()));
   }
-  if (report.plan_version() != job->record.current_version) {
+  // A report of an older version is a step that really ran (the last one
+  // before a switch, whose loss the user wants to see): it is kept, and the
+  // answer's current_plan_version tells the worker to switch. Calibration
+  // reads only the current version's reports. A version the job never had
+  // is an error.
+  if (report.plan_version() > job->record.current_version || report.plan_version() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "report for plan version ", report.plan_version(), " but job ", report.job_id(),
         " is at version ", job->record.current_version, "; switch plans and report again"));

@@ -1,5 +1,6 @@
 #include "active_plan.h"
 
+#include <random>
 #include <string>
 #include <utility>
 
@@ -25,10 +26,10 @@ absl::StatusOr<v1::VersionedPlan> FetchPlan(client::PlannerClient& planner,
   return vp;
 }
 
-// Keys of the round are prefixed "v<version>/<transport>/".
-absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
-                                                            const ActivePlan& a) {
-  const std::string prefix = absl::StrCat("v", a.version, "/", o.transport, "/");
+// One rendezvous round under `prefix`.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
+                                                       const ActivePlan& a,
+                                                       const std::string& prefix) {
   if (o.transport == "nccl") {
     return ConnectNccl(
         {.rank = a.rank, .size = a.plan.ranks, .device_ordinal = -1, .timeout = o.connect_timeout},
@@ -40,12 +41,46 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const 
       store);
 }
 
+// This process's identity in rendezvous keys: a restarted worker gets a new one.
+const std::string& ProcessNonce() {
+  static const std::string nonce = [] {
+    std::random_device rd;
+    return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) ^ rd() ^ absl::ToUnixNanos(absl::Now())));
+  }();
+  return nonce;
+}
+
+// Workers that restart within a version (every worker of a job after a
+// crash) would find the previous run's addresses under that version's keys.
+// So each rank publishes its process nonce, and the round's keys live under
+// the nonces of all ranks: live processes meet in a namespace no earlier run
+// wrote. A rank that read a dead peer's nonce fails its round (timeout) and
+// tries again with the nonces as they are now.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
+                                                            const ActivePlan& a) {
+  const std::string base = absl::StrCat("v", a.version, "/", o.transport, "/");
+  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", a.rank), ProcessNonce()));
+  const absl::Time deadline = absl::Now() + 3 * o.connect_timeout;
+  while (true) {
+    std::string round;
+    for (int r = 0; r < a.plan.ranks; ++r) {
+      PIPEPLAN_ASSIGN_OR_RETURN(std::string nonce,
+                                kv.WaitGet(absl::StrCat(base, "nonce/", r), o.connect_timeout));
+      absl::StrAppend(&round, r == 0 ? "" : "-", nonce);
+    }
+    absl::StatusOr<std::unique_ptr<Transport>> t =
+        ConnectOnce(kv, o, a, absl::StrCat(base, round, "/"));
+    if (t.ok() || !Retryable(t.status()) || absl::Now() > deadline) return t;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
                                                             KeyValue& kv,
                                                             const WorkerOptions& options,
-                                                            int64_t version) {
+                                                            int64_t version,
+                                                            TrainingSession* training) {
   PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, FetchPlan(planner, options.job_id, version));
   auto a = std::make_unique<ActivePlan>();
   a->version = version;
@@ -56,8 +91,13 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClien
   PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,
                             StageRuntime::ForRank(a->plan.lowered, a->rank, options.comm_timeout));
   a->runtime = std::make_unique<StageRuntime>(std::move(runtime));
-  PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
-                            MakeExecutor(options, a->plan, vp.request().graph(), a->rank));
+  if (training) {
+    PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
+                              training->MakeExecutor(a->plan, a->rank, a->transport.get()));
+  } else {
+    PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
+                              MakeExecutor(options, a->plan, vp.request().graph(), a->rank));
+  }
   return a;
 }
 

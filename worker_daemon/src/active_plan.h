@@ -16,6 +16,7 @@
 #include "pipeplan/worker/stage_plan.h"
 #include "pipeplan/worker/transport.h"
 #include "pipeplan/worker/worker_options.h"
+#include "training_session.h"
 
 namespace pipeplan::worker {
 
@@ -35,12 +36,14 @@ struct ActivePlan {
 // Fetches `version` (GetPlan: plan and request graph, retried while the
 // planner is unavailable), decodes it, and for a device with a rank connects
 // the transport (a rendezvous round through `kv` keyed by the version),
-// builds the stage runtime and the executor (MakeExecutor). Every rank of the
-// version must call it for the rendezvous to complete.
+// builds the stage runtime and the executor (MakeExecutor, or `training`'s
+// torch executor when not null). Every rank of the version must call it for
+// the rendezvous to complete.
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
                                                             KeyValue& kv,
                                                             const WorkerOptions& options,
-                                                            int64_t version);
+                                                            int64_t version,
+                                                            TrainingSession* training);
 
 }  // namespace pipeplan::worker
 

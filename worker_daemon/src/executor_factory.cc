@@ -44,9 +44,17 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeMlp(const WorkerOptions& o, const 
 }  // namespace
 
 absl::Status CheckExecutorOptions(const WorkerOptions& options) {
+  if (options.executor == "torch") {
+#ifdef PIPEPLAN_HAVE_TORCH
+    return absl::OkStatus();
+#else
+    return absl::FailedPreconditionError(
+        "--executor torch: this pipeplan-worker was built without LibTorch");
+#endif
+  }
   if (options.executor != "synthetic" && options.executor != "mlp") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--executor must be synthetic or mlp, got \"", options.executor, "\""));
+        absl::StrCat("--executor must be synthetic, mlp or torch, got \"", options.executor, "\""));
   }
   return absl::OkStatus();
 }
@@ -55,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const WorkerOptions& opti
                                                        const StagePlan& plan,
                                                        const v1::ModelGraph& graph, int rank) {
   PIPEPLAN_RETURN_IF_ERROR(CheckExecutorOptions(options));
+  if (options.executor == "torch") {
+    return absl::FailedPreconditionError("the torch executor is built by the training session");
+  }
   if (options.executor == "mlp") return MakeMlp(options, plan, graph, rank);
   return MakeSynthetic(options, plan);
 }

@@ -14,13 +14,19 @@
 namespace pipeplan::worker {
 
 StepLoop::StepLoop(client::PlannerClient& planner, const WorkerOptions& options,
-                   ControlState& state, const std::atomic<bool>& stop, WorkerMetrics* metrics)
+                   ControlState& state, const std::atomic<bool>& stop, WorkerMetrics* metrics,
+                   TrainingSession* training)
     : planner_(planner),
       options_(options),
       state_(state),
       stop_(stop),
       metrics_(metrics),
-      kv_(&planner, options.job_id) {}
+      kv_(&planner, options.job_id),
+      training_(training) {}
+
+bool StepLoop::ReachedMaxSteps() const {
+  return training_ && training_->spec().max_steps() > 0 && step_ >= training_->spec().max_steps();
+}
 
 absl::Status StepLoop::Run() {
   while (true) {
@@ -30,6 +36,10 @@ absl::Status StepLoop::Run() {
       return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
     }
     if (options_.steps > 0 && step_ >= options_.steps) return absl::OkStatus();
+    if (ReachedMaxSteps()) {
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
     int64_t want = state_.Latest();
     if (connected) {
       PIPEPLAN_ASSIGN_OR_RETURN(const Boundary boundary, AgreeAtBoundary(want));
@@ -65,12 +75,28 @@ absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_versi
 
 absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
-  active_.reset();
+  // The previous version stays until training state has moved out of it.
+  std::unique_ptr<ActivePlan> previous = std::move(active_);
+  if (previous) previous->transport.reset();
   absl::StatusOr<std::unique_ptr<ActivePlan>> next =
-      BuildActivePlan(planner_, kv_, options_, version);
+      BuildActivePlan(planner_, kv_, options_, version, training_);
+  if (next.ok() && training_ && (*next)->rank >= 0) {
+    ActivePlan& a = **next;
+    const bool held = previous && previous->executor;
+    absl::StatusOr<int64_t> step = training_->Resume(a.plan, a.rank, *a.transport, *a.executor,
+                                                     held ? previous->executor.get() : nullptr,
+                                                     held ? &previous->plan : nullptr, step_);
+    if (!step.ok())
+      next = step.status();
+    else
+      step_ = *step;
+  }
+  previous.reset();
   if (!next.ok()) {
-    return absl::Status(next.status().code(), absl::StrCat("switching to plan version ", version,
-                                                           ": ", next.status().message()));
+    absl::Status s(next.status().code(), absl::StrCat("switching to plan version ", version, ": ",
+                                                      next.status().message()));
+    if (IsJobFailure(next.status())) s = JobFailure(std::move(s));
+    return s;
   }
   active_ = std::move(*next);
   if (metrics_) metrics_->SetPlanVersion(version);
@@ -94,13 +120,21 @@ void StepLoop::WaitForVersionAfter(int64_t version) {
 }
 
 absl::Status StepLoop::RunOneStep() {
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      const StepResult r,
-      active_->runtime->RunStep(step_, *active_->transport, *active_->executor));
+  absl::StatusOr<StepResult> run =
+      active_->runtime->RunStep(step_, *active_->transport, *active_->executor);
+  if (!run.ok()) {
+    // A diverged loss is final for the job; anything else (a peer that went
+    // away) a restart may fix.
+    if (training_ && run.status().code() == absl::StatusCode::kOutOfRange) {
+      return JobFailure(run.status());
+    }
+    return run.status();
+  }
+  const StepResult& r = *run;
+  const std::optional<double> loss = active_->executor->LastLoss();
   const std::string report_result = SendStepReport(
       planner_, options_, state_,
-      MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes()));
-  const std::optional<double> loss = active_->executor->LastLoss();
+      MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes(), loss));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);
     if (loss) metrics_->SetLoss(*loss);
@@ -110,6 +144,7 @@ absl::Status StepLoop::RunOneStep() {
                     " seconds=", r.step_seconds, " report=", report_result,
                     loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
+  if (training_) return training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
   return absl::OkStatus();
 }
 

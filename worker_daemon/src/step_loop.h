@@ -23,14 +23,17 @@
 #include "pipeplan/worker/metrics.h"
 #include "pipeplan/worker/rendezvous.h"
 #include "pipeplan/worker/worker_options.h"
+#include "training_session.h"
 
 namespace pipeplan::worker {
 
 class StepLoop {
  public:
   // Everything passed in must outlive the loop; `metrics` may be null.
+  // `training` (null unless --executor torch) builds the executors, moves
+  // state at switches, resumes from checkpoints and writes them.
   StepLoop(client::PlannerClient& planner, const WorkerOptions& options, ControlState& state,
-           const std::atomic<bool>& stop, WorkerMetrics* metrics);
+           const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training);
 
   // Runs until `options.steps` steps are done, a stop is voted at a boundary
   // or requested while not connected (OK), the job is deleted (NOT_FOUND) or
@@ -38,6 +41,8 @@ class StepLoop {
   absl::Status Run();
   // Steps completed so far.
   int64_t steps() const { return step_; }
+  // True when Run returned because training reached its max_steps.
+  bool trained_to_the_end() const { return trained_to_the_end_; }
 
  private:
   struct Boundary {
@@ -50,6 +55,7 @@ class StepLoop {
   absl::Status SwitchTo(int64_t version);
   void WaitForVersionAfter(int64_t version);
   absl::Status RunOneStep();
+  bool ReachedMaxSteps() const;
 
   client::PlannerClient& planner_;
   const WorkerOptions& options_;
@@ -57,8 +63,10 @@ class StepLoop {
   const std::atomic<bool>& stop_;
   WorkerMetrics* metrics_;
   PlannerKeyValue kv_;
+  TrainingSession* training_;
   std::unique_ptr<ActivePlan> active_;
   int64_t step_ = 0;
+  bool trained_to_the_end_ = false;
 };
 
 }  // namespace pipeplan::worker

@@ -6,6 +6,7 @@
 #define PIPEPLAN_WORKER_SRC_STEP_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "control_state.h"
@@ -17,7 +18,8 @@
 namespace pipeplan::worker {
 
 v1::ReportStepRequest MakeStepReport(const WorkerOptions& options, int64_t version,
-                                     const StepResult& result, double peak_memory_bytes);
+                                     const StepResult& result, double peak_memory_bytes,
+                                     std::optional<double> loss = std::nullopt);
 
 // Sends `report`: retried (3 tries) while the planner is unavailable. A
 // FAILED_PRECONDITION (a stale version, or the job lost this worker) asks

@@ -15,6 +15,7 @@
 #include "pipeplan/worker/nccl_transport.h"
 #include "retryable.h"
 #include "step_loop.h"
+#include "training_session.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -88,13 +89,54 @@ absl::Status Worker::Run() {
   Emit(absl::StrCat("event=registered job=", o.job_id, " worker=", o.worker_id,
                     " rank=", assignment.rank(), " plan_version=", assignment.plan_version()));
 
+  std::unique_ptr<TrainingSession> training;
+  if (o.executor == "torch") {
+    PIPEPLAN_ASSIGN_OR_RETURN(training, StartTraining());
+    if (training->job_state() == v1::JOB_SUCCEEDED) return absl::OkStatus();
+  }
   ControlThreads threads(*client_, o, info, state);
-  StepLoop loop(*client_, o, state, stop_, metrics_.get());
-  const absl::Status result = loop.Run();
+  StepLoop loop(*client_, o, state, stop_, metrics_.get(), training.get());
+  absl::Status result = loop.Run();
   threads.Stop();
+  if (training && (loop.trained_to_the_end() || IsJobFailure(result))) {
+    result = Finish(loop.steps(), result);
+  }
   if (result.ok()) {
     Emit(absl::StrCat("event=done job=", o.job_id, " worker=", o.worker_id,
                       " steps=", loop.steps()));
+  }
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<TrainingSession>> Worker::StartTraining() {
+#ifdef PIPEPLAN_HAVE_TORCH
+  absl::StatusOr<std::unique_ptr<TrainingSession>> training =
+      StartTorchTraining(*client_, options_);
+  if (!training.ok()) return Finish(0, training.status());
+  if ((*training)->job_state() == v1::JOB_FAILED) {
+    // A restarted worker of a failed job stops instead of crash-looping.
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, client_->GetJob(options_.job_id));
+    return JobFailure(absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id, " has failed: ", job.failure_message())));
+  }
+  return training;
+#else
+  return absl::FailedPreconditionError(
+      "--executor torch: this pipeplan-worker was built without LibTorch");
+#endif
+}
+
+absl::Status Worker::Finish(int64_t steps, absl::Status result) {
+  v1::FinishWorkerRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_worker_id(options_.worker_id);
+  request.set_step(steps);
+  if (!result.ok()) request.set_error(std::string(result.message()));
+  absl::StatusOr<v1::Job> job = client_->FinishWorker(request);
+  if (!job.ok()) {
+    Emit(absl::StrCat("event=finish_unreported job=", options_.job_id,
+                      " worker=", options_.worker_id,
+                      " error=", absl::StatusCodeToString(job.status().code())));
   }
   return result;
 }

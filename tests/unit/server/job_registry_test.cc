@@ -202,9 +202,15 @@ TEST_F(JobRegistryTest, StepReports) {
   r.add_timings()->set_action("0F0");
   ASSERT_TRUE(registry_->ReportStep(r).ok());
   ASSERT_TRUE(registry_->PublishPlan(id, request_, PlanOn({"gpu0"}, "v2"), "x").ok());
+  // The last step of version 1 is kept; the answer says to switch.
+  r.set_step(8);
   auto stale = registry_->ReportStep(r);
-  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(stale.status().message().find("is at version 2"), std::string::npos);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_EQ(stale->current_plan_version(), 2);
+  r.set_plan_version(3);
+  auto future = registry_->ReportStep(r);
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(future.status().message().find("is at version 2"), std::string::npos);
   r.set_plan_version(2);
   r.set_step(8);
   auto ok = registry_->ReportStep(r);

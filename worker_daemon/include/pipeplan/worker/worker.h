@@ -29,12 +29,27 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "pipeplan/client/planner_client.h"
 #include "pipeplan/worker/worker_options.h"
 
 namespace pipeplan::worker {
 
 class WorkerMetrics;
+class TrainingSession;
+
+// Run's error carries this mark when the job itself failed (the worker said
+// so with FinishWorker): a bad model package or data, a diverged loss, or a
+// job that had already failed. Restarting the worker cannot help; the
+// daemon exits 4 (systemd: RestartPreventExitStatus).
+inline constexpr char kJobFailedPayload[] = "type.googleapis.com/pipeplan.worker.JobFailed";
+inline absl::Status JobFailure(absl::Status status) {
+  status.SetPayload(kJobFailedPayload, absl::Cord("1"));
+  return status;
+}
+inline bool IsJobFailure(const absl::Status& status) {
+  return status.GetPayload(kJobFailedPayload).has_value();
+}
 
 class Worker {
  public:
@@ -43,8 +58,10 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Runs until `steps` steps are done (OK), Stop() was called (OK), the job
-  // was deleted (NOT_FOUND) or an unrecoverable error.
+  // Runs until `steps` steps are done (OK), the training spec's max_steps
+  // are (OK, reported with FinishWorker), Stop() was called (OK), the job
+  // was deleted (NOT_FOUND), the job failed (IsJobFailure) or an
+  // unrecoverable error.
   absl::Status Run();
   // Asks Run to return after the current step; the other ranks stop at the
   // same step boundary (the stop is voted on with the plan version).
@@ -59,6 +76,11 @@ class Worker {
   // RegisterWorker, retried with backoff while the planner is unavailable,
   // up to connect_timeout or a Stop().
   absl::StatusOr<v1::Assignment> Register(const v1::WorkerInfo& info);
+  // --executor torch: the job's training session (a failed job: a job
+  // failure).
+  absl::StatusOr<std::unique_ptr<TrainingSession>> StartTraining();
+  // FinishWorker with `result` (its message when not OK); returns `result`.
+  absl::Status Finish(int64_t steps, absl::Status result);
 
   WorkerOptions options_;
   std::atomic<bool> stop_{false};

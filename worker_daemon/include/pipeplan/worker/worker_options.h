@@ -11,6 +11,13 @@
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
 
+// Where pipeplan_stage_compile.py is unless --stage-compiler says otherwise:
+// the source tree's copy in a build tree (the build sets it), else the
+// installed one.
+#ifndef PIPEPLAN_DEFAULT_STAGE_COMPILER
+#define PIPEPLAN_DEFAULT_STAGE_COMPILER "/usr/share/pipeplan/python/pipeplan_stage_compile.py"
+#endif
+
 namespace pipeplan::worker {
 
 struct WorkerOptions {
@@ -19,7 +26,7 @@ struct WorkerOptions {
   std::string worker_id;
   std::string device_id;
   std::string transport = "gloo";      // gloo | nccl
-  std::string executor = "synthetic";  // synthetic | mlp
+  std::string executor = "synthetic";  // synthetic | mlp | torch
   // Steps to run before exiting 0; 0 runs until stopped.
   int64_t steps = 0;
   std::string listen_host = "127.0.0.1";
@@ -38,6 +45,11 @@ struct WorkerOptions {
   float mlp_learning_rate = 1.0f;
   // "off" or HOST:PORT (port 0 picks one).
   std::string metrics_listen = "off";
+  // torch executor: the interpreter and script that compile a plan's stages
+  // (docs/model-package.md), and where compiled stages are cached.
+  std::string python = "/usr/bin/python3";
+  std::string stage_compiler = PIPEPLAN_DEFAULT_STAGE_COMPILER;
+  std::string stage_cache = "/tmp/pipeplan-stages";
 };
 
 }  // namespace pipeplan::worker

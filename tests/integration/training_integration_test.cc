@@ -1,0 +1,274 @@
+// The user's model trained through a plan, end to end: a real planner and
+// two `pipeplan-worker --executor torch` processes over Gloo on 127.0.0.1,
+// the job created with the CLI's training flags, the per-step losses read
+// back with `jobs reports --json` and compared with the single-process
+// reference trainer (pipeplan_reference_train.py) on the same package, data
+// and optimizer — across a replan that moves stages, and across a kill of
+// every worker followed by a restart from the newest checkpoint.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "planner_process.h"
+#include "worker_process.h"
+
+namespace pipeplan::testing {
+namespace {
+
+constexpr char kPython[] = "/usr/bin/python3";
+
+std::string Source(const std::string& path) {
+  return std::string(PIPEPLAN_SOURCE_DIR) + "/" + path;
+}
+
+// step -> loss, from `jobs reports --json` or the reference's losses.json.
+std::map<int64_t, double> Losses(const std::string& json) {
+  std::map<int64_t, double> out;
+  static const std::regex kEntry(R"re("step":\s*(\d+)[^}]*?"loss":\s*(-?[0-9.eE+-]+))re");
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), kEntry);
+       it != std::sregex_iterator(); ++it) {
+    out[std::stoll((*it)[1])] = std::stod((*it)[2]);
+  }
+  return out;
+}
+
+class TrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string out;
+    ASSERT_EQ(RunCommand({kPython, Source("tests/models/make_fixtures.py"), "--out-dir",
+                          dir_.path(), "--model", "gpt", "--model", "cnn", "--rows", "48"},
+                         &out, absl::Seconds(300)),
+              0)
+        << out;
+    std::ofstream(dir_.path() + "/cluster.json")
+        << R"({"devices": [{"id": "cpu0", "host": "h0", "flops": 1e12, "memory_bytes": 8e9},
+                          {"id": "cpu1", "host": "h0", "flops": 1e12, "memory_bytes": 8e9}]})";
+    auto planner = PlannerProcess::Start({"--replan=off"});
+    ASSERT_TRUE(planner.ok()) << planner.status();
+    planner_ = *std::move(planner);
+    auto client = planner_->Client();
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // `jobs create` with the training flags; returns the job id.
+  std::string CreateJob(const std::string& model, const std::string& data,
+                        const std::vector<std::string>& extra, std::string* out) {
+    std::vector<std::string> argv = {PIPEPLAN_CLI_BIN,
+                                     "--planner",
+                                     planner_->address(),
+                                     "jobs",
+                                     "create",
+                                     "--graph",
+                                     Path(model + ".json"),
+                                     "--cluster",
+                                     Path("cluster.json"),
+                                     "--ranks",
+                                     "2",
+                                     "--schedule",
+                                     "1F1B",
+                                     "--microbatches",
+                                     "4",
+                                     "--method",
+                                     "dp",
+                                     "--model-package",
+                                     Path(model + ".ptpkg"),
+                                     "--data",
+                                     "tensors:" + Path(data),
+                                     "--batch-size",
+                                     "8",
+                                     "--optimizer",
+                                     "adamw",
+                                     "--lr",
+                                     "1e-3",
+                                     "--json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (RunCommand(argv, out, absl::Seconds(120)) != 0) return "";
+    v1::Job job;
+    if (!ParseJson(*out, &job).ok()) return "";
+    return job.id();
+  }
+
+  std::unique_ptr<WorkerProcess> StartWorker(const std::string& job, int r) {
+    std::vector<std::string> args =
+        WorkerArgs(planner_->address(), job, absl::StrCat("w", r), absl::StrCat("cpu", r));
+    for (const char* a : {"--executor", "torch", "--stage-cache"}) args.push_back(a);
+    args.push_back(Path("stage-cache"));
+    return std::make_unique<WorkerProcess>(dir_.path(), absl::StrCat("w", r, "-", ++started_),
+                                           args);
+  }
+
+  std::map<int64_t, double> Reported(const std::string& job) {
+    std::string out;
+    RunCommand(
+        {PIPEPLAN_CLI_BIN, "--planner", planner_->address(), "jobs", "reports", job, "--json"},
+        &out);
+    return Losses(out);
+  }
+
+  // Losses of the single-process reference over `steps` steps.
+  std::map<int64_t, double> Reference(const std::string& model, int steps) {
+    std::string out;
+    const std::string losses = Path(model + "_reference.json");
+    EXPECT_EQ(RunCommand({kPython, Source("client/python/pipeplan_reference_train.py"), "--package",
+                          Path(model + ".ptpkg"), "--data", "tensors:" + Path(model + "_data.pt"),
+                          "--optimizer", "adamw", "--lr", "1e-3", "--batch-size", "8",
+                          "--microbatches", "4", "--steps", absl::StrCat(steps), "--out", losses},
+                         &out, absl::Seconds(300)),
+              0)
+        << out;
+    std::ifstream in(losses);
+    return Losses(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+
+  // Waits until some report reaches `step` (or the time runs out).
+  bool WaitForStep(const std::string& job, int64_t step) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(180);
+    while (absl::Now() < deadline) {
+      auto losses = Reported(job);
+      if (!losses.empty() && losses.rbegin()->first >= step) return true;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    return false;
+  }
+
+  static void ExpectMatch(const std::map<int64_t, double>& got,
+                          const std::map<int64_t, double>& want, int64_t first, int64_t last) {
+    for (int64_t s = first; s <= last; ++s) {
+      ASSERT_TRUE(got.count(s)) << "no loss reported for step " << s << " of " << got.size();
+      ASSERT_TRUE(want.count(s)) << "no reference loss for step " << s;
+      EXPECT_NEAR(got.at(s), want.at(s), 1e-4 * std::abs(want.at(s))) << "step " << s;
+    }
+  }
+
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  TempDir dir_;
+  std::unique_ptr<PlannerProcess> planner_;
+  std::unique_ptr<client::PlannerClient> client_;
+  int started_ = 0;
+};
+
+TEST_F(TrainingTest, TwoWorkersMatchSingleProcessAcrossAReplan) {
+  std::string out;
+  // Enough steps that the replan lands mid-run (a step takes milliseconds).
+  constexpr int kSteps = 150;
+  const std::string job =
+      CreateJob("gpt", "gpt_data.pt", {"--max-steps", absl::StrCat(kSteps)}, &out);
+  ASSERT_FALSE(job.empty()) << out;
+  auto w0 = StartWorker(job, 0);
+  auto w1 = StartWorker(job, 1);
+  ASSERT_TRUE(WaitForStep(job, 2)) << w0->Output() << w1->Output();
+
+  // Version 2 splits the model elsewhere: parameters and AdamW state move.
+  v1::ReplanJobRequest replan;
+  replan.set_job_id(job);
+  replan.mutable_options()->set_num_ranks(2);
+  replan.mutable_options()->set_microbatches(4);
+  replan.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
+  replan.mutable_options()->set_method(v1::METHOD_UNIFORM);
+  auto v2 = client_->ReplanJob(replan);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  auto v1plan = client_->GetPlan(job, 1);
+  ASSERT_TRUE(v1plan.ok());
+  const std::vector<int> before(v1plan->plan().node_stage().begin(),
+                                v1plan->plan().node_stage().end());
+  const std::vector<int> after(v2->plan().node_stage().begin(), v2->plan().node_stage().end());
+  ASSERT_NE(before, after) << "the replan must move nodes";
+
+  EXPECT_EQ(w0->Wait(absl::Seconds(240)), 0) << w0->Output();
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << w1->Output();
+  EXPECT_NE(w0->Output().find("event=plan_switch"), std::string::npos);
+  EXPECT_NE(w0->Output().find("plan_version=2"), std::string::npos) << w0->Output();
+
+  const auto got = Reported(job);
+  ExpectMatch(got, Reference("gpt", kSteps), 0, kSteps - 1);
+  if (HasFailure()) ADD_FAILURE() << w0->Output() << w1->Output();
+  auto state = client_->GetJob(job);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->state(), v1::JOB_SUCCEEDED) << state->failure_message();
+}
+
+TEST_F(TrainingTest, KilledWorkersResumeFromTheNewestCheckpoint) {
+  std::string out;
+  constexpr int kSteps = 300, kEvery = 20;
+  const std::string job = CreateJob("cnn", "cnn_data.pt",
+                                    {"--max-steps", absl::StrCat(kSteps), "--checkpoint-dir",
+                                     Path("ckpt"), "--checkpoint-every", absl::StrCat(kEvery)},
+                                    &out);
+  ASSERT_FALSE(job.empty()) << out;
+  {
+    auto w0 = StartWorker(job, 0);
+    auto w1 = StartWorker(job, 1);
+    ASSERT_TRUE(WaitForStep(job, kEvery + 5)) << w0->Output() << w1->Output();
+    w0->Signal(SIGKILL);
+    w1->Signal(SIGKILL);
+    w0->Wait(absl::Seconds(10));
+    w1->Wait(absl::Seconds(10));
+  }
+  auto w0 = StartWorker(job, 0);
+  auto w1 = StartWorker(job, 1);
+  EXPECT_EQ(w0->Wait(absl::Seconds(240)), 0) << w0->Output();
+  EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << w1->Output();
+  // The restarted workers began at a checkpoint's step, not at 0.
+  const std::vector<std::string> steps = w0->Values("step", "step");
+  ASSERT_FALSE(steps.empty()) << w0->Output();
+  const int first = std::stoi(steps.front());
+  EXPECT_GT(first, 0) << w0->Output();
+  EXPECT_EQ(first % kEvery, 0) << w0->Output();
+  ExpectMatch(Reported(job), Reference("cnn", kSteps), 0, kSteps - 1);
+}
+
+TEST_F(TrainingTest, BadInputsFailAtCreateOrFailTheJob) {
+  // A package of another model: refused at `jobs create`, naming the package.
+  std::string out;
+  std::vector<std::string> argv = {PIPEPLAN_CLI_BIN,
+                                   "--planner",
+                                   planner_->address(),
+                                   "jobs",
+                                   "create",
+                                   "--graph",
+                                   Path("gpt.json"),
+                                   "--cluster",
+                                   Path("cluster.json"),
+                                   "--ranks",
+                                   "2",
+                                   "--model-package",
+                                   Path("cnn.ptpkg"),
+                                   "--data",
+                                   "tensors:" + Path("gpt_data.pt"),
+                                   "--batch-size",
+                                   "8"};
+  EXPECT_NE(RunCommand(argv, &out), 0);
+  EXPECT_NE(out.find("model package"), std::string::npos) << out;
+
+  // Data of another model: the worker fails the job with the reason and
+  // exits 4; a restarted worker does not crash-loop.
+  const std::string job = CreateJob("gpt", "cnn_data.pt", {"--max-steps", "3"}, &out);
+  ASSERT_FALSE(job.empty()) << out;
+  auto w0 = StartWorker(job, 0);
+  auto w1 = StartWorker(job, 1);
+  EXPECT_EQ(w0->Wait(absl::Seconds(180)), 4) << w0->Output();
+  w1->Wait(absl::Seconds(60));
+  auto state = client_->GetJob(job);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->state(), v1::JOB_FAILED);
+  EXPECT_NE(state->failure_message().find("data"), std::string::npos) << state->failure_message();
+  auto again = StartWorker(job, 0);
+  EXPECT_EQ(again->Wait(absl::Seconds(60)), 4) << again->Output();
+  EXPECT_NE(again->Output().find("has failed"), std::string::npos) << again->Output();
+}
+
+}  // namespace
+}  // namespace pipeplan::testing

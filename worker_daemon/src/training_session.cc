@@ -1,0 +1,256 @@
+#include "training_session.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/checkpoint.h"
+#include "pipeplan/worker/model_package.h"
+#include "pipeplan/worker/stage_compiler.h"
+#include "pipeplan/worker/state_transfer.h"
+#include "pipeplan/worker/torch_executor.h"
+
+namespace pipeplan::worker {
+namespace {
+
+// Codes of executor and compiler errors that no restart fixes: the package,
+// the data or the plan do not fit, or the loss diverged.
+bool TrainingErrorIsFinal(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status FinalIfTrainingError(absl::Status s) {
+  return TrainingErrorIsFinal(s) ? JobFailure(std::move(s)) : s;
+}
+
+std::vector<int> NodeStage(const StagePlan& plan) {
+  size_t n = 0;
+  for (const auto& nodes : plan.stage_nodes) n += nodes.size();
+  std::vector<int> node_stage(n, -1);
+  for (int s = 0; s < static_cast<int>(plan.stage_nodes.size()); ++s) {
+    for (int node : plan.stage_nodes[s]) node_stage[node] = s;
+  }
+  return node_stage;
+}
+
+OptimizerOptions OptimizerOf(const v1::TrainingSpec& spec) {
+  OptimizerOptions o;
+  o.kind = spec.optimizer();
+  o.lr = spec.lr();
+  o.momentum = spec.momentum();
+  if (spec.has_weight_decay()) o.weight_decay = spec.weight_decay();
+  o.clip_grad_norm = spec.clip_grad_norm();
+  return o;
+}
+
+class TorchTraining final : public TrainingSession {
+ public:
+  TorchTraining(const WorkerOptions& options, client::PlannerClient& planner)
+      : options_(options), planner_(planner) {}
+  absl::Status Init();
+
+  const v1::TrainingSpec& spec() const override { return spec_; }
+  v1::JobState job_state() const override { return job_state_; }
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan, int rank,
+                                                         Transport* transport) override;
+  absl::StatusOr<int64_t> Resume(const StagePlan& plan, int rank, Transport& transport,
+                                 Executor& executor, Executor* previous,
+                                 const StagePlan* previous_plan, int64_t step) override;
+  absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) override;
+
+ private:
+  absl::StatusOr<std::string> CompiledDir(const StagePlan& plan);
+  absl::StatusOr<std::map<std::string, std::vector<std::string>>> HoldersByDevice(
+      const StagePlan& plan);
+  absl::StatusOr<int64_t> ResumeFromCheckpoint(TorchExecutor& executor, Transport& transport,
+                                               int rank);
+
+  const WorkerOptions& options_;
+  client::PlannerClient& planner_;
+  v1::TrainingSpec spec_;
+  v1::JobState job_state_ = v1::JOB_RUNNING;
+  ModelPackage package_;
+  std::map<int64_t, std::string> compiled_;  // plan version -> compiled stages dir
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainingSession>> StartTorchTraining(client::PlannerClient& planner,
+                                                                    const WorkerOptions& options) {
+  auto t = std::make_unique<TorchTraining>(options, planner);
+  PIPEPLAN_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<TrainingSession>(std::move(t));
+}
+
+absl::Status TorchTraining::Init() {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, planner_.GetJob(options_.job_id));
+  job_state_ = job.state();
+  spec_ = job.training();
+  if (spec_.model_package().empty()) {
+    return JobFailure(absl::FailedPreconditionError(
+        absl::StrCat("job ", options_.job_id,
+                     " has no training spec: create it with `jobs create --model-package`")));
+  }
+  absl::StatusOr<ModelPackage> package = ReadModelPackage(spec_.model_package());
+  if (!package.ok()) return FinalIfTrainingError(package.status());
+  if (!spec_.package_digest().empty() && package->digest != spec_.package_digest()) {
+    return JobFailure(absl::FailedPreconditionError(
+        absl::StrCat("model package ", spec_.model_package(), " on this host has digest ",
+                     package->digest, ", the job was created with ", spec_.package_digest())));
+  }
+  package_ = *std::move(package);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
+  if (auto it = compiled_.find(plan.version); it != compiled_.end()) {
+    return it->second;
+  }
+  const int64_t batch = spec_.batch_size();
+  if (plan.microbatches < 1 || batch % plan.microbatches != 0) {
+    return JobFailure(absl::FailedPreconditionError(
+        absl::StrCat("training.batch_size ", batch, " is not divisible by plan version ",
+                     plan.version, "'s ", plan.microbatches, " microbatches")));
+  }
+  StageCompileRequest r;
+  r.python = options_.python;
+  r.script = options_.stage_compiler;
+  r.package_dir = spec_.model_package();
+  r.package_digest = package_.digest;
+  r.node_stage = NodeStage(plan);
+  r.microbatch_size = batch / plan.microbatches;
+  r.cache_dir = options_.stage_cache;
+  if (r.node_stage.size() != package_.nodes.size()) {
+    return JobFailure(absl::FailedPreconditionError(
+        absl::StrCat("plan version ", plan.version, " places ", r.node_stage.size(),
+                     " nodes, the model package has ", package_.nodes.size())));
+  }
+  absl::StatusOr<std::string> dir = CompileStages(r);
+  if (!dir.ok()) return FinalIfTrainingError(dir.status());
+  compiled_[plan.version] = *dir;
+  return *dir;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const StagePlan& plan,
+                                                                      int rank,
+                                                                      Transport* transport) {
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan));
+  absl::StatusOr<CompiledStages> stages = ReadCompiledStages(dir);
+  if (!stages.ok()) return FinalIfTrainingError(stages.status());
+  TorchExecutorOptions o;
+  o.package = package_;
+  o.stages = *std::move(stages);
+  o.stage_to_rank = plan.lowered.stage_to_rank;
+  o.rank = rank;
+  o.num_microbatches = plan.microbatches;
+  o.data = spec_.data();
+  o.loss = spec_.loss();
+  o.optimizer = OptimizerOf(spec_);
+  o.skip_nonfinite_steps = spec_.skip_nonfinite_steps();
+  o.transport = transport;
+  o.comm_timeout = options_.comm_timeout;
+  absl::StatusOr<std::unique_ptr<TorchExecutor>> executor = TorchExecutor::Create(std::move(o));
+  if (!executor.ok()) return FinalIfTrainingError(executor.status());
+  return std::unique_ptr<Executor>(std::move(*executor));
+}
+
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> TorchTraining::HoldersByDevice(
+    const StagePlan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan));
+  absl::StatusOr<CompiledStages> stages = ReadCompiledStages(dir);
+  if (!stages.ok()) return FinalIfTrainingError(stages.status());
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [name, ranks] : OwnersOf(*stages, plan.lowered.stage_to_rank)) {
+    for (int r : ranks) out[name].push_back(plan.rank_devices[r]);
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, Transport& transport,
+                                              Executor& executor, Executor* previous,
+                                              const StagePlan* previous_plan, int64_t step) {
+  auto& torch = static_cast<TorchExecutor&>(executor);
+  const int64_t mine = previous ? previous_plan->version : 0;
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source,
+                            transport.AllReduceMax(mine, options_.comm_timeout));
+  if (source == 0) return ResumeFromCheckpoint(torch, transport, rank);
+  // A plan switch: the previous version's holders send each piece of state
+  // to its holders in this version, over this version's transport.
+  std::map<std::string, std::vector<std::string>> before;
+  if (mine == source) {
+    PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(*previous_plan));
+  } else {
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, planner_.GetPlan(options_.job_id, source));
+    PIPEPLAN_ASSIGN_OR_RETURN(StagePlan old,
+                              StagePlanFromProto(vp.plan(), source, &vp.request().graph()));
+    PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(old));
+  }
+  ParameterOwners from;
+  for (const auto& [name, devices] : before) {
+    for (const std::string& device : devices) {
+      const int r = plan.RankOf(device);
+      if (r < 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("state \"", name, "\" is held by device ", device,
+                         ", which has no rank in plan version ", plan.version,
+                         "; restart the job's workers to resume from a checkpoint"));
+      }
+      from[name].push_back(r);
+    }
+  }
+  NamedState local;
+  if (mine == source) {
+    PIPEPLAN_ASSIGN_OR_RETURN(local, static_cast<TorchExecutor*>(previous)->ExportState());
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(NamedState moved,
+                            MoveState(transport, local, from, torch.owners(),
+                                      static_cast<uint64_t>(plan.version), options_.comm_timeout));
+  absl::Status imported = torch.ImportState(moved, /*complete=*/true);
+  if (!imported.ok()) return FinalIfTrainingError(imported);
+  return transport.AllReduceMax(step, options_.comm_timeout);
+}
+
+// A fresh start: the newest complete checkpoint, if any, on every rank.
+absl::StatusOr<int64_t> TorchTraining::ResumeFromCheckpoint(TorchExecutor& executor,
+                                                            Transport& transport, int rank) {
+  int64_t resumed = 0;
+  if (!spec_.checkpoint_dir().empty()) {
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> latest,
+                              LatestCheckpoint(spec_.checkpoint_dir()));
+    if (latest) {
+      absl::StatusOr<CheckpointMeta> meta = executor.LoadCheckpoint(*latest);
+      if (!meta.ok()) return FinalIfTrainingError(meta.status());
+      resumed = meta->step;
+    }
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed,
+                            transport.AllReduceMax(resumed, options_.comm_timeout));
+  if (agreed != resumed) {
+    return JobFailure(absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " resumes from step ", resumed, " but another rank from step ", agreed,
+        ": every worker must see the same checkpoint directory ", spec_.checkpoint_dir())));
+  }
+  return agreed;
+}
+
+absl::Status TorchTraining::MaybeCheckpoint(Executor& executor, int64_t plan_version,
+                                            int64_t steps) {
+  const int64_t every = spec_.checkpoint_every();
+  if (every <= 0 || spec_.checkpoint_dir().empty() || steps % every != 0) return absl::OkStatus();
+  CheckpointMeta meta{
+      .step = steps, .plan_version = plan_version, .data_position = steps * spec_.batch_size()};
+  return static_cast<TorchExecutor&>(executor).WriteCheckpoint(
+      CheckpointDir(spec_.checkpoint_dir(), steps), meta);
+}
+
+}  // namespace pipeplan::worker

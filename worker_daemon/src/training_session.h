@@ -1,0 +1,67 @@
+// What `--executor torch` adds to the worker's loop: the job's training spec,
+// the model package, stage compilation for each plan version, the torch
+// executor of this rank, state that survives a plan switch (moved over the
+// new version's transport, keyed by parameter name) and checkpoints (resume
+// from the newest complete one; write every `checkpoint_every` steps).
+//
+// A training error that a restart cannot fix (a package or data that does not
+// fit, a non-finite loss) carries the JobFailed payload: the worker reports it
+// with FinishWorker (the job turns FAILED with the message) and exits 4
+// instead of crash-looping. Internal to libpipeplan_worker.
+#ifndef PIPEPLAN_WORKER_SRC_TRAINING_SESSION_H_
+#define PIPEPLAN_WORKER_SRC_TRAINING_SESSION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pipeplan/client/planner_client.h"
+#include "pipeplan/v1/planner_service.pb.h"
+#include "pipeplan/worker/executor.h"
+#include "pipeplan/worker/stage_plan.h"
+#include "pipeplan/worker/transport.h"
+#include "pipeplan/worker/worker.h"
+#include "pipeplan/worker/worker_options.h"
+
+namespace pipeplan::worker {
+
+// The step loop's view of training; the torch implementation is
+// StartTorchTraining (only in builds with LibTorch).
+class TrainingSession {
+ public:
+  virtual ~TrainingSession() = default;
+
+  virtual const v1::TrainingSpec& spec() const = 0;
+  virtual v1::JobState job_state() const = 0;
+
+  // The executor of `rank` in `plan`, compiling its stages first (cached).
+  // `transport` carries the executor's reductions and must outlive it.
+  virtual absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan, int rank,
+                                                                 Transport* transport) = 0;
+
+  // After a switch to `plan` (executor built, transport connected), every
+  // rank of the new version calls this with the executor and plan it ran
+  // before (null when none): the ranks agree where the state comes from —
+  // the previous version's holders (over `transport`; every one of them must
+  // hold a rank in the new version) or, at a fresh start, the newest
+  // checkpoint — and on the step to continue from, which is returned.
+  virtual absl::StatusOr<int64_t> Resume(const StagePlan& plan, int rank, Transport& transport,
+                                         Executor& executor, Executor* previous,
+                                         const StagePlan* previous_plan, int64_t step) = 0;
+
+  // Writes a checkpoint after `steps` completed steps when the spec asks for
+  // one at this step (all ranks of the version call it).
+  virtual absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) = 0;
+};
+
+// Reads the job (GetJob): FAILED_PRECONDITION (a job failure) when it has no
+// training spec or its package differs from the package on this host.
+absl::StatusOr<std::unique_ptr<TrainingSession>> StartTorchTraining(client::PlannerClient& planner,
+                                                                    const WorkerOptions& options);
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_TRAINING_SESSION_H_
