@@ -1,13 +1,13 @@
 #include "pipeplan/worker/metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "absl/strings/str_cat.h"
+#include "metrics_endpoint.h"
 
 namespace pipeplan::worker {
 
@@ -15,7 +15,7 @@ struct WorkerMetrics::Impl {
   std::string host;
   int port = 0;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsEndpoint> endpoint;
   prometheus::Histogram* step_seconds = nullptr;
   prometheus::Counter* steps = nullptr;
   prometheus::Gauge* version = nullptr;
@@ -49,18 +49,14 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                        .Add(labels);
   impl->loss = &prometheus::BuildGauge()
                     .Name("pipeplan_worker_loss")
-                    .Help("Loss of the last step (mlp executor, last stage only).")
+                    .Help("Loss of the last step (mlp and torch executors, last stage only).")
                     .Register(*impl->registry)
                     .Add(labels);
-  try {
-    impl->exposer = std::make_unique<prometheus::Exposer>(listen, 1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(), " (address in use?)"));
-  }
-  impl->exposer->RegisterCollectable(impl->registry);
-  auto ports = impl->exposer->GetListeningPorts();
-  impl->port = ports.empty() ? 0 : ports.front();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start(listen, impl->registry);
+  if (!endpoint.ok()) return endpoint.status();
+  impl->endpoint = *std::move(endpoint);
+  impl->port = impl->endpoint->port();
   impl->host = listen.substr(0, listen.rfind(':'));
   return std::unique_ptr<WorkerMetrics>(new WorkerMetrics(std::move(impl)));
 }

@@ -223,8 +223,9 @@ TEST_F(JobRegistryTest, StepReports) {
   r.set_job_id(id);
   auto recent = registry_->RecentStepReports(id, 10);
   ASSERT_TRUE(recent.ok());
-  ASSERT_EQ(recent->size(), 2u);
+  ASSERT_EQ(recent->size(), 3u);  // 7 and 8 of version 1, 8 of version 2
   EXPECT_EQ((*recent)[0].step(), 8);
+  EXPECT_EQ((*recent)[0].plan_version(), 2);
   EXPECT_EQ(registry_->GetJob(id)->workers(0).last_step(), 8);
 }
 
