@@ -1,15 +1,30 @@
-// pipeplan-worker: one per GPU (or per CPU rank). See docs/worker.md.
+// pipeplan-worker: one per GPU (or per CPU rank). See docs/worker.md; flags,
+// --help, --version and exit codes follow pipeplan/cmdline (docs/cli.md):
+// 0 done or stopped, 1 error, 2 bad flags or configuration, 3 the planner
+// was unavailable, 4 the job was deleted or cancelled (do not restart).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
+#include <iostream>
 #include <string>
-#include <string_view>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/cmdline/version.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/nccl_transport.h"
 #include "pipeplan/worker/worker.h"
 
+#ifdef PIPEPLAN_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
+
+using pipeplan::cmdline::ParsedFlags;
+using pipeplan::cmdline::UsageError;
 
 pipeplan::worker::Worker* g_worker = nullptr;
 
@@ -17,95 +32,166 @@ void OnSignal(int) {
   if (g_worker) g_worker->Stop();
 }
 
-constexpr char kUsage[] =
-    "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device DEVICE_ID\n"
-    "  [--transport gloo|nccl] [--executor synthetic|mlp|torch] [--steps N]\n"
-    "  [--listen-host 127.0.0.1] [--time-scale X] [--slowdown X] [--max-message-bytes N]\n"
-    "  [--memory-bytes N] [--comm-timeout-seconds S] [--connect-timeout-seconds S]\n"
-    "  [--mlp-width N] [--mlp-rows N] [--mlp-learning-rate X]\n"
-    "  [--metrics-listen HOST:PORT|off] [--token-file F] [--tls-ca F]\n"
-    "  [--tls-cert F --tls-key F] [--rpc-timeout-seconds S]\n"
-    "  [--python /usr/bin/python3] [--stage-compiler PATH] [--stage-cache DIR]\n";
+const pipeplan::cmdline::FlagSet& WorkerFlags() {
+  static const pipeplan::cmdline::FlagSet* flags = [] {
+    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-worker");
+    f->Section("required")
+        .Value("planner", "ADDR", "the pipeplan-planner (host:port)")
+        .Value("job", "JOB", "the job to join (`pipeplan jobs create` prints it)")
+        .Value("worker-id", "ID", "this worker's name, unique in the job")
+        .Value("device", "DEVICE_ID", "the device of the job's cluster it runs as");
+    f->Section("flags")
+        .Value("transport", "auto|gloo|nccl",
+               "auto (default): nccl when built with NCCL and a GPU is visible,\n"
+               "else gloo (CPU, TCP)")
+        .Value("executor", "NAME", "synthetic (default), mlp or torch (trains the job's model)")
+        .Value("steps", "N", "steps to run before exiting 0 (0: until stopped)")
+        .Value("listen-host", "HOST", "address peers reach this worker on (127.0.0.1)")
+        .Value("time-scale", "X", "synthetic executor: scale of the modelled times (1)")
+        .Value("slowdown", "X", "synthetic executor: run X times slower (a straggler)")
+        .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
+        .Value("memory-bytes", "N", "device memory to report (0: the cluster spec's)")
+        .Value("comm-timeout-seconds", "S", "a send or receive gives up after S (60)")
+        .Value("connect-timeout-seconds", "S", "registration and rendezvous give up after S (60)")
+        .Value("rpc-timeout-seconds", "S", "per planner call (10)")
+        .Value("mlp-width", "N", "mlp executor: layer width (16)")
+        .Value("mlp-rows", "N", "mlp executor: rows per microbatch (8)")
+        .Value("mlp-learning-rate", "X", "mlp executor (1)")
+        .Value("metrics-listen", "HOST:PORT", "Prometheus endpoint (off)")
+        .Value("token-file", "FILE", "bearer token for the planner")
+        .Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
+        .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
+        .Value("tls-key", "FILE", "its private key")
+        .Value("python", "PATH",
+               "torch executor: interpreter of the stage compiler\n"
+               "(/usr/bin/python3)")
+        .Value("stage-compiler", "PATH", "torch executor: pipeplan_stage_compile.py")
+        .Value("stage-cache", "DIR", "torch executor: compiled stages (/tmp/pipeplan-stages)")
+        .Switch("version", "print the version and exit");
+    return f;
+  }();
+  return *flags;
+}
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "pipeplan-worker: %s\n%s", msg.c_str(), kUsage);
-  return 2;
+// A positive (or, with allow_zero, non-negative) number into *out, when given.
+template <typename T>
+absl::Status Number(const ParsedFlags& flags, const std::string& name, bool allow_zero, T* out) {
+  if (!flags.Has(name)) return absl::OkStatus();
+  PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
+  if (!(allow_zero ? v >= 0 : v > 0) || !std::isfinite(v)) {
+    return UsageError(absl::StrCat("--", name, " wants a ",
+                                   allow_zero ? "non-negative" : "positive", " number, got \"",
+                                   *flags.Get(name), "\""));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+// An integer of at least `least` into *out, when given.
+template <typename T>
+absl::Status Integer(const ParsedFlags& flags, const std::string& name, int64_t least, T* out) {
+  if (!flags.Has(name)) return absl::OkStatus();
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
+  if (v < least) {
+    return UsageError(absl::StrCat("--", name, " wants an integer >= ", least, ", got ", v));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+absl::Status Seconds(const ParsedFlags& flags, const std::string& name, absl::Duration* out) {
+  double seconds = absl::ToDoubleSeconds(*out);
+  PIPEPLAN_RETURN_IF_ERROR(Number(flags, name, /*allow_zero=*/false, &seconds));
+  *out = absl::Seconds(seconds);
+  return absl::OkStatus();
+}
+
+bool GpuVisible() {
+#ifdef PIPEPLAN_HAVE_NCCL
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+#else
+  return false;
+#endif
+}
+
+// --transport auto: NCCL only where it can work, so a CPU-only host (or a
+// build without NCCL) starts with Gloo instead of failing.
+std::string ResolveTransport(const std::string& transport) {
+  if (transport != "auto") return transport;
+  const bool nccl = pipeplan::worker::NcclAvailable() && GpuVisible();
+  std::cerr << "pipeplan-worker: --transport auto: " << (nccl ? "nccl" : "gloo")
+            << (pipeplan::worker::NcclAvailable() ? (nccl ? "" : " (no GPU visible)")
+                                                  : " (built without NCCL)")
+            << "\n";
+  return nccl ? "nccl" : "gloo";
+}
+
+absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o) {
+  if (!f.positionals().empty()) {
+    return UsageError(absl::StrCat("unexpected argument \"", f.positionals()[0], "\""));
+  }
+  o->planner.address = f.Get("planner").value_or(o->planner.address);
+  o->job_id = f.Get("job").value_or("");
+  o->worker_id = f.Get("worker-id").value_or("");
+  o->device_id = f.Get("device").value_or("");
+  o->executor = f.Get("executor").value_or(o->executor);
+  o->listen_host = f.Get("listen-host").value_or(o->listen_host);
+  o->metrics_listen = f.Get("metrics-listen").value_or(o->metrics_listen);
+  o->python = f.Get("python").value_or(o->python);
+  o->stage_compiler = f.Get("stage-compiler").value_or(o->stage_compiler);
+  o->stage_cache = f.Get("stage-cache").value_or(o->stage_cache);
+  o->planner.token_file = f.Get("token-file").value_or("");
+  o->planner.tls_ca_file = f.Get("tls-ca").value_or("");
+  o->planner.tls_cert_file = f.Get("tls-cert").value_or("");
+  o->planner.tls_key_file = f.Get("tls-key").value_or("");
+  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "steps", 0, &o->steps));
+  PIPEPLAN_RETURN_IF_ERROR(Number(f, "time-scale", /*allow_zero=*/true, &o->time_scale));
+  PIPEPLAN_RETURN_IF_ERROR(Number(f, "slowdown", /*allow_zero=*/false, &o->slowdown));
+  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "max-message-bytes", 1, &o->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Number(f, "memory-bytes", /*allow_zero=*/true, &o->memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "comm-timeout-seconds", &o->comm_timeout));
+  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "connect-timeout-seconds", &o->connect_timeout));
+  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "rpc-timeout-seconds", &o->planner.timeout));
+  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-width", 1, &o->mlp_width));
+  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-rows", 1, &o->mlp_rows));
+  PIPEPLAN_ASSIGN_OR_RETURN(double lr, f.GetDouble("mlp-learning-rate", o->mlp_learning_rate));
+  o->mlp_learning_rate = static_cast<float>(lr);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string transport,
+                            f.GetChoice("transport", {"auto", "gloo", "nccl"}, "auto"));
+  o->transport = ResolveTransport(transport);
+  return absl::OkStatus();
+}
+
+int UsageFailure(const absl::Status& status) {
+  std::cerr << "pipeplan-worker: " << status.message()
+            << "\nrun `pipeplan-worker --help` for usage\n";
+  return pipeplan::cmdline::kExitUsage;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const pipeplan::cmdline::FlagSet& flags = WorkerFlags();
+  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) return UsageFailure(parsed.status());
+  if (parsed->help_requested()) {
+    std::cout << "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device "
+                 "DEVICE_ID [flags]\n\n"
+              << flags.Help();
+    return pipeplan::cmdline::kExitOk;
+  }
+  if (parsed->Has("version")) {
+    std::cout << pipeplan::cmdline::VersionLine("pipeplan-worker");
+    return pipeplan::cmdline::kExitOk;
+  }
   pipeplan::worker::WorkerOptions o;
   o.planner.timeout = absl::Seconds(10);
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) return Fail(absl::StrCat(flag, " needs a value"));
-    const std::string value = argv[++i];
-    auto num = [&](double* out) { return absl::SimpleAtod(value, out); };
-    double d = 0;
-    bool ok = true;
-    if (flag == "--planner")
-      o.planner.address = value;
-    else if (flag == "--job")
-      o.job_id = value;
-    else if (flag == "--worker-id")
-      o.worker_id = value;
-    else if (flag == "--device")
-      o.device_id = value;
-    else if (flag == "--transport")
-      o.transport = value;
-    else if (flag == "--executor")
-      o.executor = value;
-    else if (flag == "--python")
-      o.python = value;
-    else if (flag == "--stage-compiler")
-      o.stage_compiler = value;
-    else if (flag == "--stage-cache")
-      o.stage_cache = value;
-    else if (flag == "--listen-host")
-      o.listen_host = value;
-    else if (flag == "--metrics-listen")
-      o.metrics_listen = value;
-    else if (flag == "--token-file")
-      o.planner.token_file = value;
-    else if (flag == "--tls-ca")
-      o.planner.tls_ca_file = value;
-    else if (flag == "--tls-cert")
-      o.planner.tls_cert_file = value;
-    else if (flag == "--tls-key")
-      o.planner.tls_key_file = value;
-    else if (flag == "--steps")
-      ok = absl::SimpleAtoi(value, &o.steps) && o.steps >= 0;
-    else if (flag == "--time-scale")
-      ok = num(&o.time_scale) && o.time_scale >= 0;
-    else if (flag == "--slowdown")
-      ok = num(&o.slowdown) && o.slowdown > 0;
-    else if (flag == "--max-message-bytes")
-      ok = num(&d) && d >= 1, o.max_message_bytes = static_cast<size_t>(d);
-    else if (flag == "--memory-bytes")
-      ok = num(&o.memory_bytes);
-    else if (flag == "--comm-timeout-seconds")
-      ok = num(&d) && d > 0, o.comm_timeout = absl::Seconds(d);
-    else if (flag == "--connect-timeout-seconds")
-      ok = num(&d) && d > 0, o.connect_timeout = absl::Seconds(d);
-    else if (flag == "--rpc-timeout-seconds")
-      ok = num(&d) && d > 0, o.planner.timeout = absl::Seconds(d);
-    else if (flag == "--mlp-width")
-      ok = absl::SimpleAtoi(value, &o.mlp_width) && o.mlp_width > 0;
-    else if (flag == "--mlp-rows")
-      ok = absl::SimpleAtoi(value, &o.mlp_rows) && o.mlp_rows > 0;
-    else if (flag == "--mlp-learning-rate")
-      ok = absl::SimpleAtof(value, &o.mlp_learning_rate);
-    else
-      return Fail(absl::StrCat("unknown flag ", flag));
-    if (!ok) return Fail(absl::StrCat("bad value for ", flag, ": \"", value, "\""));
-  }
+  if (absl::Status s = ReadFlags(*parsed, &o); !s.ok()) return UsageFailure(s);
+  // Create checks the options together (required flags, executor, files):
+  // its errors are configuration errors too.
   auto worker = pipeplan::worker::Worker::Create(o);
-  if (!worker.ok()) return Fail(std::string(worker.status().ToString()));
+  if (!worker.ok()) return UsageFailure(worker.status());
   g_worker = worker->get();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -118,8 +204,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     std::fprintf(stderr, "pipeplan-worker: %s\n",
                  std::string(s.ToString(absl::StatusToStringMode::kWithNoExtraData)).c_str());
-    if (pipeplan::worker::IsJobFailure(s)) return 4;
-    return s.code() == absl::StatusCode::kNotFound ? 3 : 1;
   }
-  return 0;
+  if (pipeplan::worker::IsJobFailure(s)) return pipeplan::cmdline::kExitJobFailed;
+  return pipeplan::cmdline::ExitCodeFor(s);
 }

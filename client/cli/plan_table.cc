@@ -1,9 +1,12 @@
 #include "plan_table.h"
 
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan::cli {
 
@@ -23,6 +26,19 @@ std::string HumanSeconds(double s) {
   return absl::StrFormat("%.3f us", s * 1e6);
 }
 
+std::string ScheduleDisplayName(v1::Schedule schedule) {
+  absl::StatusOr<std::optional<schedule::ScheduleKind>> kind = ScheduleFromProto(schedule);
+  if (!kind.ok()) return v1::Schedule_Name(schedule);
+  if (!kind->has_value()) return "auto";
+  return std::string(schedule::ScheduleKindName(**kind));
+}
+
+int PlanRanks(const v1::Plan& plan) {
+  std::set<std::string> devices;
+  for (const v1::Stage& s : plan.stages()) devices.insert(s.device_id());
+  return static_cast<int>(devices.size());
+}
+
 std::string FormatPlanTable(const v1::Plan& plan) {
   std::string out;
   absl::StrAppendFormat(&out, "%-5s %-10s %6s  %-28s %12s %12s %12s %22s\n", "stage", "device",
@@ -38,13 +54,12 @@ std::string FormatPlanTable(const v1::Plan& plan) {
                           HumanBytes(s.peak_memory_bytes()), HumanBytes(s.memory_capacity_bytes()),
                           s.stage_seconds() == plan.bottleneck_seconds() ? "  <- bottleneck" : "");
   }
-  const std::string schedule = v1::Schedule_Name(plan.schedule());
   absl::StrAppendFormat(
       &out,
       "\nschedule %s, %d microbatches%s, %s communication\n"
       "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
       "microbatch\n",
-      schedule.substr(schedule.find('_') + 1), plan.microbatches(),
+      ScheduleDisplayName(plan.schedule()), plan.microbatches(),
       plan.chunks_per_rank() > 1 ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
                                  : "",
       plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct", HumanSeconds(plan.step_seconds()),
@@ -63,11 +78,10 @@ std::string FormatPlanTable(const v1::Plan& plan) {
   if (plan.alternatives_size() > 0) {
     absl::StrAppend(&out, "runners-up:\n");
     for (const v1::Alternative& a : plan.alternatives()) {
-      const std::string name = v1::Schedule_Name(a.schedule());
       absl::StrAppendFormat(&out,
                             "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
                             "peak memory %s\n",
-                            name.substr(name.find('_') + 1), a.num_ranks(), a.microbatches(),
+                            ScheduleDisplayName(a.schedule()), a.num_ranks(), a.microbatches(),
                             HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
                             HumanBytes(a.peak_memory_bytes()));
     }

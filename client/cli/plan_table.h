@@ -11,6 +11,10 @@
 namespace pipeplan::cli {
 
 std::string FormatPlanTable(const v1::Plan& plan);
+// The schedule as users spell it (GPipe, 1F1B, ZBVZeroBubble; "auto").
+std::string ScheduleDisplayName(v1::Schedule schedule);
+// Pipeline ranks of a plan: the devices its stages run on.
+int PlanRanks(const v1::Plan& plan);
 std::string HumanBytes(double bytes);
 std::string HumanSeconds(double seconds);
 

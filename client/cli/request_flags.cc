@@ -5,23 +5,45 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/cmdline/exit_code.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan::cli {
 
-const std::set<std::string>& PlanRequestFlagNames() {
-  static const std::set<std::string>* names = new std::set<std::string>{
-      "graph",           "cluster", "ranks", "microbatches",         "global-batch", "schedule",
-      "chunks-per-rank", "method",  "comm",  "optimizer-multiplier", "time-limit",   "gap"};
-  return *names;
+const cmdline::FlagSet& PlanInputFlags() {
+  static const cmdline::FlagSet* flags = [] {
+    auto* f = new cmdline::FlagSet("pipeplan");
+    f->Section("model and cluster")
+        .Value("graph", "FILE", "model graph JSON (docs/graph-format.md)")
+        .Value("cluster", "FILE", "cluster topology JSON");
+    return f;
+  }();
+  return *flags;
 }
 
-const Flags::Aliases& DeprecatedPlanFlagNames() {
-  static const Flags::Aliases* aliases =
-      new Flags::Aliases{{"stages", "ranks"}, {"chunks", "chunks-per-rank"}};
-  return *aliases;
+const cmdline::FlagSet& PlanOptionFlags() {
+  static const cmdline::FlagSet* flags = [] {
+    auto* f = new cmdline::FlagSet("pipeplan");
+    f->Section("plan options")
+        .Value("ranks", "P", "pipeline ranks (0 or absent: the planner chooses)")
+        .Alias("stages")
+        .Value("microbatches", "M", "microbatches per step (0 or absent: the planner chooses)")
+        .Value("global-batch", "B", "samples per step (rescales per-microbatch costs)")
+        .Value("schedule", "NAME",
+               "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,\n"
+               "ZBVZeroBubble, DualPipeV (any letter case) or auto")
+        .Value("chunks-per-rank", "V", "stages per rank of the looped schedules (2)")
+        .Alias("chunks")
+        .Value("method", "M", "auto, dp, ideal_dp, milp, uniform, params or time")
+        .Value("comm", "MODEL", "direct (default) or relay")
+        .Value("optimizer-multiplier", "X", "optimizer bytes per parameter byte (0)")
+        .Value("time-limit", "S", "solver time limit in seconds (10)")
+        .Value("gap", "G", "stop when the proven relative gap is below G");
+    return f;
+  }();
+  return *flags;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -33,6 +55,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 namespace {
+
 template <typename Message>
 absl::Status ReadJsonFile(const std::string& path, Message* message) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
@@ -41,35 +64,27 @@ absl::Status ReadJsonFile(const std::string& path, Message* message) {
   return absl::OkStatus();
 }
 
-}  // namespace
+// The flag's value as a usage error when the core rejects it.
+template <typename T>
+absl::StatusOr<T> FlagValue(const std::string& flag, absl::StatusOr<T> parsed) {
+  if (!parsed.ok()) {
+    return cmdline::UsageError(absl::StrCat("--", flag, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
 
-absl::StatusOr<v1::PlanRequest> RequestFromFlags(const Flags& flags) {
-  v1::PlanRequest req;
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string graph_path, flags.Require("graph"));
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string cluster_path, flags.Require("cluster"));
-  PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(graph_path, req.mutable_graph()));
-  PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(cluster_path, req.mutable_cluster()));
-  v1::PlanOptions* o = req.mutable_options();
-  PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(int global_batch, flags.GetInt("global-batch", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank, flags.GetInt("chunks-per-rank", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(double multiplier, flags.GetDouble("optimizer-multiplier", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(double time_limit, flags.GetDouble("time-limit", 0));
-  PIPEPLAN_ASSIGN_OR_RETURN(double gap, flags.GetDouble("gap", 0));
-  o->set_num_ranks(ranks);
-  o->set_microbatches(microbatches);
-  o->set_global_batch(global_batch);
-  o->set_chunks_per_rank(chunks_per_rank);
-  o->set_optimizer_state_multiplier(multiplier);
-  o->set_time_limit_seconds(time_limit);
-  o->set_relative_gap(gap);
-  if (auto name = flags.Get("schedule"); name && absl::AsciiStrToLower(*name) != "auto") {
-    PIPEPLAN_ASSIGN_OR_RETURN(auto kind, schedule::ParseScheduleKind(*name));
-    o->set_schedule(ScheduleToProto(kind));
+absl::Status ApplyNamedOptions(const cmdline::ParsedFlags& flags, v1::PlanOptions* o) {
+  if (auto name = flags.Get("schedule")) {
+    if (absl::AsciiStrToLower(*name) == "auto") {
+      o->set_schedule(v1::SCHEDULE_AUTO);
+    } else {
+      PIPEPLAN_ASSIGN_OR_RETURN(auto kind,
+                                FlagValue("schedule", schedule::ParseScheduleKind(*name)));
+      o->set_schedule(ScheduleToProto(kind));
+    }
   }
   if (auto name = flags.Get("method")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(PartitionMethod m, ParsePartitionMethod(*name));
+    PIPEPLAN_ASSIGN_OR_RETURN(PartitionMethod m, FlagValue("method", ParsePartitionMethod(*name)));
     static constexpr v1::PartitionMethod kWire[] = {
         v1::METHOD_AUTO,   v1::METHOD_DP,   v1::METHOD_MILP,    v1::METHOD_UNIFORM,
         v1::METHOD_PARAMS, v1::METHOD_TIME, v1::METHOD_IDEAL_DP};
@@ -77,13 +92,63 @@ absl::StatusOr<v1::PlanRequest> RequestFromFlags(const Flags& flags) {
   }
   if (auto comm = flags.Get("comm")) {
     const std::string c = absl::AsciiStrToLower(*comm);
-    if (c == "relay") {
-      o->set_comm_model(v1::COMM_RELAY);
-    } else if (c != "direct") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--comm must be direct or relay, got \"", *comm, "\""));
+    if (c != "relay" && c != "direct") {
+      return cmdline::UsageError(absl::StrCat("--comm wants direct or relay, got \"", *comm, "\""));
     }
+    o->set_comm_model(c == "relay" ? v1::COMM_RELAY : v1::COMM_DIRECT);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool HasOptionFlags(const cmdline::ParsedFlags& flags) {
+  for (const cmdline::FlagSpec& f : PlanOptionFlags().flags()) {
+    if (flags.Has(f.name)) return true;
+  }
+  return false;
+}
+
+absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions* o) {
+  if (flags.Has("ranks")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("ranks", 0));
+    o->set_num_ranks(v);
+  }
+  if (flags.Has("microbatches")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("microbatches", 0));
+    o->set_microbatches(v);
+  }
+  if (flags.Has("global-batch")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("global-batch", 0));
+    o->set_global_batch(v);
+  }
+  if (flags.Has("chunks-per-rank")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("chunks-per-rank", 0));
+    o->set_chunks_per_rank(v);
+  }
+  if (flags.Has("optimizer-multiplier")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("optimizer-multiplier", 0));
+    o->set_optimizer_state_multiplier(v);
+  }
+  if (flags.Has("time-limit")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("time-limit", 0));
+    o->set_time_limit_seconds(v);
+  }
+  if (flags.Has("gap")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("gap", 0));
+    o->set_relative_gap(v);
+  }
+  return ApplyNamedOptions(flags, o);
+}
+
+absl::StatusOr<v1::PlanRequest> RequestFromFlags(const cmdline::ParsedFlags& flags) {
+  v1::PlanRequest req;
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string graph_path, flags.Require("graph"));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string cluster_path, flags.Require("cluster"));
+  // Flags first: a typo in a number fails before any file is read.
+  PIPEPLAN_RETURN_IF_ERROR(ApplyOptionFlags(flags, req.mutable_options()));
+  PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(graph_path, req.mutable_graph()));
+  PIPEPLAN_RETURN_IF_ERROR(ReadJsonFile(cluster_path, req.mutable_cluster()));
   return req;
 }
 

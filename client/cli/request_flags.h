@@ -1,27 +1,34 @@
-// The graph, cluster and option flags shared by `plan` (offline and remote)
-// and `jobs create`, turned into a PlanRequest.
+// The graph, cluster and option flags shared by `plan` (offline and remote),
+// `simulate`, `jobs create` and (the options only) `jobs replan`, turned
+// into a PlanRequest.
 #ifndef PIPEPLAN_CLIENT_CLI_REQUEST_FLAGS_H_
 #define PIPEPLAN_CLIENT_CLI_REQUEST_FLAGS_H_
 
-#include <set>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "flags.h"
+#include "pipeplan/cmdline/flag_set.h"
 #include "pipeplan/v1/plan.pb.h"
 
 namespace pipeplan::cli {
 
-// Valued flags RequestFromFlags reads.
-const std::set<std::string>& PlanRequestFlagNames();
-// Their old names, still accepted with a deprecation note: --stages (which
-// always counted ranks) for --ranks, --chunks for --chunks-per-rank.
-const Flags::Aliases& DeprecatedPlanFlagNames();
+// --graph FILE --cluster FILE.
+const cmdline::FlagSet& PlanInputFlags();
+// --ranks (deprecated alias --stages), --microbatches, --schedule,
+// --chunks-per-rank (alias --chunks), --method, --comm, ... .
+const cmdline::FlagSet& PlanOptionFlags();
 
 // Reads --graph and --cluster JSON and the option flags. Errors name the file
 // or flag.
-absl::StatusOr<v1::PlanRequest> RequestFromFlags(const Flags& flags);
+absl::StatusOr<v1::PlanRequest> RequestFromFlags(const cmdline::ParsedFlags& flags);
+
+// Sets the option fields whose flags were given and leaves the others as
+// they are (`jobs replan --ranks 2` keeps the schedule of the current
+// version). Usage errors name the flag.
+absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions* options);
+// Whether any option flag was given.
+bool HasOptionFlags(const cmdline::ParsedFlags& flags);
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -10,6 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "command.h"
+#include "json_text.h"
+#include "pipeplan/cmdline/exit_code.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
@@ -23,76 +26,16 @@
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
 #include "pipeplan/core/status_macros.h"
+#include "plan_command.h"
 #include "request_flags.h"
 
 namespace pipeplan::cli {
-
-const char kSimulateUsage[] =
-    R"(  simulate  simulate a pipeline schedule and print its timeline and bubble ratio
-            --schedule NAME     GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
-                                InterleavedZeroBubble, ZBVZeroBubble, DualPipeV
-                                (any letter case), with
-              --ranks P --microbatches M [--chunks-per-rank V]
-                                (V: stages per rank of the looped schedules, 2;
-                                --chunks is a deprecated alias)
-            --csv FILE          a user schedule in PyTorch's CSV layout instead
-            --plan FILE         a Plan as printed by `plan --json`: its schedule
-                                with the plan's stage times
-            --graph/--cluster   plan first (same flags as `plan`), then simulate
-            --unit-time         PyTorch's unit-time simulator (every action one
-                                step); prints the steps
-            --save-csv FILE     write the simulated (lowered) schedule as CSV
-            --json              print a JSON report
-            Without a plan every stage takes F=1, I=1, W=1 (B=I+W=2).
-)";
 
 namespace {
 
 using schedule::PipelineSchedule;
 using schedule::ScheduleKind;
 using schedule::StageCosts;
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double x) { return absl::StrFormat("%.17g", x); }
-
-template <typename T, typename F>
-std::string JsonArray(const std::vector<T>& values, F format) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i) out += ", ";
-    out += format(values[i]);
-  }
-  return out + "]";
-}
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -123,10 +66,37 @@ absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan) {
 
 namespace {
 
-absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& plan_from_flags) {
+// A schedule named by --schedule with --ranks, --microbatches and
+// --chunks-per-rank, at unit stage times.
+absl::StatusOr<Scenario> FromScheduleFlags(const cmdline::ParsedFlags& flags) {
+  if (!flags.Has("schedule")) {
+    return cmdline::UsageError(
+        "say what to simulate: --schedule NAME --ranks P --microbatches M, --csv FILE, "
+        "--plan FILE or --graph FILE --cluster FILE");
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string name, flags.Require("schedule"));
+  absl::StatusOr<ScheduleKind> kind = schedule::ParseScheduleKind(name);
+  if (!kind.ok()) return cmdline::UsageError(absl::StrCat("--schedule: ", kind.status().message()));
+  PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank,
+                            flags.GetInt("chunks-per-rank", kDefaultChunksPerRank));
+  if (ranks < 1 || microbatches < 1) {
+    return cmdline::UsageError("--schedule needs --ranks P and --microbatches M (>= 1)");
+  }
+  Scenario sc;
+  sc.source = std::string(schedule::ScheduleKindName(*kind));
+  sc.chunks_per_rank = schedule::StagesPerRank(*kind, chunks_per_rank);
+  PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
+                            schedule::BuildSchedule(*kind, ranks, microbatches, chunks_per_rank));
+  return sc;
+}
+
+absl::StatusOr<Scenario> FromFlags(const CommandContext& ctx) {
+  const cmdline::ParsedFlags& flags = ctx.flags;
   const int sources = flags.Has("plan") + flags.Has("graph") + flags.Has("csv");
   if (sources > 1) {
-    return absl::InvalidArgumentError("give only one of --plan, --graph/--cluster and --csv");
+    return cmdline::UsageError("give only one of --plan, --graph/--cluster and --csv");
   }
   if (flags.Has("plan")) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("plan"));
@@ -138,7 +108,8 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     return ScenarioFromPlan(plan);
   }
   if (flags.Has("graph") || flags.Has("cluster")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, plan_from_flags(flags));
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(flags));
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, PlanAnywhere(ctx.global, req));
     return ScenarioFromPlan(plan);
   }
   Scenario sc;
@@ -152,24 +123,7 @@ absl::StatusOr<Scenario> FromFlags(const Flags& flags, const PlanFromFlagsFn& pl
     sc.schedule = *std::move(s);
     sc.chunks_per_rank = sc.schedule.num_stages / sc.schedule.num_ranks;
   } else {
-    if (!flags.Has("schedule")) {
-      return absl::InvalidArgumentError(
-          "say what to simulate: --schedule NAME --ranks P --microbatches M, --csv FILE, "
-          "--plan FILE or --graph FILE --cluster FILE");
-    }
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string name, flags.Require("schedule"));
-    PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind, schedule::ParseScheduleKind(name));
-    PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
-    PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
-    PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank,
-                              flags.GetInt("chunks-per-rank", kDefaultChunksPerRank));
-    if (ranks < 1 || microbatches < 1) {
-      return absl::InvalidArgumentError("--schedule needs --ranks P and --microbatches M (>= 1)");
-    }
-    sc.source = std::string(schedule::ScheduleKindName(kind));
-    sc.chunks_per_rank = schedule::StagesPerRank(kind, chunks_per_rank);
-    PIPEPLAN_ASSIGN_OR_RETURN(sc.schedule,
-                              schedule::BuildSchedule(kind, ranks, microbatches, chunks_per_rank));
+    PIPEPLAN_ASSIGN_OR_RETURN(sc, FromScheduleFlags(flags));
   }
   // Unit stage times: F = I = W = 1, so a full backward B takes 2.
   sc.costs = StageCosts::Uniform(sc.schedule.num_stages, 1, 1, 1);
@@ -187,33 +141,66 @@ absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
   return schedule::InsertSendRecv(s);
 }
 
-}  // namespace
-
-absl::Status RunSimulate(const std::vector<std::string>& args,
-                         const PlanFromFlagsFn& plan_from_flags) {
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args,
-                                {"plan", "csv", "save-csv", "ranks", "schedule", "microbatches",
-                                 "chunks-per-rank",
-                                 // `plan` flags, for --graph/--cluster:
-                                 "graph", "cluster", "global-batch", "method", "comm",
-                                 "optimizer-multiplier", "time-limit", "gap"},
-                                {"unit-time", "json"}, DeprecatedPlanFlagNames()));
-  if (!flags.positionals().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unexpected argument \"", flags.positionals().front(), "\""));
+std::string ReportJson(const Scenario& sc, const PipelineSchedule& s,
+                       const schedule::SimulationResult& sim,
+                       const std::optional<schedule::UnitTimeResult>& unit) {
+  std::string out = "{\n";
+  absl::StrAppend(&out, "  \"schedule\": ", JsonString(sc.source), ",\n");
+  absl::StrAppend(&out, "  \"ranks\": ", s.num_ranks, ",\n");
+  absl::StrAppend(&out, "  \"stages\": ", s.num_stages, ",\n");
+  absl::StrAppend(&out, "  \"microbatches\": ", s.num_microbatches, ",\n");
+  absl::StrAppend(&out, "  \"unit_time\": ", unit ? "true" : "false", ",\n");
+  if (unit) absl::StrAppend(&out, "  \"steps\": ", unit->steps.size(), ",\n");
+  absl::StrAppend(&out, "  \"step_seconds\": ", JsonNumber(sim.step_seconds), ",\n");
+  absl::StrAppend(&out, "  \"bubble_ratio\": ", JsonNumber(sim.bubble_ratio), ",\n");
+  absl::StrAppend(&out, "  \"busy_seconds\": ", JsonArray(sim.busy_seconds, JsonNumber), ",\n");
+  absl::StrAppend(&out, "  \"peak_inflight_microbatches\": ",
+                  JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }),
+                  ",\n");
+  absl::StrAppend(&out, "  \"actions\": [");
+  for (int r = 0; r < s.num_ranks; ++r) {
+    absl::StrAppend(&out, r ? ",\n    " : "\n    ",
+                    JsonArray(s.programs[r], [](const std::optional<schedule::Action>& a) {
+                      return a ? JsonString(schedule::ActionToString(*a)) : std::string("null");
+                    }));
   }
-  PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, FromFlags(flags, plan_from_flags));
+  absl::StrAppend(&out, "\n  ]\n}\n");
+  return out;
+}
+
+std::string ReportTable(const Scenario& sc, const PipelineSchedule& s,
+                        const schedule::SimulationResult& sim,
+                        const std::optional<schedule::UnitTimeResult>& unit) {
+  std::string out =
+      absl::StrFormat("%s: %d ranks, %d stages, %d microbatches, %d actions\n\n", sc.source,
+                      s.num_ranks, s.num_stages, s.num_microbatches, s.NumActions());
+  if (unit) {
+    absl::StrAppend(&out, schedule::FormatUnitTimeline(*unit), "\nsteps: ", unit->steps.size(),
+                    "\n");
+  } else {
+    absl::StrAppend(&out, schedule::FormatTimeline(sim, s.num_ranks), "\n");
+  }
+  absl::StrAppendFormat(&out, "step_seconds: %.6g\nbubble_ratio: %.6f\n", sim.step_seconds,
+                        sim.bubble_ratio);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    absl::StrAppendFormat(&out, "  rank %d: busy %.6g s, idle %.6g s, peak in flight %d\n", r,
+                          sim.busy_seconds[r], sim.idle_seconds[r],
+                          sim.peak_inflight_microbatches[r]);
+  }
+  return out;
+}
+
+absl::Status RunSimulate(const CommandContext& ctx) {
+  const cmdline::ParsedFlags& flags = ctx.flags;
+  PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, FromFlags(ctx));
   PIPEPLAN_ASSIGN_OR_RETURN(PipelineSchedule lowered, Lowered(sc.schedule));
   const bool unit_time = flags.Has("unit-time");
-  const bool json = flags.Has("json");
-
+  const bool json = ctx.global.output == Output::kJson;
   if (auto path = flags.Get("save-csv")) {
     std::ofstream out(*path, std::ios::binary);
     out << schedule::ScheduleToCsv(lowered);
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", *path));
   }
-
   schedule::SimulateOptions options;
   options.record_timeline = !unit_time && !json;
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
@@ -222,51 +209,31 @@ absl::Status RunSimulate(const std::vector<std::string>& args,
   if (unit_time) {
     PIPEPLAN_ASSIGN_OR_RETURN(unit, schedule::SimulateUnitTime(lowered));
   }
-
-  const PipelineSchedule& s = lowered;
-  if (json) {
-    std::string out = "{\n";
-    absl::StrAppend(&out, "  \"schedule\": ", JsonString(sc.source), ",\n");
-    absl::StrAppend(&out, "  \"ranks\": ", s.num_ranks, ",\n");
-    absl::StrAppend(&out, "  \"stages\": ", s.num_stages, ",\n");
-    absl::StrAppend(&out, "  \"microbatches\": ", s.num_microbatches, ",\n");
-    absl::StrAppend(&out, "  \"unit_time\": ", unit_time ? "true" : "false", ",\n");
-    if (unit) absl::StrAppend(&out, "  \"steps\": ", unit->steps.size(), ",\n");
-    absl::StrAppend(&out, "  \"step_seconds\": ", JsonNumber(sim.step_seconds), ",\n");
-    absl::StrAppend(&out, "  \"bubble_ratio\": ", JsonNumber(sim.bubble_ratio), ",\n");
-    absl::StrAppend(&out, "  \"busy_seconds\": ", JsonArray(sim.busy_seconds, JsonNumber), ",\n");
-    absl::StrAppend(
-        &out, "  \"peak_inflight_microbatches\": ",
-        JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }), ",\n");
-    absl::StrAppend(&out, "  \"actions\": [");
-    for (int r = 0; r < s.num_ranks; ++r) {
-      absl::StrAppend(&out, r ? ",\n    " : "\n    ",
-                      JsonArray(s.programs[r], [](const std::optional<schedule::Action>& a) {
-                        return a ? JsonString(schedule::ActionToString(*a)) : std::string("null");
-                      }));
-    }
-    absl::StrAppend(&out, "\n  ]\n}\n");
-    std::cout << out;
-    return absl::OkStatus();
-  }
-
-  std::cout << absl::StrFormat("%s: %d ranks, %d stages, %d microbatches, %d actions\n\n",
-                               sc.source, s.num_ranks, s.num_stages, s.num_microbatches,
-                               s.NumActions());
-  if (unit) {
-    std::cout << schedule::FormatUnitTimeline(*unit) << "\n"
-              << "steps: " << unit->steps.size() << "\n";
-  } else {
-    std::cout << schedule::FormatTimeline(sim, s.num_ranks) << "\n";
-  }
-  std::cout << absl::StrFormat("step_seconds: %.6g\nbubble_ratio: %.6f\n", sim.step_seconds,
-                               sim.bubble_ratio);
-  for (int r = 0; r < s.num_ranks; ++r) {
-    std::cout << absl::StrFormat("  rank %d: busy %.6g s, idle %.6g s, peak in flight %d\n", r,
-                                 sim.busy_seconds[r], sim.idle_seconds[r],
-                                 sim.peak_inflight_microbatches[r]);
-  }
+  std::cout << (json ? ReportJson(sc, lowered, sim, unit) : ReportTable(sc, lowered, sim, unit));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+Command SimulateCommand() {
+  Command c;
+  c.words = "simulate";
+  c.summary = "simulate a pipeline schedule; print its timeline and bubble ratio";
+  c.details =
+      "What to simulate, one of:\n"
+      "  --schedule NAME --ranks P --microbatches M [--chunks-per-rank V]\n"
+      "  --csv FILE        a schedule in PyTorch's CSV layout\n"
+      "  --plan FILE       a Plan as `plan -o json` prints it, with its stage times\n"
+      "  --graph FILE --cluster FILE [plan options]   plan first, then simulate\n"
+      "Without a plan every stage takes F=1, I=1, W=1 (B=I+W=2).\n";
+  c.flags.Section("simulation")
+      .Value("plan", "FILE", "a Plan (JSON) to simulate with its stage times")
+      .Value("csv", "FILE", "a schedule in PyTorch's CSV layout")
+      .Switch("unit-time", "PyTorch's unit-time simulator (every action one step)")
+      .Value("save-csv", "FILE", "write the simulated (lowered) schedule as CSV");
+  c.flags.Include(PlanOptionFlags()).Include(PlanInputFlags());
+  c.run = RunSimulate;
+  return c;
 }
 
 }  // namespace pipeplan::cli

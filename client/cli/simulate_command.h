@@ -5,26 +5,19 @@
 //   pipeplan simulate --plan plan.json
 //   pipeplan simulate --graph model.json --cluster cluster.json [plan flags]
 //
-// Prints the timeline and the bubble ratio, or a JSON report with --json.
+// Prints the timeline and the bubble ratio, or a JSON report with -o json.
 // See docs/schedules.md ("Command line") for the stage times each source uses.
+// SimulateCommand() (command.h) is the command; this header is what tests
+// call directly.
 #ifndef PIPEPLAN_CLIENT_CLI_SIMULATE_COMMAND_H_
 #define PIPEPLAN_CLIENT_CLI_SIMULATE_COMMAND_H_
 
-#include <functional>
-#include <string>
-#include <vector>
-
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "flags.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/v1/plan.pb.h"
 
 namespace pipeplan::cli {
-
-// Usage text of the command, for the CLI's help.
-extern const char kSimulateUsage[];
 
 // What gets simulated: a compute-only schedule, its stage times and where
 // they came from.
@@ -40,12 +33,6 @@ struct Scenario {
 // (half on the forward, half on the backward-input); the Plan does not carry
 // the weight-gradient share, so W is taken as half of the backward.
 absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan);
-
-// Plans from --graph/--cluster and the `plan` flags; main.cc supplies the same
-// code path `pipeplan plan` uses.
-using PlanFromFlagsFn = std::function<absl::StatusOr<v1::Plan>(const Flags&)>;
-
-absl::Status RunSimulate(const std::vector<std::string>& args, const PlanFromFlagsFn& plan);
 
 }  // namespace pipeplan::cli
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/cmdline/exit_code.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/worker/model_package.h"
 
@@ -15,25 +15,14 @@ std::string Absolute(const std::string& path) {
   return std::filesystem::absolute(path).lexically_normal().string();
 }
 
-absl::StatusOr<int64_t> GetInt64(const Flags& flags, const std::string& name, int64_t fallback) {
-  std::optional<std::string> v = flags.Get(name);
-  if (!v) return fallback;
-  int64_t out = 0;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
-  }
-  return out;
-}
-
 // tensors:FILE names a file the CLI can check exists; synthetic needs nothing.
-absl::StatusOr<std::string> DataFlag(const Flags& flags) {
+absl::StatusOr<std::string> DataFlag(const cmdline::ParsedFlags& flags) {
   const std::optional<std::string> data = flags.Get("data");
-  if (!data) return absl::InvalidArgumentError("--data is required with --model-package");
+  if (!data) return cmdline::UsageError("--data is required with --model-package");
   if (absl::StartsWith(*data, "tensors:")) {
     const std::string file = data->substr(8);
     if (!std::filesystem::is_regular_file(file)) {
-      return absl::InvalidArgumentError(absl::StrCat("--data: no file ", file));
+      return cmdline::UsageError(absl::StrCat("--data: no file ", file));
     }
     return absl::StrCat("tensors:", Absolute(file));
   }
@@ -42,25 +31,36 @@ absl::StatusOr<std::string> DataFlag(const Flags& flags) {
 
 }  // namespace
 
-const std::set<std::string>& TrainingFlagNames() {
-  static const std::set<std::string> kNames = {
-      "model-package",  "loss", "optimizer",  "lr",        "weight-decay",   "momentum",
-      "clip-grad-norm", "data", "batch-size", "max-steps", "checkpoint-dir", "checkpoint-every",
-      "dtype"};
-  return kNames;
+const cmdline::FlagSet& TrainingFlags() {
+  static const cmdline::FlagSet* flags = [] {
+    auto* f = new cmdline::FlagSet("pipeplan");
+    f->Section("training flags (workers with --executor torch train the model)")
+        .Value("model-package", "DIR",
+               "pipeplan_export.py --package output (checked against --graph)")
+        .Value("data", "SOURCE", "tensors:FILE or synthetic:seed=N")
+        .Value("batch-size", "B", "rows per step")
+        .Value("optimizer", "NAME", "sgd, adam or adamw (adamw)")
+        .Value("lr", "X", "learning rate (1e-3)")
+        .Value("weight-decay", "X", "(0 for sgd and adam, 0.01 for adamw)")
+        .Value("momentum", "X", "sgd momentum (0)")
+        .Value("clip-grad-norm", "X", "global L2 norm to clip gradients to (0: off)")
+        .Value("loss", "NAME", "cross_entropy or mse (the package's)")
+        .Value("max-steps", "N", "steps to train (0: until stopped)")
+        .Value("checkpoint-dir", "DIR", "where checkpoints go (none without it)")
+        .Value("checkpoint-every", "N", "steps between checkpoints")
+        .Value("dtype", "NAME", "float32 (default) or float64")
+        .Switch("skip-nonfinite-steps", "skip a step whose loss is NaN/inf instead of failing");
+    return f;
+  }();
+  return *flags;
 }
 
-const std::set<std::string>& TrainingSwitchNames() {
-  static const std::set<std::string> kNames = {"skip-nonfinite-steps"};
-  return kNames;
-}
-
-absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(const Flags& flags,
-                                                                      const v1::ModelGraph& graph) {
+absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
+    const cmdline::ParsedFlags& flags, const v1::ModelGraph& graph) {
   if (!flags.Has("model-package")) {
-    for (const std::string& name : TrainingFlagNames()) {
-      if (flags.Has(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs --model-package"));
+    for (const cmdline::FlagSpec& f : TrainingFlags().flags()) {
+      if (flags.Has(f.name)) {
+        return cmdline::UsageError(absl::StrCat("--", f.name, " needs --model-package"));
       }
     }
     return std::nullopt;
@@ -87,13 +87,13 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(const Flag
   spec.set_clip_grad_norm(clip);
   PIPEPLAN_ASSIGN_OR_RETURN(std::string data, DataFlag(flags));
   spec.set_data(data);
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t batch, GetInt64(flags, "batch-size", 0));
-  if (batch < 1) return absl::InvalidArgumentError("--batch-size is required (rows per step)");
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt64("batch-size", 0));
+  if (batch < 1) return cmdline::UsageError("--batch-size is required (rows per step)");
   spec.set_batch_size(batch);
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t max_steps, GetInt64(flags, "max-steps", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t max_steps, flags.GetInt64("max-steps", 0));
   spec.set_max_steps(max_steps);
   if (flags.Has("checkpoint-dir")) spec.set_checkpoint_dir(Absolute(*flags.Get("checkpoint-dir")));
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t every, GetInt64(flags, "checkpoint-every", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t every, flags.GetInt64("checkpoint-every", 0));
   spec.set_checkpoint_every(every);
   spec.set_skip_nonfinite_steps(flags.Has("skip-nonfinite-steps"));
   spec.set_dtype(flags.Get("dtype").value_or("float32"));

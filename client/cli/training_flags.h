@@ -5,23 +5,23 @@
 #define PIPEPLAN_CLIENT_CLI_TRAINING_FLAGS_H_
 
 #include <optional>
-#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "flags.h"
+#include "pipeplan/cmdline/flag_set.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
 namespace pipeplan::cli {
 
-const std::set<std::string>& TrainingFlagNames();
-const std::set<std::string>& TrainingSwitchNames();
+// --model-package, --data, --batch-size, --optimizer, --lr, ... .
+const cmdline::FlagSet& TrainingFlags();
 
 // nullopt without --model-package (a planning-only job). Paths become
 // absolute (workers run elsewhere); the package's manifest is read and its
 // nodes checked against `graph`; --loss defaults to the package's.
-absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(const Flags& flags,
-                                                                      const v1::ModelGraph& graph);
+// Flag mistakes are usage errors naming the flag.
+absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
+    const cmdline::ParsedFlags& flags, const v1::ModelGraph& graph);
 
 }  // namespace pipeplan::cli
 

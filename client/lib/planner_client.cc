@@ -157,6 +157,16 @@ absl::Status PlannerClient::DeleteJob(const std::string& job_id) {
       .status();
 }
 
+absl::StatusOr<v1::Job> PlannerClient::CancelJob(const std::string& job_id,
+                                                 const std::string& reason) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::CancelJob, req);
+}
+
 absl::StatusOr<v1::VersionedPlan> PlannerClient::GetPlan(const std::string& job_id,
                                                          int64_t version) {
   grpc::ClientContext ctx;

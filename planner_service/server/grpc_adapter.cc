@@ -163,6 +163,11 @@ class GrpcAdapter::Service final : public v1::PlannerService::CallbackService {
                                       v1::DeleteJobResponse* resp) override {
     return Unary(ctx, "DeleteJob", resp, [&] { return handlers_->DeleteJob(*req); });
   }
+
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CancelJobRequest* req, v1::Job* resp) override {
+    return Unary(ctx, "CancelJob", resp, [&] { return handlers_->CancelJob(*req); });
+  }
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* req,
                                     v1::VersionedPlan* resp) override {
     return Unary(ctx, "GetPlan", resp, [&] { return handlers_->GetPlan(*req); });

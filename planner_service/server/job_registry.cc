@@ -39,6 +39,10 @@ absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
 }
 
+absl::Status JobCancelled(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was cancelled"));
+}
+
 }  // namespace
 
 JobRegistry::JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics)
@@ -209,6 +213,33 @@ absl::Status JobRegistry::DeleteJob(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::Job> JobRegistry::CancelJob(const std::string& job_id,
+                                               const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return ToProtoLocked(*job, /*with_plan=*/true);
+  if (job->record.state != v1::JOB_RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended (",
+                                                      v1::JobState_Name(job->record.state),
+                                                      "); nothing to cancel"));
+  }
+  const std::string message = reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason);
+  PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job_id, v1::JOB_CANCELLED, message));
+  job->record.state = v1::JOB_CANCELLED;
+  job->record.failure_message = message;
+  // Workers learn it as they would a deletion: their stream ends NOT_FOUND.
+  const absl::Status closed = JobCancelled(job_id);
+  for (WatchEntry& w : job->watches) {
+    if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+  }
+  job->watches.clear();
+  job->rendezvous.clear();
+  UpdateGaugesLocked();
+  LogInfo("job_state", {{"job", job_id}, {"state", "JOB_CANCELLED"}, {"message", message}});
+  return ToProtoLocked(*job, /*with_plan=*/true);
+}
+
 absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id,
                                                        int64_t version) const {
   {
@@ -248,6 +279,10 @@ absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " was cancelled; it gets no new plan versions"));
+  }
   if (expected_version > 0 && job->record.current_version != expected_version) {
     return absl::AbortedError(absl::StrCat("job ", job_id, " is at plan version ",
                                            job->record.current_version, ", not ",
@@ -299,6 +334,7 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   const v1::ClusterTopology& cluster = job->current->request().cluster();
   const bool known_device =
       std::any_of(cluster.devices().begin(), cluster.devices().end(),
@@ -346,6 +382,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   auto it = job->workers.find(worker_id);
   if (it == job->workers.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -379,6 +416,7 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(report.job_id());
   if (!job) return JobNotFound(report.job_id());
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(report.job_id());
   auto it = job->workers.find(report.worker_id());
   if (it == job->workers.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -434,7 +472,9 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
   it->second.record = rec;
   v1::JobState next = job->record.state;
   std::string message = job->record.failure_message;
-  if (!request.error().empty() && next != v1::JOB_FAILED) {
+  if (next == v1::JOB_CANCELLED) {
+    // Stays cancelled: a worker stopping because of it is not a failure.
+  } else if (!request.error().empty() && next != v1::JOB_FAILED) {
     next = v1::JOB_FAILED;
     message = absl::StrCat("worker ", request.worker_id(), " at step ", request.step(), ": ",
                            request.error());
@@ -483,6 +523,7 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   if (job->rendezvous.size() >= 65'536 && !job->rendezvous.contains(key)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("job ", job_id, " already has 65536 rendezvous keys"));
@@ -496,6 +537,7 @@ absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::
   absl::ReaderMutexLock l(&mu_);
   const Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   v1::RendezvousGetResponse r;
   if (auto it = job->rendezvous.find(key); it != job->rendezvous.end()) {
     r.set_found(true);
@@ -538,6 +580,7 @@ absl::Status JobRegistry::Watch(const std::string& job_id, const std::string& wo
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
+  if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   auto w = watcher.lock();
   if (!w) return absl::CancelledError("watcher gone");
   // Drop watches whose stream ended.

@@ -5,149 +5,127 @@
 //
 // Prints `listening on HOST:PORT` on stdout once it serves (port 0 picks a
 // free port), logs key=value lines on stderr, and drains then stops on
-// SIGTERM or SIGINT.
+// SIGTERM or SIGINT. Flags, --help, --version and exit codes follow
+// pipeplan/cmdline (docs/cli.md).
 #include <signal.h>
 
-#include <cstdlib>
+#include <cmath>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/cmdline/version.h"
+#include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/server.h"
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: pipeplan-planner [flags]
+using pipeplan::cmdline::ParsedFlags;
 
-  --listen ADDR              gRPC address (127.0.0.1:7600; port 0 picks one)
-  --data-dir DIR             SQLite state directory ($XDG_STATE_HOME/pipeplan or
-                             ~/.local/state/pipeplan)
-  --metrics-listen ADDR      Prometheus endpoint (127.0.0.1:7601; "off" disables)
-  --tls-cert FILE            PEM server certificate (enables TLS; needs --tls-key)
-  --tls-key FILE             PEM private key
-  --tls-client-ca FILE       PEM CA; clients must present a certificate it signed
-  --auth-token-file FILE     require "authorization: Bearer <first line of FILE>"
-  --max-nodes N              largest graph accepted (2000000)
-  --max-edges N              (8000000)
-  --max-message-bytes N      largest gRPC message (67108864)
-  --max-concurrent-solves N  solves queued + running before RESOURCE_EXHAUSTED (256)
-  --solver-threads N         solver pool size (0: one per core, at least 2)
-  --lease-seconds S          worker lease (10)
-  --cache-ttl-seconds S      how long identical Plan requests are answered from cache (60)
-  --drain-seconds S          NOT_SERVING period before stopping on SIGTERM (1)
-  --replan on|off            recalibrate from step reports and replan (on)
-  --replan-min-gain X        publish a calibrated plan only if its predicted step
-                             time is more than X (relative) better (0.05)
-  --replan-min-interval-seconds S
-                             least time between calibration replans of a job (30)
-  --replan-min-steps N       reports per device of a version before calibrating (5)
-  --replan-warmup-steps N    first steps of each worker ignored (1)
-)";
-
-bool ParseFlags(int argc, char** argv, pipeplan::server::ServerConfig* c, double* drain) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
-    if (name == "--help" || name == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (name.rfind("--", 0) != 0) {
-      std::cerr << "pipeplan-planner: unexpected argument \"" << name << "\"\n" << kUsage;
-      return false;
-    }
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      std::cerr << "pipeplan-planner: " << name << " needs a value\n";
-      return false;
-    }
-    name = name.substr(2);
-    auto num = [&](auto* out) {
-      if (!absl::SimpleAtoi(value, out) || *out < 0) {
-        std::cerr << "pipeplan-planner: --" << name << " wants a non-negative integer, got \""
-                  << value << "\"\n";
-        return false;
-      }
-      return true;
-    };
-    auto secs = [&](double* out) {
-      if (!absl::SimpleAtod(value, out) || !(*out >= 0)) {
-        std::cerr << "pipeplan-planner: --" << name << " wants seconds, got \"" << value << "\"\n";
-        return false;
-      }
-      return true;
-    };
-    double d = 0;
-    if (name == "listen") {
-      c->listen = value;
-    } else if (name == "data-dir") {
-      c->data_dir = value;
-    } else if (name == "metrics-listen") {
-      c->metrics_listen = value == "off" ? "" : value;
-    } else if (name == "tls-cert") {
-      c->tls_cert_file = value;
-    } else if (name == "tls-key") {
-      c->tls_key_file = value;
-    } else if (name == "tls-client-ca") {
-      c->tls_client_ca_file = value;
-    } else if (name == "auth-token-file") {
-      c->auth_token_file = value;
-    } else if (name == "max-nodes") {
-      if (!num(&c->handlers.limits.max_nodes)) return false;
-    } else if (name == "max-edges") {
-      if (!num(&c->handlers.limits.max_edges)) return false;
-    } else if (name == "max-message-bytes") {
-      if (!num(&c->max_message_bytes)) return false;
-    } else if (name == "max-concurrent-solves") {
-      if (!num(&c->handlers.max_concurrent_solves)) return false;
-    } else if (name == "solver-threads") {
-      if (!num(&c->handlers.solver_threads)) return false;
-    } else if (name == "lease-seconds") {
-      if (!secs(&d)) return false;
-      c->handlers.registry.lease = absl::Seconds(d);
-    } else if (name == "cache-ttl-seconds") {
-      if (!secs(&d)) return false;
-      c->handlers.cache.ttl = absl::Seconds(d);
-    } else if (name == "drain-seconds") {
-      if (!secs(drain)) return false;
-    } else if (name == "replan") {
-      if (value != "on" && value != "off") {
-        std::cerr << "pipeplan-planner: --replan wants on or off, got \"" << value << "\"\n";
-        return false;
-      }
-      c->handlers.replan.enabled = value == "on";
-    } else if (name == "replan-min-gain") {
-      if (!secs(&c->handlers.replan.min_gain)) return false;
-    } else if (name == "replan-min-interval-seconds") {
-      if (!secs(&d)) return false;
-      c->handlers.replan.min_interval = absl::Seconds(d);
-    } else if (name == "replan-min-steps") {
-      if (!num(&c->handlers.replan.min_steps)) return false;
-    } else if (name == "replan-warmup-steps") {
-      if (!num(&c->handlers.replan.warmup_steps)) return false;
-    } else {
-      std::cerr << "pipeplan-planner: unknown flag --" << name << "\n" << kUsage;
-      return false;
-    }
-  }
-  return true;
+const pipeplan::cmdline::FlagSet& PlannerFlags() {
+  static const pipeplan::cmdline::FlagSet* flags = [] {
+    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-planner");
+    f->Value("listen", "ADDR", "gRPC address (127.0.0.1:7600; port 0 picks one)")
+        .Value("data-dir", "DIR",
+               "SQLite state directory ($XDG_STATE_HOME/pipeplan or\n~/.local/state/pipeplan)")
+        .Value("metrics-listen", "ADDR", "Prometheus endpoint (127.0.0.1:7601; \"off\" disables)")
+        .Value("tls-cert", "FILE", "PEM server certificate (enables TLS; needs --tls-key)")
+        .Value("tls-key", "FILE", "PEM private key")
+        .Value("tls-client-ca", "FILE", "PEM CA; clients must present a certificate it signed")
+        .Value("auth-token-file", "FILE", "require \"authorization: Bearer <first line of FILE>\"")
+        .Value("max-nodes", "N", "largest graph accepted (2000000)")
+        .Value("max-edges", "N", "(8000000)")
+        .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
+        .Value("max-concurrent-solves", "N",
+               "solves queued + running before RESOURCE_EXHAUSTED (256)")
+        .Value("solver-threads", "N", "solver pool size (0: one per core, at least 2)")
+        .Value("lease-seconds", "S", "worker lease (10)")
+        .Value("cache-ttl-seconds", "S",
+               "how long identical Plan requests are answered from cache (60)")
+        .Value("drain-seconds", "S", "NOT_SERVING period before stopping on SIGTERM (1)")
+        .Value("replan", "on|off", "recalibrate from step reports and replan (on)")
+        .Value("replan-min-gain", "X",
+               "publish a calibrated plan only if its predicted step time is\n"
+               "more than X (relative) better (0.05)")
+        .Value("replan-min-interval-seconds", "S",
+               "least time between calibration replans of a job (30)")
+        .Value("replan-min-steps", "N", "reports per device of a version before calibrating (5)")
+        .Value("replan-warmup-steps", "N", "first steps of each worker ignored (1)")
+        .Switch("version", "print the version and exit");
+    return f;
+  }();
+  return *flags;
 }
 
-}  // namespace
+// A non-negative integer flag into *out, when given.
+template <typename T>
+absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
+  if (!flags.Has(name)) return absl::OkStatus();
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
+  if (v < 0) {
+    return pipeplan::cmdline::UsageError(
+        absl::StrCat("--", name, " wants a non-negative integer, got ", v));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
 
-int main(int argc, char** argv) {
-  pipeplan::server::ServerConfig config;
-  double drain_seconds = 1;
-  if (!ParseFlags(argc, argv, &config, &drain_seconds)) return 2;
+// A non-negative number (seconds, a ratio) into *out, when given.
+absl::Status NonNegative(const ParsedFlags& flags, const std::string& name, double* out) {
+  if (!flags.Has(name)) return absl::OkStatus();
+  PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
+  if (!(v >= 0) || std::isinf(v)) {
+    return pipeplan::cmdline::UsageError(
+        absl::StrCat("--", name, " wants a non-negative number, got ", *flags.Get(name)));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
 
+absl::Status Duration(const ParsedFlags& flags, const std::string& name, absl::Duration* out) {
+  double seconds = absl::ToDoubleSeconds(*out);
+  PIPEPLAN_RETURN_IF_ERROR(NonNegative(flags, name, &seconds));
+  *out = absl::Seconds(seconds);
+  return absl::OkStatus();
+}
+
+absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, double* drain) {
+  if (!f.positionals().empty()) {
+    return pipeplan::cmdline::UsageError(
+        absl::StrCat("unexpected argument \"", f.positionals()[0], "\""));
+  }
+  c->listen = f.Get("listen").value_or(c->listen);
+  c->data_dir = f.Get("data-dir").value_or(c->data_dir);
+  c->metrics_listen = f.Get("metrics-listen").value_or(c->metrics_listen);
+  if (c->metrics_listen == "off") c->metrics_listen.clear();
+  c->tls_cert_file = f.Get("tls-cert").value_or("");
+  c->tls_key_file = f.Get("tls-key").value_or("");
+  c->tls_client_ca_file = f.Get("tls-client-ca").value_or("");
+  c->auth_token_file = f.Get("auth-token-file").value_or("");
+  pipeplan::server::HandlerOptions& h = c->handlers;
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-message-bytes", &c->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-concurrent-solves", &h.max_concurrent_solves));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "solver-threads", &h.solver_threads));
+  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "lease-seconds", &h.registry.lease));
+  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
+  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "drain-seconds", drain));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string replan, f.GetChoice("replan", {"on", "off"}, "on"));
+  h.replan.enabled = replan == "on";
+  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-min-gain", &h.replan.min_gain));
+  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "replan-min-interval-seconds", &h.replan.min_interval));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-min-steps", &h.replan.min_steps));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-warmup-steps", &h.replan.warmup_steps));
+  return absl::OkStatus();
+}
+
+int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
   // Every thread inherits this mask; the main thread takes the signals.
   sigset_t signals;
   sigemptyset(&signals);
@@ -160,7 +138,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::cerr << "pipeplan-planner: " << absl::StatusCodeToString(server.status().code()) << ": "
               << server.status().message() << "\n";
-    return 1;
+    return pipeplan::cmdline::ExitCodeFor(server.status());
   }
   std::cout << "listening on " << (*server)->host() << ":" << (*server)->port() << "\n";
   if ((*server)->metrics_port() > 0) {
@@ -176,5 +154,29 @@ int main(int argc, char** argv) {
   absl::SleepFor(absl::Seconds(drain_seconds));
   (*server)->Shutdown(absl::Seconds(5));
   server->reset();
-  return 0;
+  return pipeplan::cmdline::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const pipeplan::cmdline::FlagSet& flags = PlannerFlags();
+  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (parsed.ok() && parsed->help_requested()) {
+    std::cout << "usage: pipeplan-planner [flags]\n\n" << flags.Help();
+    return pipeplan::cmdline::kExitOk;
+  }
+  if (parsed.ok() && parsed->Has("version")) {
+    std::cout << pipeplan::cmdline::VersionLine("pipeplan-planner");
+    return pipeplan::cmdline::kExitOk;
+  }
+  pipeplan::server::ServerConfig config;
+  double drain_seconds = 1;
+  absl::Status read = parsed.ok() ? ReadFlags(*parsed, &config, &drain_seconds) : parsed.status();
+  if (!read.ok()) {
+    std::cerr << "pipeplan-planner: " << read.message()
+              << "\nrun `pipeplan-planner --help` for usage\n";
+    return pipeplan::cmdline::kExitUsage;
+  }
+  return Serve(config, drain_seconds);
 }

@@ -180,6 +180,10 @@ absl::StatusOr<v1::DeleteJobResponse> PlannerHandlers::DeleteJob(
   return v1::DeleteJobResponse();
 }
 
+absl::StatusOr<v1::Job> PlannerHandlers::CancelJob(const v1::CancelJobRequest& request) {
+  return registry_.CancelJob(request.job_id(), request.reason().substr(0, 256));
+}
+
 absl::StatusOr<v1::VersionedPlan> PlannerHandlers::GetPlan(const v1::GetPlanRequest& request) {
   return registry_.GetPlan(request.job_id(), request.version());
 }

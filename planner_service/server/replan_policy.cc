@@ -340,6 +340,7 @@ int ReplanPolicy::Tick() {
   }
   int submitted = 0;
   for (const v1::Job& job : jobs) {
+    if (job.state() == v1::JOB_CANCELLED) continue;  // gets no new versions
     JobState& st = jobs_[job.id()];
     if (st.version != job.plan_version()) {
       st.version = job.plan_version();

@@ -507,14 +507,42 @@ TEST(PlannerService, CliRemotePlanAndJobs) {
   EXPECT_EQ(shown.plan_version(), 1);
   EXPECT_EQ(shown.plan().stages_size(), 4);
 
-  ASSERT_EQ(
-      RunCommand({cli, "--planner", planner->address(), "jobs", "delete", created.id()}, &out), 0)
+  // jobs replan with one option flag: the other options stay; the schedule
+  // prints as the user spells it.
+  const std::string addr = planner->address();
+  ASSERT_EQ(RunCommand({cli, "jobs", "replan", created.id(), "--planner", addr, "--ranks", "2",
+                        "--reason", "two ranks"},
+                       &out),
+            0)
       << out;
-  EXPECT_EQ(RunCommand({cli, "--planner", planner->address(), "jobs", "show", created.id()}, &out),
-            1);
+  EXPECT_TRUE(absl::StrContains(out, "plan version 2 (two ranks)")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "schedule 1F1B, 8 microbatches")) << out;
+  ASSERT_EQ(
+      RunCommand({cli, "--planner", addr, "jobs", "versions", created.id(), "-o", "json"}, &out), 0)
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"version\": 1, \"ranks\": 4")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"version\": 2, \"ranks\": 2")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"schedule\": \"1F1B\"")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\"reason\": \"two ranks\"")) << out;
+
+  ASSERT_EQ(RunCommand({cli, "--planner", addr, "jobs", "cancel", created.id()}, &out), 0) << out;
+  EXPECT_TRUE(absl::StrContains(out, "cancelled")) << out;
+  ASSERT_EQ(RunCommand({cli, "--planner", addr, "jobs", "list"}, &out), 0) << out;
+  EXPECT_TRUE(absl::StrContains(out, "cancelled")) << out;
+  // A cancelled job gets no new versions: FAILED_PRECONDITION, exit 1.
+  EXPECT_EQ(RunCommand({cli, "--planner", addr, "jobs", "replan", created.id()}, &out), 1) << out;
+  EXPECT_TRUE(absl::StrContains(out, "FAILED_PRECONDITION")) << out;
+
+  ASSERT_EQ(RunCommand({cli, "--planner", addr, "jobs", "delete", created.id()}, &out), 0) << out;
+  // Exit codes (docs/cli.md): 4 not found, 2 usage, 3 unavailable.
+  EXPECT_EQ(RunCommand({cli, "--planner", addr, "jobs", "show", created.id()}, &out), 4);
   EXPECT_TRUE(absl::StrContains(out, "NOT_FOUND")) << out;
-  EXPECT_EQ(RunCommand({cli, "jobs", "list"}, &out), 1);
+  EXPECT_EQ(RunCommand({cli, "jobs", "list"}, &out), 2);
   EXPECT_TRUE(absl::StrContains(out, "--planner")) << out;
+  EXPECT_EQ(RunCommand({cli, "--planner", "127.0.0.1:1", "--timeout", "5", "jobs", "list"}, &out),
+            3)
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "UNAVAILABLE")) << out;
 }
 
 }  // namespace

@@ -254,19 +254,19 @@ TEST_F(TrainingTest, BadInputsFailAtCreateOrFailTheJob) {
   EXPECT_NE(out.find("model package"), std::string::npos) << out;
 
   // Data of another model: the worker fails the job with the reason and
-  // exits 4; a restarted worker does not crash-loop.
+  // exits 5; a restarted worker does not crash-loop.
   const std::string job = CreateJob("gpt", "cnn_data.pt", {"--max-steps", "3"}, &out);
   ASSERT_FALSE(job.empty()) << out;
   auto w0 = StartWorker(job, 0);
   auto w1 = StartWorker(job, 1);
-  EXPECT_EQ(w0->Wait(absl::Seconds(180)), 4) << w0->Output();
+  EXPECT_EQ(w0->Wait(absl::Seconds(180)), 5) << w0->Output();
   w1->Wait(absl::Seconds(60));
   auto state = client_->GetJob(job);
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->state(), v1::JOB_FAILED);
   EXPECT_NE(state->failure_message().find("data"), std::string::npos) << state->failure_message();
   auto again = StartWorker(job, 0);
-  EXPECT_EQ(again->Wait(absl::Seconds(60)), 4) << again->Output();
+  EXPECT_EQ(again->Wait(absl::Seconds(60)), 5) << again->Output();
   EXPECT_NE(again->Output().find("has failed"), std::string::npos) << again->Output();
 }
 

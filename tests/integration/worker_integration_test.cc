@@ -229,9 +229,10 @@ TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
   for (size_t i = 1; i < l.size(); ++i) EXPECT_LT(l[i], l[i - 1]) << "step " << i;
 }
 
-// The planner answers NOT_FOUND once the job is gone (the watch stream ends
-// with it, Heartbeat returns it); the worker decides by that code and exits 3.
-TEST(WorkerIntegration, DeletedJobEndsItsWorkerWithExitCodeThree) {
+// The planner answers NOT_FOUND once the job is gone or cancelled (the watch
+// stream ends with it, Heartbeat returns it); the worker decides by that code
+// and exits 4 (pipeplan/cmdline/exit_code.h), which its units do not restart.
+void ExpectWorkerStopsWhenJobEnds(bool cancel) {
   Cluster c;
   ASSERT_NO_FATAL_FAILURE(StartJob(&c, 1, 2, {"--time-scale", "0.2"}));
   WorkerProcess& w = *c.workers[0];
@@ -240,10 +241,28 @@ TEST(WorkerIntegration, DeletedJobEndsItsWorkerWithExitCodeThree) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_FALSE(w.Values("step", "step").empty()) << w.Output();
-  ASSERT_TRUE(c.client->DeleteJob(c.job.id()).ok());
-  EXPECT_EQ(w.Wait(absl::Seconds(20)), 3) << w.Output();
-  EXPECT_TRUE(absl::StrContains(w.Output(), "was deleted")) << w.Output();
+  if (cancel) {
+    ASSERT_TRUE(c.client->CancelJob(c.job.id(), "test").ok());
+  } else {
+    ASSERT_TRUE(c.client->DeleteJob(c.job.id()).ok());
+  }
+  EXPECT_EQ(w.Wait(absl::Seconds(20)), 4) << w.Output();
+  EXPECT_TRUE(absl::StrContains(w.Output(), "NOT_FOUND")) << w.Output();
   EXPECT_TRUE(w.Values("done", "steps").empty()) << w.Output();
+  if (cancel) {  // still there, and says why
+    auto job = c.client->GetJob(c.job.id());
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), v1::JOB_CANCELLED);
+    EXPECT_EQ(job->failure_message(), "cancelled: test");
+  }
+}
+
+TEST(WorkerIntegration, DeletedJobEndsItsWorkerWithExitCodeFour) {
+  ExpectWorkerStopsWhenJobEnds(/*cancel=*/false);
+}
+
+TEST(WorkerIntegration, CancelledJobEndsItsWorkerWithExitCodeFour) {
+  ExpectWorkerStopsWhenJobEnds(/*cancel=*/true);
 }
 
 TEST(WorkerIntegration, RendezvousKeyValueRpcs) {

@@ -190,6 +190,19 @@ def test_cancelled_watch_ends_quietly(client):
     client.delete_job(job.id)
 
 
+def test_cancel_job_stops_its_workers_and_keeps_it(client):
+    job = client.create_job("py-cancel-job", GRAPH, CLUSTER, **OPTIONS)
+    client.register_worker(job.id, "w0", CLUSTER["devices"][0]["id"])
+    cancelled = client.cancel_job(job.id, reason="done early")
+    assert cancelled.state == pb.JOB_CANCELLED
+    assert cancelled.failure_message == "cancelled: done early"
+    with pytest.raises(pipeplan.NotFound):
+        client.heartbeat(job.id, "w0")
+    assert client.get_job(job.id).state == pb.JOB_CANCELLED  # still readable
+    assert client.cancel_job(job.id).state == pb.JOB_CANCELLED  # again: OK
+    client.delete_job(job.id)
+
+
 def test_export_then_plan(client):
     import tiny_models
     module, inputs = tiny_models.gpt()

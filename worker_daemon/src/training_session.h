@@ -6,7 +6,7 @@
 //
 // A training error that a restart cannot fix (a package or data that does not
 // fit, a non-finite loss) carries the JobFailed payload: the worker reports it
-// with FinishWorker (the job turns FAILED with the message) and exits 4
+// with FinishWorker (the job turns FAILED with the message) and exits 5
 // instead of crash-looping. Internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_TRAINING_SESSION_H_
 #define PIPEPLAN_WORKER_SRC_TRAINING_SESSION_H_

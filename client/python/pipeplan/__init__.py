@@ -5,7 +5,7 @@
     plan = client.plan("graph.json", "cluster.json", ranks=4, schedule="1F1B")
     graph = pipeplan.export(model, example_inputs, package="model.ptpkg")  # needs torch
 
-Client (client.py): plan, create_job / get_job / list_jobs / delete_job /
+Client (client.py): plan, create_job / get_job / list_jobs / cancel_job / delete_job /
 replan_job / get_plan, watch_plan, reports / step_reports, and the worker calls
 (register_worker, report_step, heartbeat, finish_worker). Errors (errors.py): a
 PipeplanError subclass per gRPC status code (InvalidArgument, NotFound,

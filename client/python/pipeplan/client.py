@@ -169,6 +169,12 @@ class Client:
     def delete_job(self, job_id, timeout=None):
         self._call(self.stub.DeleteJob, pb.DeleteJobRequest(job_id=job_id), timeout)
 
+    def cancel_job(self, job_id, reason="", timeout=None):
+        """Stops a running job and keeps its plans and reports; returns the
+        pipeplan.v1.Job (state JOB_CANCELLED). Its workers stop."""
+        return self._call(self.stub.CancelJob, pb.CancelJobRequest(job_id=job_id, reason=reason),
+                          timeout)
+
     def get_plan(self, job_id, version=0, timeout=None):
         """The pipeplan.v1.VersionedPlan of `version` (0: the current one)."""
         return self._call(self.stub.GetPlan, pb.GetPlanRequest(job_id=job_id, version=version),

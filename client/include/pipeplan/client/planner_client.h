@@ -72,6 +72,9 @@ class PlannerClient {
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> ListJobs();
   absl::Status DeleteJob(const std::string& job_id);
+  // Stops a running job, keeping its plans and reports (JOB_CANCELLED); its
+  // workers stop. FAILED_PRECONDITION when it already succeeded or failed.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
   // version 0: current.
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version = 0);
   absl::StatusOr<v1::VersionedPlan> ReplanJob(const v1::ReplanJobRequest& request);

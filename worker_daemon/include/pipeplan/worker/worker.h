@@ -41,7 +41,7 @@ class TrainingSession;
 // Run's error carries this mark when the job itself failed (the worker said
 // so with FinishWorker): a bad model package or data, a diverged loss, or a
 // job that had already failed. Restarting the worker cannot help; the
-// daemon exits 4 (systemd: RestartPreventExitStatus).
+// daemon exits 5 (systemd: RestartPreventExitStatus).
 inline constexpr char kJobFailedPayload[] = "type.googleapis.com/pipeplan.worker.JobFailed";
 inline absl::Status JobFailure(absl::Status status) {
   status.SetPayload(kJobFailedPayload, absl::Cord("1"));

@@ -68,6 +68,13 @@ class JobRegistry {
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) const;
   std::vector<v1::Job> ListJobs() const;
   absl::Status DeleteJob(const std::string& job_id);
+  // Stops a running job and keeps it readable: state JOB_CANCELLED with
+  // "cancelled: <reason>", watch streams end NOT_FOUND, and from then on the
+  // worker calls (RegisterWorker, Heartbeat, ReportStep, Watch, rendezvous)
+  // answer NOT_FOUND, so workers stop; PublishPlan is FAILED_PRECONDITION.
+  // OK again for a cancelled job; FAILED_PRECONDITION for one that already
+  // succeeded or failed; NOT_FOUND for an unknown one.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
   // version 0: the current one.
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) const;
 

@@ -76,6 +76,7 @@ class PlannerHandlers {
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request);
+  absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
   absl::StatusOr<v1::VersionedPlan> GetPlan(const v1::GetPlanRequest& request);
   absl::StatusOr<v1::Assignment> RegisterWorker(const v1::RegisterWorkerRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);

@@ -1,0 +1,177 @@
+#include "cli.h"
+
+#include <iostream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "command.h"
+#include "global_flags.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/cmdline/version.h"
+
+namespace pipeplan::cli {
+namespace {
+
+constexpr char kExitCodes[] =
+    "exit codes: 0 ok, 1 error, 2 usage (a bad flag or argument), 3 planner unavailable\n"
+    "(retry), 4 not found (the job, plan version or file named)\n";
+
+bool IsFlag(const std::string& arg) { return arg.size() >= 2 && arg[0] == '-'; }
+
+// The group of a two-word command ("jobs" of "jobs create"); empty for others.
+std::string GroupOf(const std::string& words) {
+  const size_t space = words.find(' ');
+  return space == std::string::npos ? "" : words.substr(0, space);
+}
+
+bool IsGroup(const std::string& word) {
+  if (word.empty()) return false;
+  for (const Command& c : AllCommands()) {
+    if (GroupOf(c.words) == word) return true;
+  }
+  return false;
+}
+
+const Command* FindCommand(const std::string& words) {
+  for (const Command& c : AllCommands()) {
+    if (c.words == words) return &c;
+  }
+  return nullptr;
+}
+
+cmdline::FlagSet FullFlags(const Command& c) {
+  cmdline::FlagSet flags = c.flags;
+  flags.Include(GlobalFlagSet());
+  return flags;
+}
+
+// The command list of `pipeplan --help` (group empty) or `pipeplan jobs --help`.
+std::string CommandList(const std::string& group) {
+  std::string out = "commands:\n";
+  for (const Command& c : AllCommands()) {
+    if (!group.empty() && GroupOf(c.words) != group) continue;
+    const std::string left = absl::StrCat(c.words, c.arguments.empty() ? "" : " ", c.arguments);
+    absl::StrAppendFormat(&out, "  %-22s %s\n", left, c.summary);
+  }
+  return out;
+}
+
+std::string TopHelp() {
+  return absl::StrCat(
+      "usage: pipeplan [global flags] <command> [flags]\n\n"
+      "Plans pipeline-parallel training: splits a model graph into stages, picks a\n"
+      "schedule, and manages the planner's jobs.\n\n",
+      CommandList(""), "\nRun `pipeplan <command> --help` for a command's flags.\n\n",
+      GlobalFlagSet().Help(), "\n", kExitCodes);
+}
+
+std::string GroupHelp(const std::string& group) {
+  return absl::StrCat("usage: pipeplan [global flags] ", group, " <subcommand> [flags]\n\n",
+                      CommandList(group), "\nRun `pipeplan ", group,
+                      " <subcommand> --help` for its flags.\n");
+}
+
+std::string CommandHelp(const Command& c) {
+  std::string out =
+      absl::StrCat("usage: pipeplan [global flags] ", c.words, c.arguments.empty() ? "" : " ",
+                   c.arguments, " [flags]\n\n", c.summary, "\n");
+  if (!c.details.empty()) absl::StrAppend(&out, "\n", c.details);
+  absl::StrAppend(&out, "\n", FullFlags(c).Help(), "\n", kExitCodes);
+  return out;
+}
+
+int Usage(absl::string_view message, absl::string_view help_hint) {
+  std::cerr << "pipeplan: " << message << "\nrun `pipeplan " << help_hint << "--help` for usage\n";
+  return cmdline::kExitUsage;
+}
+
+// `pipeplan help [command words]`.
+int RunHelp(const std::vector<std::string>& words) {
+  const std::string joined = absl::StrJoin(words, " ");
+  if (joined.empty()) {
+    std::cout << TopHelp();
+  } else if (const Command* c = FindCommand(joined)) {
+    std::cout << CommandHelp(*c);
+  } else if (IsGroup(joined)) {
+    std::cout << GroupHelp(joined);
+  } else {
+    return Usage(absl::StrCat("unknown command \"", joined, "\""), "");
+  }
+  return cmdline::kExitOk;
+}
+
+int RunCommand(const Command& c, std::vector<std::string> args) {
+  const std::string hint = absl::StrCat(c.words, " ");
+  absl::StatusOr<cmdline::ParsedFlags> flags = FullFlags(c).Parse(args);
+  if (!flags.ok()) return Usage(flags.status().message(), hint);
+  if (flags->help_requested()) {
+    std::cout << CommandHelp(c);
+    return cmdline::kExitOk;
+  }
+  if (flags->Has("version")) {
+    std::cout << cmdline::VersionLine("pipeplan");
+    return cmdline::kExitOk;
+  }
+  const std::vector<std::string>& positionals = flags->positionals();
+  if (static_cast<int>(positionals.size()) > c.num_arguments) {
+    return Usage(absl::StrCat("unexpected argument \"", positionals[c.num_arguments], "\""), hint);
+  }
+  if (static_cast<int>(positionals.size()) < c.num_arguments) {
+    return Usage(absl::StrCat(c.words, " wants ", c.arguments), hint);
+  }
+  absl::StatusOr<GlobalFlags> global = GlobalFlagsFrom(*flags);
+  if (!global.ok()) return Usage(global.status().message(), hint);
+  const absl::Status status = c.run(CommandContext{*flags, *global, positionals});
+  if (cmdline::IsUsageError(status)) return Usage(status.message(), hint);
+  if (!status.ok()) {
+    std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+              << "\n";
+  }
+  return cmdline::ExitCodeFor(status);
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args) {
+  absl::StatusOr<cmdline::ParsedFlags> global =
+      GlobalFlagSet().Parse(args, cmdline::FlagSet::Mode::kUntilPositional);
+  if (!global.ok()) {
+    return Usage(absl::StrCat(global.status().message(), " (command flags go after the command)"),
+                 "");
+  }
+  if (global->help_requested()) return RunHelp({});
+  if (global->Has("version")) {
+    std::cout << cmdline::VersionLine("pipeplan");
+    return cmdline::kExitOk;
+  }
+  size_t i = global->consumed();
+  if (i == args.size()) {
+    std::cerr << TopHelp();
+    return cmdline::kExitUsage;
+  }
+  std::string words = args[i++];
+  if (words == "help") return RunHelp({args.begin() + i, args.end()});
+  if (IsGroup(words)) {
+    if (i == args.size() || IsFlag(args[i])) {
+      const bool help = i < args.size() && (args[i] == "--help" || args[i] == "-h");
+      (help ? std::cout : std::cerr) << GroupHelp(words);
+      return help ? cmdline::kExitOk : cmdline::kExitUsage;
+    }
+    words += " " + args[i++];
+  }
+  const Command* command = FindCommand(words);
+  if (command == nullptr) {
+    return Usage(absl::StrCat("unknown command \"", words, "\""),
+                 IsGroup(GroupOf(words)) ? GroupOf(words) + " " : "");
+  }
+  // Global flags given before the command are parsed again with the
+  // command's, so both places work.
+  std::vector<std::string> rest(args.begin(), args.begin() + global->consumed());
+  rest.insert(rest.end(), args.begin() + i, args.end());
+  return RunCommand(*command, std::move(rest));
+}
+
+}  // namespace pipeplan::cli

@@ -1,0 +1,66 @@
+#include "global_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan::cli {
+
+const cmdline::FlagSet& GlobalFlagSet() {
+  static const cmdline::FlagSet* flags = [] {
+    auto* f = new cmdline::FlagSet("pipeplan");
+    f->Section("global flags (before or after the command)")
+        .Value("planner", "ADDR",
+               "talk to a running pipeplan-planner (e.g. 127.0.0.1:7600);\n"
+               "without it, plan and simulate run in-process")
+        .Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
+        .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
+        .Value("tls-key", "FILE", "its private key")
+        .Value("token-file", "FILE", "bearer token (first line of FILE)")
+        .Value("timeout", "S", "per-call timeout in seconds (60)")
+        .Value("output", "json|table", "output format (table)")
+        .Short('o')
+        .Switch("json", "same as -o json")
+        .Switch("version", "print the version and exit");
+    return f;
+  }();
+  return *flags;
+}
+
+absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const cmdline::ParsedFlags& flags) {
+  GlobalFlags g;
+  g.planner = flags.Get("planner").value_or("");
+  g.tls_ca = flags.Get("tls-ca").value_or("");
+  g.tls_cert = flags.Get("tls-cert").value_or("");
+  g.tls_key = flags.Get("tls-key").value_or("");
+  g.token_file = flags.Get("token-file").value_or("");
+  PIPEPLAN_ASSIGN_OR_RETURN(g.timeout_seconds, flags.GetDouble("timeout", 60));
+  if (!(g.timeout_seconds > 0)) {
+    return cmdline::UsageError(absl::StrCat("--timeout wants positive seconds, got \"",
+                                            flags.Get("timeout").value_or(""), "\""));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string output,
+                            flags.GetChoice("output", {"json", "table"}, "table"));
+  if (flags.Has("json") && output == "table" && flags.Has("output")) {
+    return cmdline::UsageError("give -o table or --json, not both");
+  }
+  g.output = output == "json" || flags.Has("json") ? Output::kJson : Output::kTable;
+  return g;
+}
+
+absl::StatusOr<std::unique_ptr<client::PlannerClient>> Connect(const GlobalFlags& g) {
+  if (g.planner.empty()) {
+    return cmdline::UsageError("this command needs --planner ADDR");
+  }
+  client::ClientOptions o;
+  o.address = g.planner;
+  o.tls_ca_file = g.tls_ca;
+  o.tls_cert_file = g.tls_cert;
+  o.tls_key_file = g.tls_key;
+  o.token_file = g.token_file;
+  o.timeout = absl::Seconds(g.timeout_seconds);
+  return client::PlannerClient::Connect(o);
+}
+
+}  // namespace pipeplan::cli

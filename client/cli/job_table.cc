@@ -1,0 +1,117 @@
+#include "job_table.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "json_text.h"
+#include "plan_table.h"
+
+namespace pipeplan::cli {
+namespace {
+
+std::string FormatTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms),
+                          absl::LocalTimeZone());
+}
+
+const char* WorkerStateName(v1::WorkerState s) {
+  switch (s) {
+    case v1::WORKER_ACTIVE:
+      return "active";
+    case v1::WORKER_LOST:
+      return "lost";
+    case v1::WORKER_DONE:
+      return "done";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatTraining(const v1::TrainingSpec& t) {
+  return absl::StrCat(
+      "  training ", t.model_package(), "\n    ", t.optimizer(), " lr ", t.lr(), ", loss ",
+      t.loss(), ", data ", t.data(), ", batch ", t.batch_size(), ", max steps ", t.max_steps(),
+      t.checkpoint_dir().empty()
+          ? std::string()
+          : absl::StrCat(", checkpoints every ", t.checkpoint_every(), " in ", t.checkpoint_dir()),
+      "\n");
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState s) {
+  switch (s) {
+    case v1::JOB_RUNNING:
+      return "running";
+    case v1::JOB_SUCCEEDED:
+      return "succeeded";
+    case v1::JOB_FAILED:
+      return "failed";
+    case v1::JOB_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatJobList(const v1::ListJobsResponse& jobs) {
+  std::string out = absl::StrFormat("%-22s %-20s %-10s %8s %8s %6s  %s\n", "ID", "NAME", "STATE",
+                                    "VERSION", "WORKERS", "LOST", "CREATED");
+  for (const v1::Job& j : jobs.jobs()) {
+    int lost = 0;
+    for (const auto& w : j.workers()) lost += w.state() == v1::WORKER_LOST;
+    absl::StrAppendFormat(&out, "%-22s %-20s %-10s %8d %8d %6d  %s\n", j.id(), j.name(),
+                          JobStateName(j.state()), j.plan_version(), j.num_workers(), lost,
+                          FormatTime(j.create_time_unix_ms()));
+  }
+  return out;
+}
+
+std::string FormatJob(const v1::Job& job) {
+  std::string out = absl::StrCat(
+      "job ", job.id(), job.name().empty() ? "" : " (" + job.name() + ")", "\n  state ",
+      JobStateName(job.state()), job.failure_message().empty() ? "" : ": " + job.failure_message(),
+      "\n  plan version ", job.plan_version(), "\n  created ",
+      FormatTime(job.create_time_unix_ms()), "\n");
+  if (job.has_training()) absl::StrAppend(&out, FormatTraining(job.training()));
+  absl::StrAppend(&out, "  workers ", job.num_workers(), "\n");
+  for (const v1::WorkerStatus& w : job.workers()) {
+    absl::StrAppendFormat(&out, "    %-20s %-10s rank %3d  %-7s host %s  last step %d\n",
+                          w.info().worker_id(), w.info().device_id(), w.rank(),
+                          WorkerStateName(w.state()), w.info().host(), w.last_step());
+  }
+  absl::StrAppend(&out, "\n", FormatPlanTable(job.plan()));
+  return out;
+}
+
+std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions) {
+  std::string out = absl::StrFormat("%8s %6s %-22s %12s %12s %8s  %s\n", "VERSION", "RANKS",
+                                    "SCHEDULE", "MICROBATCHES", "STEP", "BUBBLE", "REASON");
+  for (const v1::VersionedPlan& v : versions) {
+    absl::StrAppendFormat(&out, "%8d %6d %-22s %12d %12s %7.1f%%  %s\n", v.version(),
+                          PlanRanks(v.plan()), ScheduleDisplayName(v.plan().schedule()),
+                          v.plan().microbatches(), HumanSeconds(v.plan().step_seconds()),
+                          100 * v.plan().bubble_ratio(), v.reason());
+  }
+  return out;
+}
+
+std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions) {
+  std::string out = "[";
+  const char* sep = "";
+  for (const v1::VersionedPlan& v : versions) {
+    absl::StrAppendFormat(
+        &out,
+        "%s\n  {\"version\": %d, \"ranks\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
+        "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, \"reason\": %s}",
+        sep, v.version(), PlanRanks(v.plan()), v.plan().chunks_per_rank(),
+        ScheduleDisplayName(v.plan().schedule()), v.plan().microbatches(),
+        JsonNumber(v.plan().step_seconds()), JsonNumber(v.plan().bubble_ratio()),
+        JsonString(v.reason()));
+    sep = ",";
+  }
+  absl::StrAppend(&out, versions.empty() ? "]\n" : "\n]\n");
+  return out;
+}
+
+}  // namespace pipeplan::cli

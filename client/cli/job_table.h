@@ -1,0 +1,26 @@
+// Human-readable rendering of jobs for `pipeplan jobs`: the job list, one
+// job with its workers and plan, and its plan versions. Works on the wire
+// messages, like plan_table.h.
+#ifndef PIPEPLAN_CLIENT_CLI_JOB_TABLE_H_
+#define PIPEPLAN_CLIENT_CLI_JOB_TABLE_H_
+
+#include <string>
+#include <vector>
+
+#include "pipeplan/v1/planner_service.pb.h"
+
+namespace pipeplan::cli {
+
+std::string FormatJobList(const v1::ListJobsResponse& jobs);
+// The job, its training spec, workers and current plan.
+std::string FormatJob(const v1::Job& job);
+// One row per version: ranks, schedule, microbatches, predicted step, reason.
+std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions);
+// The same rows as a JSON array (no graphs or stage lists).
+std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions);
+// "running", "succeeded", "failed", "cancelled".
+std::string JobStateName(v1::JobState state);
+
+}  // namespace pipeplan::cli
+
+#endif  // PIPEPLAN_CLIENT_CLI_JOB_TABLE_H_

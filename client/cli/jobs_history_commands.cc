@@ -1,0 +1,146 @@
+// `pipeplan jobs reports|versions|replan`: what a job ran and planned, and a
+// new plan version on demand (the lifecycle: jobs_commands.cc).
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "command.h"
+#include "job_table.h"
+#include "json_text.h"
+#include "pipeplan/client/planner_client.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/status_macros.h"
+#include "plan_table.h"
+#include "request_flags.h"
+
+namespace pipeplan::cli {
+namespace {
+
+bool Json(const CommandContext& ctx) { return ctx.global.output == Output::kJson; }
+
+// One entry per step: a re-run step (after a restart from a checkpoint)
+// replaces the earlier run's entry. step_seconds is the slowest rank's.
+struct StepRow {
+  int64_t plan_version = 0;
+  double step_seconds = 0;
+  std::optional<double> loss;
+  int reports = 0;
+};
+
+std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) {
+  std::map<int64_t, StepRow> rows;
+  for (const v1::ReportStepRequest& r : reports.reports()) {  // oldest first
+    StepRow& row = rows[r.step()];
+    if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
+    row.step_seconds = std::max(row.step_seconds, r.step_seconds());
+    if (r.has_loss()) row.loss = r.loss();
+    ++row.reports;
+  }
+  return rows;
+}
+
+std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
+  std::string out = "[";
+  const char* sep = "";
+  for (const auto& [step, row] : rows) {
+    absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
+                    ", \"loss\": ", row.loss ? absl::StrCat(*row.loss) : "null",
+                    ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
+                    ", \"reports\": ", row.reports, "}");
+    sep = ",";
+  }
+  absl::StrAppend(&out, rows.empty() ? "]\n" : "\n]\n");
+  return out;
+}
+
+std::string StepRowsTable(const std::map<int64_t, StepRow>& rows) {
+  std::string out = absl::StrFormat("%8s %8s %14s %12s\n", "STEP", "VERSION", "LOSS", "SECONDS");
+  for (const auto& [step, row] : rows) {
+    absl::StrAppendFormat(&out, "%8d %8d %14s %12.6f\n", step, row.plan_version,
+                          row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds);
+  }
+  return out;
+}
+
+absl::Status JobsReports(const CommandContext& ctx) {
+  PIPEPLAN_ASSIGN_OR_RETURN(int limit, ctx.flags.GetInt("limit", 10'000));
+  PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::ListStepReportsResponse reports,
+                            c->ListStepReports(ctx.args[0], limit));
+  const std::map<int64_t, StepRow> rows = StepRows(reports);
+  std::cout << (Json(ctx) ? StepRowsJson(rows) : StepRowsTable(rows));
+  return absl::OkStatus();
+}
+
+absl::Status JobsVersions(const CommandContext& ctx) {
+  PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, c->GetJob(ctx.args[0]));
+  std::vector<v1::VersionedPlan> versions;
+  for (int64_t v = 1; v <= job.plan_version(); ++v) {
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, c->GetPlan(job.id(), v));
+    versions.push_back(std::move(vp));
+  }
+  std::cout << (Json(ctx) ? VersionsJson(versions) : FormatVersions(versions));
+  return absl::OkStatus();
+}
+
+absl::Status JobsReplan(const CommandContext& ctx) {
+  PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
+  v1::ReplanJobRequest request;
+  request.set_job_id(ctx.args[0]);
+  request.set_reason(ctx.flags.Get("reason").value_or("replan requested (pipeplan jobs replan)"));
+  if (HasOptionFlags(ctx.flags)) {
+    // The flags change the current version's options; the rest stay.
+    PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan current, c->GetPlan(ctx.args[0], 0));
+    *request.mutable_options() = current.request().options();
+    PIPEPLAN_RETURN_IF_ERROR(ApplyOptionFlags(ctx.flags, request.mutable_options()));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan next, c->ReplanJob(request));
+  if (Json(ctx)) {
+    std::cout << ToJson(next) << "\n";
+  } else {
+    std::cout << "job " << next.job_id() << " plan version " << next.version() << " ("
+              << next.reason() << ")\n\n"
+              << FormatPlanTable(next.plan());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<Command> JobHistoryCommands() {
+  std::vector<Command> out(3);
+  Command& reports = out[0];
+  reports.words = "jobs reports";
+  reports.arguments = "JOB";
+  reports.num_arguments = 1;
+  reports.summary = "per step: plan version, loss, step seconds";
+  reports.flags.Value("limit", "N", "most recent step reports to read (10000)");
+  reports.run = JobsReports;
+
+  Command& versions = out[1];
+  versions.words = "jobs versions";
+  versions.arguments = "JOB";
+  versions.num_arguments = 1;
+  versions.summary = "every plan version of the job and why it was published";
+  versions.run = JobsVersions;
+
+  Command& replan = out[2];
+  replan.words = "jobs replan";
+  replan.arguments = "JOB";
+  replan.num_arguments = 1;
+  replan.summary = "solve the job again and publish the next plan version";
+  replan.details =
+      "Plan options given here (e.g. --ranks 2) replace those of the current version;\n"
+      "the others keep their values. Without any, the same request is solved again.\n"
+      "Workers switch to the new version at their next step boundary.\n";
+  replan.flags.Value("reason", "TEXT", "kept with the version (`jobs versions`)");
+  replan.flags.Include(PlanOptionFlags());
+  replan.run = JobsReplan;
+  return out;
+}
+
+}  // namespace pipeplan::cli

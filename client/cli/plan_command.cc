@@ -1,0 +1,60 @@
+#include "plan_command.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "command.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
+#include "pipeplan/core/status_macros.h"
+#include "plan_table.h"
+#include "request_flags.h"
+
+namespace pipeplan::cli {
+
+absl::StatusOr<v1::Plan> PlanOffline(const v1::PlanRequest& req) {
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(req));
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanResult result, MakePlan(*in.graph, *in.cluster, in.options));
+  return PlanToProto(*in.graph, *in.cluster, result);
+}
+
+absl::StatusOr<v1::Plan> PlanAnywhere(const GlobalFlags& global, const v1::PlanRequest& req) {
+  if (global.planner.empty()) return PlanOffline(req);
+  PIPEPLAN_ASSIGN_OR_RETURN(auto client, Connect(global));
+  return client->Plan(req);
+}
+
+namespace {
+
+absl::Status RunPlan(const CommandContext& ctx) {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(ctx.flags));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, PlanAnywhere(ctx.global, req));
+  if (ctx.global.output == Output::kJson) {
+    std::cout << ToJson(plan) << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << "graph " << req.graph().name() << ": " << req.graph().nodes_size() << " nodes, "
+            << req.graph().edges_size() << " edges; cluster of " << req.cluster().devices_size()
+            << " devices"
+            << (ctx.global.planner.empty() ? ""
+                                           : absl::StrCat(" (planned by ", ctx.global.planner, ")"))
+            << "\n\n"
+            << FormatPlanTable(plan);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command PlanCommand() {
+  Command c;
+  c.words = "plan";
+  c.summary = "split a model graph into pipeline stages and pick a schedule";
+  c.details =
+      "Without --planner the planning core runs in this process; with it, the\n"
+      "planner solves the same request. -o json prints the pipeplan.v1.Plan.\n";
+  c.flags.Include(PlanInputFlags()).Include(PlanOptionFlags());
+  c.run = RunPlan;
+  return c;
+}
+
+}  // namespace pipeplan::cli

@@ -1,0 +1,302 @@
+#include "pipeplan/cmdline/flag_set.h"
+
+#include <algorithm>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "pipeplan/cmdline/exit_code.h"
+
+namespace pipeplan::cmdline {
+namespace {
+
+bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
+
+// A flag-looking argument: "--x..." or "-x..." (not "-" alone, not "--").
+bool LooksLikeFlag(const std::string& arg) {
+  return arg.size() >= 2 && arg[0] == '-' && arg != "--";
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One argument split into the flag it names and its inline value, if any.
+struct FlagToken {
+  std::string spelled;  // as typed, for messages: "--ranks", "-o"
+  std::string name;     // long name, or the one letter of a short flag
+  bool is_short = false;
+  std::optional<std::string> value;
+};
+
+FlagToken SplitFlag(const std::string& arg) {
+  FlagToken t;
+  if (arg.rfind("--", 0) == 0) {
+    t.name = arg.substr(2);
+    if (size_t eq = t.name.find('='); eq != std::string::npos) {
+      t.value = t.name.substr(eq + 1);
+      t.name = t.name.substr(0, eq);
+    }
+    t.spelled = "--" + t.name;
+    return t;
+  }
+  t.is_short = true;
+  t.name = arg.substr(1, 1);
+  t.spelled = "-" + t.name;
+  if (arg.size() > 2) t.value = arg.substr(arg[2] == '=' ? 3 : 2);
+  return t;
+}
+
+}  // namespace
+
+std::optional<std::string> ParsedFlags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::StatusOr<std::string> ParsedFlags::Require(const std::string& name) const {
+  std::optional<std::string> v = Get(name);
+  if (!v) return UsageError(absl::StrCat("--", name, " is required"));
+  return *v;
+}
+
+absl::StatusOr<int> ParsedFlags::GetInt(const std::string& name, int fallback) const {
+  std::optional<std::string> v = Get(name);
+  if (!v) return fallback;
+  int out = 0;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return UsageError(absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> ParsedFlags::GetInt64(const std::string& name, int64_t fallback) const {
+  std::optional<std::string> v = Get(name);
+  if (!v) return fallback;
+  int64_t out = 0;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return UsageError(absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
+  }
+  return out;
+}
+
+absl::StatusOr<double> ParsedFlags::GetDouble(const std::string& name, double fallback) const {
+  std::optional<std::string> v = Get(name);
+  if (!v) return fallback;
+  double out = 0;
+  if (!absl::SimpleAtod(*v, &out)) {
+    return UsageError(absl::StrCat("--", name, " wants a number, got \"", *v, "\""));
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ParsedFlags::GetChoice(const std::string& name,
+                                                   const std::vector<std::string>& choices,
+                                                   const std::string& fallback) const {
+  std::optional<std::string> v = Get(name);
+  if (!v) return fallback;
+  if (std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+    return UsageError(
+        absl::StrCat("--", name, " wants ", absl::StrJoin(choices, " or "), ", got \"", *v, "\""));
+  }
+  return *v;
+}
+
+FlagSet::FlagSet(std::string program) : program_(std::move(program)) {}
+
+FlagSet& FlagSet::Section(std::string title) {
+  current_section_ = std::move(title);
+  return *this;
+}
+
+FlagSet& FlagSet::Value(std::string name, std::string value_name, std::string help) {
+  flags_.push_back({std::move(name), std::move(value_name), std::move(help)});
+  sections_.push_back(current_section_);
+  return *this;
+}
+
+FlagSet& FlagSet::Switch(std::string name, std::string help) {
+  flags_.push_back({std::move(name), "", std::move(help)});
+  sections_.push_back(current_section_);
+  return *this;
+}
+
+FlagSet& FlagSet::Short(char letter) {
+  if (!flags_.empty()) flags_.back().short_name = letter;
+  return *this;
+}
+
+FlagSet& FlagSet::Alias(std::string old_name) {
+  if (!flags_.empty()) flags_.back().deprecated_aliases.push_back(std::move(old_name));
+  return *this;
+}
+
+FlagSet& FlagSet::Include(const FlagSet& other) {
+  for (size_t i = 0; i < other.flags_.size(); ++i) {
+    if (Declares(other.flags_[i].name)) continue;
+    flags_.push_back(other.flags_[i]);
+    sections_.push_back(other.sections_[i]);
+  }
+  return *this;
+}
+
+bool FlagSet::Declares(std::string_view name) const {
+  bool deprecated = false;
+  return Find(name, &deprecated) != nullptr;
+}
+
+const FlagSpec* FlagSet::Find(std::string_view name, bool* deprecated) const {
+  *deprecated = false;
+  for (const FlagSpec& f : flags_) {
+    if (f.name == name) return &f;
+  }
+  for (const FlagSpec& f : flags_) {
+    for (const std::string& alias : f.deprecated_aliases) {
+      if (alias == name) {
+        *deprecated = true;
+        return &f;
+      }
+    }
+  }
+  return nullptr;
+}
+
+const FlagSpec* FlagSet::FindShort(char letter) const {
+  for (const FlagSpec& f : flags_) {
+    if (f.short_name != 0 && f.short_name == letter) return &f;
+  }
+  return nullptr;
+}
+
+std::string FlagSet::Suggestion(std::string_view name) const {
+  const FlagSpec* best = nullptr;
+  size_t best_distance = 3;  // suggest only close names
+  for (const FlagSpec& f : flags_) {
+    const size_t d = EditDistance(name, f.name);
+    if (d < best_distance && d < f.name.size()) {
+      best = &f;
+      best_distance = d;
+    }
+  }
+  return best ? absl::StrCat("; did you mean --", best->name, "?") : "";
+}
+
+absl::Status FlagSet::ReadFlag(const std::vector<std::string>& args, size_t* i, ParsedFlags* out,
+                               std::map<std::string, std::string>* spelled) const {
+  FlagToken token = SplitFlag(args[*i]);
+  bool deprecated = false;
+  const FlagSpec* spec = token.is_short ? FindShort(token.name[0]) : Find(token.name, &deprecated);
+  if (spec == nullptr) {
+    return UsageError(
+        absl::StrCat("unknown flag ", token.spelled, token.is_short ? "" : Suggestion(token.name)));
+  }
+  if (deprecated) {
+    std::cerr << program_ << ": " << token.spelled << " is deprecated; use --" << spec->name
+              << "\n";
+  }
+  if (auto [it, first] = spelled->emplace(spec->name, token.spelled);
+      !first && it->second != token.spelled) {
+    return UsageError(absl::StrCat("give --", spec->name, " or its deprecated alias, not both (",
+                                   it->second, " and ", token.spelled, ")"));
+  }
+  if (spec->value_name.empty()) {
+    if (token.value) return UsageError(absl::StrCat(token.spelled, " takes no value"));
+    out->values_[spec->name] = "true";
+    return absl::OkStatus();
+  }
+  if (!token.value) {
+    if (*i + 1 >= args.size()) return UsageError(absl::StrCat(token.spelled, " needs a value"));
+    token.value = args[++*i];
+  }
+  out->values_[spec->name] = *token.value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedFlags> FlagSet::Parse(const std::vector<std::string>& args, Mode mode) const {
+  ParsedFlags out;
+  if (mode == Mode::kAll) {
+    for (const std::string& arg : args) {
+      if (arg == "--") break;
+      if (IsHelp(arg)) {
+        out.help_requested_ = true;
+        out.consumed_ = args.size();
+        return out;
+      }
+    }
+  }
+  std::map<std::string, std::string> spelled;  // canonical name -> as it was typed
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      if (mode == Mode::kAll) {
+        out.positionals_.insert(out.positionals_.end(), args.begin() + i + 1, args.end());
+        i = args.size();
+      }
+      break;
+    }
+    if (!LooksLikeFlag(arg)) {
+      if (mode == Mode::kUntilPositional) break;
+      out.positionals_.push_back(arg);
+      continue;
+    }
+    if (IsHelp(arg)) {
+      out.help_requested_ = true;
+      out.consumed_ = i + 1;
+      return out;
+    }
+    absl::Status status = ReadFlag(args, &i, &out, &spelled);
+    if (!status.ok()) return status;
+  }
+  out.consumed_ = i;
+  return out;
+}
+
+std::string FlagSet::Help() const {
+  std::vector<std::string> order;  // section titles in first-use order
+  for (const std::string& s : sections_) {
+    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+  }
+  std::string out;
+  for (const std::string& section : order) {
+    absl::StrAppend(&out, out.empty() ? "" : "\n", section, ":\n");
+    for (size_t i = 0; i < flags_.size(); ++i) {
+      if (sections_[i] != section) continue;
+      const FlagSpec& f = flags_[i];
+      std::string left = f.short_name ? absl::StrCat("-", std::string(1, f.short_name), ", --")
+                                      : std::string("--");
+      absl::StrAppend(&left, f.name, f.value_name.empty() ? "" : " ", f.value_name);
+      std::string help = f.help;
+      for (const std::string& alias : f.deprecated_aliases) {
+        absl::StrAppend(&help, "\n(--", alias, " is a deprecated alias)");
+      }
+      const std::vector<std::string> lines = absl::StrSplit(help, '\n');
+      constexpr size_t kColumn = 30;  // where help text starts
+      std::string line = absl::StrCat("  ", left);
+      line += line.size() + 1 < kColumn ? std::string(kColumn - line.size(), ' ')
+                                        : absl::StrCat("\n", std::string(kColumn, ' '));
+      absl::StrAppend(&out, line, lines[0], "\n");
+      for (size_t l = 1; l < lines.size(); ++l) {
+        absl::StrAppend(&out, std::string(kColumn, ' '), lines[l], "\n");
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace pipeplan::cmdline

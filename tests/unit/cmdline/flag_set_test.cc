@@ -1,0 +1,108 @@
+#include "pipeplan/cmdline/flag_set.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/cmdline/version.h"
+
+namespace pipeplan::cmdline {
+namespace {
+
+FlagSet Example() {
+  FlagSet f("test");
+  f.Value("graph", "FILE", "model graph")
+      .Value("ranks", "P", "pipeline ranks")
+      .Alias("stages")
+      .Value("output", "FMT", "json or table")
+      .Short('o')
+      .Switch("json", "same as -o json");
+  return f;
+}
+
+TEST(FlagSet, AcceptsEveryFormAndCollectsPositionals) {
+  auto f = Example().Parse({"--graph", "g.json", "JOB", "--ranks=4", "-o", "json", "--json"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(*f->Get("graph"), "g.json");
+  EXPECT_EQ(*f->GetInt("ranks", 0), 4);
+  EXPECT_EQ(*f->Get("output"), "json");
+  EXPECT_TRUE(f->Has("json"));
+  EXPECT_EQ(f->positionals(), std::vector<std::string>{"JOB"});
+  EXPECT_EQ(*Example().Parse({"-ojson"})->Get("output"), "json");
+  EXPECT_EQ(*Example().Parse({"-o=table"})->Get("output"), "table");
+  // After `--` everything is positional; a value may start with '-'.
+  f = Example().Parse({"--ranks", "-1", "--", "--graph"});
+  EXPECT_EQ(*f->GetInt("ranks", 0), -1);
+  EXPECT_EQ(f->positionals(), std::vector<std::string>{"--graph"});
+}
+
+TEST(FlagSet, ErrorsAreUsageErrorsNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--rank", "2"}, "unknown flag --rank; did you mean --ranks?"},
+           {{"-x"}, "unknown flag -x"},
+           {{"--graph"}, "--graph needs a value"},
+           {{"--json=yes"}, "--json takes no value"},
+           {{"--stages", "2", "--ranks", "2"}, "give --ranks or its deprecated alias, not both"},
+       }) {
+    absl::StatusOr<ParsedFlags> f = Example().Parse(c.args);
+    ASSERT_FALSE(f.ok()) << c.message;
+    EXPECT_TRUE(IsUsageError(f.status())) << f.status();
+    EXPECT_EQ(ExitCodeFor(f.status()), kExitUsage);
+    EXPECT_TRUE(absl::StrContains(f.status().message(), c.message)) << f.status();
+  }
+  auto f = Example().Parse({"--ranks", "x"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(IsUsageError(f->GetInt("ranks", 0).status()));
+  EXPECT_TRUE(absl::StrContains(f->GetInt("ranks", 0).status().message(), "--ranks"));
+  EXPECT_TRUE(IsUsageError(f->Require("graph").status()));
+}
+
+TEST(FlagSet, DeprecatedAliasSetsTheFlag) {
+  auto f = Example().Parse({"--stages", "3"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f->GetInt("ranks", 0), 3);
+  EXPECT_FALSE(f->Has("stages"));
+}
+
+TEST(FlagSet, HelpWinsOverErrors) {
+  auto f = Example().Parse({"--no-such", "--help"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->help_requested());
+  // After `--`, --help is an argument.
+  f = Example().Parse({"--", "--help"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE(f->help_requested());
+  const std::string help = Example().Help();
+  EXPECT_TRUE(absl::StrContains(help, "-o, --output FMT")) << help;
+  EXPECT_TRUE(absl::StrContains(help, "(--stages is a deprecated alias)")) << help;
+}
+
+TEST(FlagSet, UntilPositionalStopsAtTheCommand) {
+  auto f = Example().Parse({"--graph", "g", "plan", "--no-such"}, FlagSet::Mode::kUntilPositional);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->consumed(), 2u);
+  EXPECT_TRUE(f->positionals().empty());
+}
+
+TEST(ExitCode, SharedTable) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeFor(absl::InternalError("x")), 1);
+  // A planner's INVALID_ARGUMENT (a bad graph) is a runtime error, not usage.
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("graph.nodes[0]")), 1);
+  EXPECT_EQ(ExitCodeFor(UsageError("--x")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::UnavailableError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::DeadlineExceededError("x")), 3);
+  EXPECT_EQ(ExitCodeFor(absl::NotFoundError("x")), 4);
+}
+
+TEST(Version, LineNamesTheProgramAndVersion) {
+  const std::string line = VersionLine("pipeplan-planner");
+  EXPECT_TRUE(absl::StartsWith(line, std::string("pipeplan-planner ") + Version())) << line;
+}
+
+}  // namespace
+}  // namespace pipeplan::cmdline
