@@ -174,7 +174,7 @@ class SqliteStore : public Store {
   absl::Status SetJobState(const std::string& job_id, v1::JobState state,
                            const std::string& failure_message) override {
     absl::MutexLock l(&mu_);
-    return Transaction([&]() -> absl::Status {
+    return Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       PIPEPLAN_RETURN_IF_ERROR(CurrentVersion(job_id).status());
       Stmt q(db_, "SELECT spec FROM job_training WHERE job_id=?");
       PIPEPLAN_RETURN_IF_ERROR(q.prepared());
