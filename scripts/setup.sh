@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  g++ cmake ninja-build pkg-config git openssl ca-certificates clang-format
+  g++ cmake ninja-build pkg-config git openssl ca-certificates clang-format dpkg-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev coinor-libcbc-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
