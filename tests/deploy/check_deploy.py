@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Offline checks of deploy/ (Grafana, Kubernetes, systemd, Prometheus).
+"""Offline checks of deploy/ (Grafana, Kubernetes, systemd, Prometheus,
+Debian maintainer scripts, Dockerfiles).
 
     python3 tests/deploy/check_deploy.py [REPO_ROOT]
 
@@ -374,6 +375,29 @@ def container_checks(where, pod, need_ports):
     return good
 
 
+def secret_unreadable(pod):
+    """Why a container of `pod` cannot read a secret volume it mounts, or None.
+    Kubernetes writes secret files owned by root, group fsGroup (root without
+    one), with the volume's defaultMode (0644 when unset)."""
+    psc = pod.get("securityContext", {})
+    volumes = {v["name"]: v for v in pod.get("volumes", []) if "secret" in v}
+    for c in pod.get("containers", []):
+        sc = c.get("securityContext", {})
+        uid = sc.get("runAsUser", psc.get("runAsUser"))
+        for m in c.get("volumeMounts", []):
+            v = volumes.get(m["name"])
+            if v is None:
+                continue
+            mode = v["secret"].get("defaultMode", 0o644)
+            readable = (mode & 0o004 or (mode & 0o040 and psc.get("fsGroup") is not None)
+                        or (uid == 0 and mode & 0o400))
+            if not readable:
+                return (f"container {c.get('name')} (uid {uid}) cannot read secret volume "
+                        f"{m['name']} (mode {mode:#o}, fsGroup {psc.get('fsGroup')}): set "
+                        "fsGroup or a world-readable mode")
+    return None
+
+
 def arg_value(args, flag):
     for i, a in enumerate(args):
         if a.startswith(flag + "="):
@@ -515,6 +539,27 @@ def check_k8s():
         if good:
             ok(f"DaemonSet {d['metadata']['name']}: metrics port, 1 GPU, NODE_NAME, hardening")
 
+    # Every pod can read the secrets it mounts (files are owned by root:
+    # readable through world bits, through fsGroup's group bits, or as root).
+    # A patch (patches/) is checked as merged onto its base object.
+    good = True
+    for kind in ("Deployment", "DaemonSet"):
+        base = {d["metadata"]["name"]: d["spec"]["template"]["spec"]
+                for path, d in by_kind.get(kind, []) if os.sep + "patches" + os.sep not in path}
+        for path, d in by_kind.get(kind, []):
+            pod = dict(d["spec"]["template"]["spec"])
+            if os.sep + "patches" + os.sep in path:
+                under = base.get(d["metadata"]["name"], {})
+                pod["securityContext"] = {**under.get("securityContext", {}),
+                                          **pod.get("securityContext", {})}
+                pod["volumes"] = under.get("volumes", []) + pod.get("volumes", [])
+            problem = secret_unreadable(pod)
+            if problem:
+                fail(f"{rel(path)}: {kind} {d['metadata']['name']}: {problem}")
+                good = False
+    if good:
+        ok("every pod can read the secrets it mounts (mode vs runAsUser/fsGroup)")
+
     # Monitoring: the monitors select the right objects, the rule mirrors alerts.yml.
     good = True
     for path, d in by_kind.get("ServiceMonitor", []) + by_kind.get("PodMonitor", []):
@@ -642,6 +687,166 @@ def check_docs():
     else:
         ok("docs/operations.md mentions every registered metric")
 
+# ------------------------------------------- flags, exit codes, packages ---
+
+def declared_flags(source):
+    """Flags a daemon declares: .Value("name", ...) / .Switch("name", ...)."""
+    return set(re.findall(r'(?:\.|->)(?:Value|Switch)\(\s*"([a-z0-9-]+)"', read(os.path.join(ROOT, source))))
+
+
+def exit_codes():
+    text = read(os.path.join(ROOT, "client", "cmdline", "include", "pipeplan", "cmdline",
+                             "exit_code.h"))
+    return {name: int(value) for name, value in re.findall(r"\b(kExit\w+) = (\d+)", text)}
+
+
+def used_flags(text):
+    return set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)", text))
+
+
+def check_daemon_flags():
+    """Every flag deploy/ passes to a daemon is one it declares, and workers
+    default to --transport auto."""
+    daemons = {"pipeplan-planner": declared_flags("planner_service/server/main.cc"),
+               "pipeplan-worker": declared_flags("worker_daemon/main.cc")}
+    if not all(daemons.values()):
+        fail("found no flag declarations in the daemons' main.cc; did they move?")
+        return
+    good = True
+    sdir = os.path.join(DEPLOY, "systemd")
+    for daemon, unit, env in (("pipeplan-planner", "pipeplan-planner.service", "planner.env.example"),
+                              ("pipeplan-worker", "pipeplan-worker@.service", "worker.env.example")):
+        for f in (unit, env):
+            text = read(os.path.join(sdir, f))
+            if f == unit:
+                text = text[text.index("ExecStart="):].split("\n\n")[0].split("Restart=")[0]
+            else:
+                text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
+            unknown = used_flags(text) - daemons[daemon]
+            if unknown:
+                fail(f"deploy/systemd/{f}: {daemon} has no flag {sorted(unknown)}")
+                good = False
+    for path in deploy_files(".yaml"):
+        if os.sep + "k8s" + os.sep not in path:
+            continue
+        for d in load_yaml_docs(path) if HAVE_YAML else []:
+            pod = (((d or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            for c in pod.get("containers", []):
+                daemon = os.path.basename((c.get("command") or [""])[0])
+                if daemon in daemons:
+                    unknown = used_flags(" ".join(c.get("args", []))) - daemons[daemon]
+                    if unknown:
+                        fail(f"{rel(path)}: {daemon} has no flag {sorted(unknown)}")
+                        good = False
+    for f in ("planner.Dockerfile", "worker.Dockerfile"):
+        text = read(os.path.join(DEPLOY, "docker", f))
+        daemon = "pipeplan-" + f.split(".")[0]
+        cmd = "\n".join(l for l in text.splitlines() if l.startswith(("CMD", "ENTRYPOINT")))
+        unknown = used_flags(cmd) - daemons[daemon]
+        if unknown:
+            fail(f"deploy/docker/{f}: {daemon} has no flag {sorted(unknown)}")
+            good = False
+    transports = {"k8s ConfigMap": re.search(r"^\s*transport:\s*(\S+)",
+                                             read(os.path.join(DEPLOY, "k8s", "worker-config.yaml")), re.M),
+                  "worker unit": re.search(r"^Environment=PIPEPLAN_TRANSPORT=(\S+)",
+                                           read(os.path.join(sdir, "pipeplan-worker@.service")), re.M),
+                  "worker.env.example": re.search(r"^PIPEPLAN_TRANSPORT=(\S+)",
+                                                  read(os.path.join(sdir, "worker.env.example")), re.M)}
+    for where, m in transports.items():
+        if not m or m.group(1) != "auto":
+            fail(f"{where}: the worker transport should default to auto, got {m and m.group(1)}")
+            good = False
+    if good:
+        ok("every daemon flag in deploy/ is declared by the daemon; workers default to "
+           "--transport auto")
+
+
+def check_exit_codes():
+    """The units restart exactly what a restart can fix (docs/cli.md)."""
+    codes = exit_codes()
+    if not {"kExitUsage", "kExitNotFound", "kExitUnavailable"} <= set(codes):
+        fail(f"pipeplan/cmdline/exit_code.h: exit codes not found ({codes})")
+        return
+    # Workers: bad flags, and a job that is gone or failed for good.
+    worker_final = {codes["kExitUsage"], codes["kExitNotFound"]}
+    if "kExitJobFailed" in codes:
+        worker_final.add(codes["kExitJobFailed"])
+    want = {"pipeplan-planner.service": {codes["kExitUsage"]},
+            "pipeplan-worker@.service": worker_final}
+    good = True
+    for unit, codes_wanted in want.items():
+        m = re.search(r"^RestartPreventExitStatus=(.*)$", read(os.path.join(DEPLOY, "systemd", unit)),
+                      re.M)
+        got = {int(x) for x in m.group(1).split()} if m else set()
+        if got != codes_wanted:
+            fail(f"deploy/systemd/{unit}: RestartPreventExitStatus {sorted(got)}, want "
+                 f"{sorted(codes_wanted)} (usage; for workers also a job gone or failed)")
+            good = False
+    if good:
+        ok(f"systemd units do not restart usage errors ({codes['kExitUsage']}) nor workers "
+           f"whose job is gone or failed ({sorted(worker_final - {codes['kExitUsage']})})")
+
+
+def package_names():
+    text = read(os.path.join(ROOT, "scripts", "cmake", "PipeplanPackaging.cmake"))
+    return dict(re.findall(r"set\(CPACK_DEBIAN_(\w+)_PACKAGE_NAME ([\w.+-]+)\)", text))
+
+
+def check_packaging():
+    """Debian maintainer scripts and the Dockerfiles built from the packages."""
+    names = package_names()
+    good = True
+    if set(names) != {"CLI", "PLANNER", "WORKER", "DEV", "PYTHON"}:
+        fail(f"PipeplanPackaging.cmake: unexpected package set {names}")
+        good = False
+    for script in ("postinst", "postrm"):
+        path = os.path.join(DEPLOY, "debian", script)
+        if not os.access(path, os.X_OK):
+            fail(f"deploy/debian/{script} is missing or not executable")
+            good = False
+            continue
+        r = subprocess.run(["sh", "-n", path], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"deploy/debian/{script}: sh -n: {r.stderr.strip()}")
+            good = False
+    postinst = read(os.path.join(DEPLOY, "debian", "postinst"))
+    for unit in ("pipeplan-planner.service", "pipeplan-worker@.service"):
+        user = re.search(r"^User=(\S+)$", read(os.path.join(DEPLOY, "systemd", unit)), re.M)
+        if not user or f"adduser --system" not in postinst or user.group(1) not in postinst:
+            fail(f"deploy/debian/postinst must create the user deploy/systemd/{unit} runs as")
+            good = False
+    k8s_users = {}
+    if HAVE_YAML:
+        for path, d in k8s_docs():
+            if d["kind"] in ("Deployment", "DaemonSet"):
+                pod = d["spec"]["template"]["spec"]
+                for c in pod["containers"]:
+                    k8s_users[c.get("image", "").split(":")[0]] = (
+                        c.get("command", [None])[0], pod.get("securityContext", {}).get("runAsUser"))
+    for daemon in ("planner", "worker"):
+        path = os.path.join(DEPLOY, "docker", f"{daemon}.Dockerfile")
+        text = read(path)
+        package = names.get(daemon.upper(), "?")
+        base = re.search(r"^ARG BASE=(\S+)", text, re.M)
+        base = base.group(1) if base else (re.search(r"^FROM (\S+)", text, re.M) or [None, None])[1]
+        entry = re.search(r'^ENTRYPOINT \["([^"]+)"', text, re.M)
+        user = re.search(r"^USER (\d+)", text, re.M)
+        if base != "debian:12" or f"{package}_*.deb" not in text or "apt-get install" not in text:
+            fail(f"{rel(path)}: want FROM debian:12 installing {package}_*.deb with apt-get")
+            good = False
+        if not entry or entry.group(1) != f"/usr/bin/pipeplan-{daemon}":
+            fail(f"{rel(path)}: ENTRYPOINT should be /usr/bin/pipeplan-{daemon}, the package's binary")
+            good = False
+        k8s = k8s_users.get(f"pipeplan-{daemon}")
+        if HAVE_YAML and (not k8s or k8s[0] != (entry and entry.group(1))
+                          or not user or int(user.group(1)) != k8s[1]):
+            fail(f"{rel(path)}: deploy/k8s runs image pipeplan-{daemon} as {k8s}; the image has "
+                 f"{entry and entry.group(1)} as USER {user and user.group(1)}")
+            good = False
+    if good:
+        ok("Debian maintainer scripts parse and create the units' user; Dockerfiles install "
+           "the packages on debian:12 and match deploy/k8s")
+
 
 def main():
     print(f"checking {DEPLOY}")
@@ -659,6 +864,9 @@ def main():
     check_k8s()
     check_kustomize()
     check_systemd()
+    check_daemon_flags()
+    check_exit_codes()
+    check_packaging()
     check_prometheus()
     check_docs()
     print(f"\n{passes} passed, {len(skips)} skipped, {len(failures)} failed")
