@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -30,6 +31,18 @@ pipeplan::worker::Worker* g_worker = nullptr;
 
 void OnSignal(int) {
   if (g_worker) g_worker->Stop();
+}
+
+// An installed worker (<prefix>/bin) uses the stage compiler installed with
+// the Python package (<prefix>/lib/python3/dist-packages); a build-tree
+// worker keeps the compiled-in source path.
+std::string DefaultStageCompiler(const std::string& built_in) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return built_in;
+  const std::filesystem::path installed = exe.parent_path().parent_path() / "lib" / "python3" /
+                                          "dist-packages" / "pipeplan_stage_compile.py";
+  return std::filesystem::is_regular_file(installed, ec) ? installed.string() : built_in;
 }
 
 const pipeplan::cmdline::FlagSet& WorkerFlags() {
@@ -65,7 +78,9 @@ const pipeplan::cmdline::FlagSet& WorkerFlags() {
         .Value("python", "PATH",
                "torch executor: interpreter of the stage compiler\n"
                "(/usr/bin/python3)")
-        .Value("stage-compiler", "PATH", "torch executor: pipeplan_stage_compile.py")
+        .Value("stage-compiler", "PATH",
+               absl::StrCat("torch executor: pipeplan_stage_compile.py\n(",
+                            DefaultStageCompiler(PIPEPLAN_DEFAULT_STAGE_COMPILER), ")"))
         .Value("stage-cache", "DIR", "torch executor: compiled stages (/tmp/pipeplan-stages)")
         .Switch("version", "print the version and exit");
     return f;
@@ -139,7 +154,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   o->listen_host = f.Get("listen-host").value_or(o->listen_host);
   o->metrics_listen = f.Get("metrics-listen").value_or(o->metrics_listen);
   o->python = f.Get("python").value_or(o->python);
-  o->stage_compiler = f.Get("stage-compiler").value_or(o->stage_compiler);
+  o->stage_compiler = f.Get("stage-compiler").value_or(DefaultStageCompiler(o->stage_compiler));
   o->stage_cache = f.Get("stage-cache").value_or(o->stage_cache);
   o->planner.token_file = f.Get("token-file").value_or("");
   o->planner.tls_ca_file = f.Get("tls-ca").value_or("");
