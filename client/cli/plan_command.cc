@@ -40,6 +40,7 @@ absl::Status RunPlan(const CommandContext& ctx) {
                                            : absl::StrCat(" (planned by ", ctx.global.planner, ")"))
             << "\n\n"
             << FormatPlanTable(plan);
+  if (ctx.flags.Has("explain")) std::cout << "\n" << FormatShapeTable(plan);
   return absl::OkStatus();
 }
 
@@ -53,6 +54,7 @@ Command PlanCommand() {
       "Without --planner the planning core runs in this process; with it, the\n"
       "planner solves the same request. -o json prints the pipeplan.v1.Plan.\n";
   c.flags.Include(PlanInputFlags()).Include(PlanOptionFlags());
+  c.flags.Switch("explain", "also print the best plan of every (ranks, replicas) scored");
   c.run = RunPlan;
   return c;
 }

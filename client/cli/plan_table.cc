@@ -1,10 +1,12 @@
 #include "plan_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
@@ -39,7 +41,9 @@ int PlanRanks(const v1::Plan& plan) {
   return static_cast<int>(devices.size());
 }
 
-std::string FormatPlanTable(const v1::Plan& plan) {
+namespace {
+
+std::string StageRows(const v1::Plan& plan) {
   std::string out;
   absl::StrAppendFormat(&out, "%-5s %-10s %6s  %-28s %12s %12s %12s %22s\n", "stage", "device",
                         "nodes", "first .. last", "compute", "comm", "stage time",
@@ -47,24 +51,37 @@ std::string FormatPlanTable(const v1::Plan& plan) {
   for (const v1::Stage& s : plan.stages()) {
     std::string span = absl::StrCat(s.first_node(), " .. ", s.last_node());
     if (span.size() > 28) span = span.substr(0, 25) + "...";
-    absl::StrAppendFormat(&out, "%-5d %-10s %6d  %-28s %12s %12s %12s %10s / %-10s%s\n", s.index(),
-                          s.device_id(), s.num_nodes(), span,
+    absl::StrAppendFormat(&out, "%-5d %-10s %6d  %-28s %12s %12s %12s %10s / %-10s%s%s\n",
+                          s.index(), s.device_id(), s.num_nodes(), span,
                           HumanSeconds(s.forward_seconds() + s.backward_seconds()),
                           HumanSeconds(s.comm_seconds()), HumanSeconds(s.stage_seconds()),
                           HumanBytes(s.peak_memory_bytes()), HumanBytes(s.memory_capacity_bytes()),
+                          s.recompute() ? "  recompute" : "",
                           s.stage_seconds() == plan.bottleneck_seconds() ? "  <- bottleneck" : "");
   }
-  absl::StrAppendFormat(
-      &out,
-      "\nschedule %s, %d microbatches%s, %s communication\n"
-      "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
-      "microbatch\n",
-      ScheduleDisplayName(plan.schedule()), plan.microbatches(),
-      plan.chunks_per_rank() > 1 ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
-                                 : "",
-      plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct", HumanSeconds(plan.step_seconds()),
-      100 * plan.bubble_ratio(), HumanSeconds(plan.bottleneck_seconds()));
-  const v1::SolverReport& r = plan.solver();
+  return out;
+}
+
+// With replicas: the devices of each, and what the all-reduce costs.
+std::string ReplicaRows(const v1::Plan& plan) {
+  if (plan.replicas_size() <= 1) return "";
+  std::string out = absl::StrFormat("%d data-parallel replicas (placement: %s):\n",
+                                    plan.replicas_size(), plan.placement());
+  for (int q = 0; q < plan.replicas_size(); ++q) {
+    absl::StrAppendFormat(&out, "  replica %-3d %s\n", q,
+                          absl::StrJoin(plan.replicas(q).rank_device_ids(), " "));
+  }
+  double allreduce = 0;
+  for (const v1::Stage& s : plan.stages()) allreduce = std::max(allreduce, s.allreduce_seconds());
+  absl::StrAppendFormat(&out,
+                        "gradient all-reduce: up to %s per stage, %s of it after the last "
+                        "pipeline's backward (the rest overlaps other ranks' cool-down)\n",
+                        HumanSeconds(allreduce), HumanSeconds(plan.allreduce_exposed_seconds()));
+  return out;
+}
+
+std::string SolverRows(const v1::SolverReport& r) {
+  std::string out;
   absl::StrAppendFormat(&out,
                         "solver %s: objective %s, lower bound %s, gap %.3f%%, %s, %d nodes "
                         "explored\n",
@@ -75,17 +92,43 @@ std::string FormatPlanTable(const v1::Plan& plan) {
                           m.has_objective() ? HumanSeconds(m.objective()) : "-",
                           HumanSeconds(m.seconds()), m.note());
   }
+  return out;
+}
+
+std::string AlternativeRow(const v1::Alternative& a) {
+  return absl::StrFormat(
+      "  %-26s ranks %-3d replicas %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
+      "peak memory %-10s%s\n",
+      ScheduleDisplayName(a.schedule()), a.num_ranks(), std::max(1, a.num_replicas()), a.microbatches(),
+      HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(), HumanBytes(a.peak_memory_bytes()),
+      a.idle_devices() > 0 ? absl::StrCat("  ", a.idle_devices(), " idle") : "");
+}
+
+}  // namespace
+
+std::string FormatPlanTable(const v1::Plan& plan) {
+  std::string out = StageRows(plan);
+  absl::StrAppendFormat(
+      &out,
+      "\nschedule %s, %d microbatches%s, %s communication\n"
+      "predicted step %s, bubble ratio %.1f%%, bottleneck stage %s per "
+      "microbatch\n",
+      ScheduleDisplayName(plan.schedule()), plan.microbatches(),
+      plan.chunks_per_rank() > 1 ? absl::StrCat(", ", plan.chunks_per_rank(), " stages per rank")
+                                 : "",
+      plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct", HumanSeconds(plan.step_seconds()),
+      100 * plan.bubble_ratio(), HumanSeconds(plan.bottleneck_seconds()));
+  absl::StrAppend(&out, ReplicaRows(plan), SolverRows(plan.solver()));
   if (plan.alternatives_size() > 0) {
     absl::StrAppend(&out, "runners-up:\n");
-    for (const v1::Alternative& a : plan.alternatives()) {
-      absl::StrAppendFormat(&out,
-                            "  %-26s ranks %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
-                            "peak memory %s\n",
-                            ScheduleDisplayName(a.schedule()), a.num_ranks(), a.microbatches(),
-                            HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
-                            HumanBytes(a.peak_memory_bytes()));
-    }
+    for (const v1::Alternative& a : plan.alternatives()) absl::StrAppend(&out, AlternativeRow(a));
   }
+  return out;
+}
+
+std::string FormatShapeTable(const v1::Plan& plan) {
+  std::string out = "best plan at each (ranks, replicas) scored, fastest first:\n";
+  for (const v1::Alternative& a : plan.shapes()) absl::StrAppend(&out, AlternativeRow(a));
   return out;
 }
 

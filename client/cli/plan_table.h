@@ -15,6 +15,9 @@ std::string FormatPlanTable(const v1::Plan& plan);
 std::string ScheduleDisplayName(v1::Schedule schedule);
 // Pipeline ranks of a plan: the devices its stages run on.
 int PlanRanks(const v1::Plan& plan);
+// `plan --explain`: the best plan of every (ranks, replicas) the planner
+// scored, fastest first.
+std::string FormatShapeTable(const v1::Plan& plan);
 std::string HumanBytes(double bytes);
 std::string HumanSeconds(double seconds);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/cmdline/exit_code.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/memory_model.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
 
@@ -29,8 +30,12 @@ const cmdline::FlagSet& PlanOptionFlags() {
     f->Section("plan options")
         .Value("ranks", "P", "pipeline ranks (0 or absent: the planner chooses)")
         .Alias("stages")
-        .Value("microbatches", "M", "microbatches per step (0 or absent: the planner chooses)")
-        .Value("global-batch", "B", "samples per step (rescales per-microbatch costs)")
+        .Value("replicas", "D", "data-parallel replicas (0 or absent: the planner chooses)")
+        .Value("max-replicas", "D", "most replicas the planner may choose (0: no cap)")
+        .Value("microbatches", "M",
+               "microbatches per step and replica (0 or absent: the planner chooses)")
+        .Value("global-batch", "B",
+               "samples per step over all replicas (rescales per-microbatch costs)")
         .Value("schedule", "NAME",
                "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,\n"
                "ZBVZeroBubble, DualPipeV (any letter case) or auto")
@@ -38,7 +43,13 @@ const cmdline::FlagSet& PlanOptionFlags() {
         .Alias("chunks")
         .Value("method", "M", "auto, dp, ideal_dp, milp, uniform, params or time")
         .Value("comm", "MODEL", "direct (default) or relay")
-        .Value("optimizer-multiplier", "X", "optimizer bytes per parameter byte (0)")
+        .Value("optimizer", "NAME",
+               "sgd, momentum, adam or adamw (adam): the optimizer state the memory\n"
+               "model counts (and, with --model-package, the optimizer that trains)")
+        .Value("precision", "NAME", "fp32 or bf16-mixed (bf16-mixed)")
+        .Value("optimizer-multiplier", "X",
+               "optimizer bytes per parameter byte; overrides --optimizer when > 0")
+        .Value("cut-granularity", "G", "node (default), module:DEPTH or layer: where stages may be cut")
         .Value("time-limit", "S", "solver time limit in seconds (10)")
         .Value("gap", "G", "stop when the proven relative gap is below G");
     return f;
@@ -90,6 +101,17 @@ absl::Status ApplyNamedOptions(const cmdline::ParsedFlags& flags, v1::PlanOption
         v1::METHOD_PARAMS, v1::METHOD_TIME, v1::METHOD_IDEAL_DP};
     o->set_method(kWire[static_cast<int>(m)]);
   }
+  if (auto name = flags.Get("optimizer")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(Optimizer optimizer, FlagValue("optimizer", ParseOptimizer(*name)));
+    static constexpr v1::Optimizer kWire[] = {v1::OPTIMIZER_SGD, v1::OPTIMIZER_MOMENTUM,
+                                              v1::OPTIMIZER_ADAM};
+    o->set_optimizer(kWire[static_cast<int>(optimizer)]);
+  }
+  if (auto name = flags.Get("precision")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(Precision precision, FlagValue("precision", ParsePrecision(*name)));
+    o->set_precision(precision == Precision::kFp32 ? v1::PRECISION_FP32 : v1::PRECISION_BF16_MIXED);
+  }
+  if (auto g = flags.Get("cut-granularity")) o->set_cut_granularity(*g);
   if (auto comm = flags.Get("comm")) {
     const std::string c = absl::AsciiStrToLower(*comm);
     if (c != "relay" && c != "direct") {
@@ -113,6 +135,14 @@ absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions
   if (flags.Has("ranks")) {
     PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("ranks", 0));
     o->set_num_ranks(v);
+  }
+  if (flags.Has("replicas")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("replicas", 0));
+    o->set_num_replicas(v);
+  }
+  if (flags.Has("max-replicas")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("max-replicas", 0));
+    o->set_max_replicas(v);
   }
   if (flags.Has("microbatches")) {
     PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("microbatches", 0));

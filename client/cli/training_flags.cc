@@ -59,7 +59,8 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
     const cmdline::ParsedFlags& flags, const v1::ModelGraph& graph) {
   if (!flags.Has("model-package")) {
     for (const cmdline::FlagSpec& f : TrainingFlags().flags()) {
-      if (flags.Has(f.name)) {
+      // --optimizer is also a planning flag (the memory model's optimizer).
+      if (flags.Has(f.name) && f.name != "optimizer") {
         return cmdline::UsageError(absl::StrCat("--", f.name, " needs --model-package"));
       }
     }

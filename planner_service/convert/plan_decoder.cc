@@ -71,15 +71,16 @@ absl::Status DecodeStages(const v1::Plan& plan, DecodedPlan* out) {
     const v1::Stage& st = plan.stages(s);
     if (st.device_id().empty()) return Bad("plan.stages[", s, "].device_id: empty");
     auto factor = out->time_factors.find(st.device_id());
-    out->stages.push_back(
-        {.device_id = st.device_id(),
-         .rank = out->RankOf(st.device_id()),
-         .forward_seconds = st.forward_seconds(),
-         .backward_seconds = st.backward_seconds(),
-         .comm_seconds = st.comm_seconds(),
-         .param_bytes = st.param_bytes(),
-         .activation_bytes = st.activation_bytes(),
-         .time_factor = factor == out->time_factors.end() ? 1.0 : factor->second});
+    out->stages.push_back({.device_id = st.device_id(),
+                           .rank = out->RankOf(st.device_id()),
+                           .forward_seconds = st.forward_seconds(),
+                           .backward_seconds = st.backward_seconds(),
+                           .comm_seconds = st.comm_seconds(),
+                           .param_bytes = st.param_bytes(),
+                           .activation_bytes = st.activation_bytes(),
+                           .time_factor = factor == out->time_factors.end() ? 1.0 : factor->second,
+                           .recompute = st.recompute(),
+                           .allreduce_seconds = st.allreduce_seconds()});
   }
   return absl::OkStatus();
 }
@@ -103,6 +104,37 @@ absl::Status CheckPlacement(const DecodedPlan& p) {
   return absl::OkStatus();
 }
 
+// Plan.replicas: empty reads as one replica on the stages' devices.
+absl::Status DecodeReplicas(const v1::Plan& plan, DecodedPlan* out) {
+  out->replica_devices = {out->rank_devices};
+  if (plan.replicas_size() == 0) return absl::OkStatus();
+  out->replica_devices.clear();
+  std::map<std::string, std::string> where;  // device -> the field that names it
+  for (int q = 0; q < plan.replicas_size(); ++q) {
+    const v1::Replica& replica = plan.replicas(q);
+    if (replica.rank_device_ids_size() != out->num_ranks) {
+      return Bad("plan.replicas[", q, "].rank_device_ids: ", replica.rank_device_ids_size(),
+                 " devices, but the plan has ", out->num_ranks, " ranks");
+    }
+    for (int r = 0; r < out->num_ranks; ++r) {
+      const std::string& id = replica.rank_device_ids(r);
+      const std::string field = absl::StrCat("plan.replicas[", q, "].rank_device_ids[", r, "]");
+      if (id.empty()) return Bad(field, ": empty");
+      if (q == 0 && id != out->rank_devices[r]) {
+        return Bad(field, ": \"", id, "\", but the stages put rank ", r, " on \"",
+                   out->rank_devices[r], "\"");
+      }
+      if (auto [it, inserted] = where.emplace(id, field); !inserted) {
+        return Bad(field, ": \"", id, "\" is already ", it->second);
+      }
+    }
+    out->replica_devices.emplace_back(replica.rank_device_ids().begin(),
+                                      replica.rank_device_ids().end());
+  }
+  out->num_replicas = plan.replicas_size();
+  return absl::OkStatus();
+}
+
 absl::Status DecodeNodeStages(const v1::Plan& plan, DecodedPlan* out) {
   out->node_stage.assign(plan.node_stage().begin(), plan.node_stage().end());
   for (size_t i = 0; i < out->node_stage.size(); ++i) {
@@ -119,7 +151,33 @@ absl::Status DecodeNodeStages(const v1::Plan& plan, DecodedPlan* out) {
 
 int DecodedPlan::RankOf(std::string_view device_id) const {
   auto it = std::find(rank_devices.begin(), rank_devices.end(), device_id);
-  return it == rank_devices.end() ? -1 : static_cast<int>(it - rank_devices.begin());
+  if (it != rank_devices.end()) return static_cast<int>(it - rank_devices.begin());
+  for (const std::vector<std::string>& replica : replica_devices) {
+    auto at = std::find(replica.begin(), replica.end(), device_id);
+    if (at != replica.end()) return static_cast<int>(at - replica.begin());
+  }
+  return -1;
+}
+
+int DecodedPlan::ReplicaOf(std::string_view device_id) const {
+  for (size_t q = 0; q < replica_devices.size(); ++q) {
+    const std::vector<std::string>& replica = replica_devices[q];
+    if (std::find(replica.begin(), replica.end(), device_id) != replica.end()) {
+      return static_cast<int>(q);
+    }
+  }
+  if (std::find(rank_devices.begin(), rank_devices.end(), device_id) != rank_devices.end()) {
+    return 0;
+  }
+  return -1;
+}
+
+std::vector<std::string> DecodedPlan::ReplicaGroup(int rank) const {
+  std::vector<std::string> out;
+  for (const std::vector<std::string>& replica : replica_devices) {
+    if (rank >= 0 && rank < static_cast<int>(replica.size())) out.push_back(replica[rank]);
+  }
+  return out;
 }
 
 std::vector<PlannedStage> DecodedPlan::PlannedStages() const {
@@ -137,7 +195,13 @@ std::vector<PlannedStage> DecodedPlan::PlannedStages() const {
 int RankOfDevice(const v1::Plan& plan, std::string_view device_id) {
   const std::vector<std::string> devices = RankDevices(plan);
   auto it = std::find(devices.begin(), devices.end(), device_id);
-  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
+  if (it != devices.end()) return static_cast<int>(it - devices.begin());
+  for (const v1::Replica& replica : plan.replicas()) {
+    const auto& ids = replica.rank_device_ids();
+    auto at = std::find(ids.begin(), ids.end(), device_id);
+    if (at != ids.end()) return static_cast<int>(at - ids.begin());
+  }
+  return -1;
 }
 
 absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
@@ -159,6 +223,7 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
     out.compute_schedule = *std::move(built);
   }
   PIPEPLAN_RETURN_IF_ERROR(CheckPlacement(out));
+  PIPEPLAN_RETURN_IF_ERROR(DecodeReplicas(plan, &out));
   PIPEPLAN_RETURN_IF_ERROR(DecodeNodeStages(plan, &out));
   return out;
 }
@@ -172,7 +237,9 @@ absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cl
                   .chunks_per_rank = plan.chunks_per_rank,
                   .comm_model = plan.comm_model,
                   .global_batch = options.global_batch,
-                  .optimizer_state_multiplier = options.optimizer_state_multiplier};
+                  .optimizer_state_multiplier = options.optimizer_state_multiplier,
+                  .optimizer = options.optimizer,
+                  .precision = options.precision};
   for (int s = 0; s < plan.num_stages(); ++s) {
     int index = -1;
     for (int d = 0; d < cluster.num_devices() && index < 0; ++d) {
@@ -184,6 +251,7 @@ absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cl
                                               "\" is not a device of the cluster"));
     }
     fixed.stage_device.push_back(index);
+    fixed.stage_recompute.push_back(plan.stages[s].recompute ? 1 : 0);
   }
   return fixed;
 }

@@ -40,23 +40,29 @@ GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph) {
   GraphSpec spec;
   spec.name = graph.name();
   spec.batch_size = graph.batch_size();
+  spec.element_bytes = graph.element_bytes();
   spec.nodes.reserve(graph.nodes_size());
   for (const v1::Node& n : graph.nodes()) {
-    NodeSpec s{.id = n.id(),
-               .op = n.op(),
-               .forward_flops = n.forward_flops(),
-               .backward_flops = n.backward_flops(),
-               .param_bytes = n.param_bytes(),
-               .activation_bytes = n.activation_bytes(),
-               .output_bytes = n.output_bytes(),
-               .param_key = n.param_key(),
-               .weight_grad_fraction = n.weight_grad_fraction()};
+    NodeSpec s{
+        .id = n.id(),
+        .op = n.op(),
+        .forward_flops = n.forward_flops(),
+        .backward_flops = n.backward_flops(),
+        .param_bytes = n.param_bytes(),
+        .activation_bytes = n.activation_bytes(),
+        .output_bytes = n.output_bytes(),
+        .param_key = n.param_key(),
+        .weight_grad_fraction = n.weight_grad_fraction(),
+        .module = n.module(),
+        .outputs_without_grad = {n.outputs_without_grad().begin(), n.outputs_without_grad().end()}};
     if (n.has_forward_seconds()) s.forward_seconds = n.forward_seconds();
     if (n.has_backward_seconds()) s.backward_seconds = n.backward_seconds();
     spec.nodes.push_back(std::move(s));
   }
   spec.edges.reserve(graph.edges_size());
-  for (const v1::Edge& e : graph.edges()) spec.edges.push_back({e.src(), e.dst(), e.bytes()});
+  for (const v1::Edge& e : graph.edges()) {
+    spec.edges.push_back({e.src(), e.dst(), e.bytes(), e.output()});
+  }
   return spec;
 }
 
@@ -92,18 +98,55 @@ void SetAlternativeRanks(int num_ranks, v1::Alternative* alt) {
   alt->set_num_ranks(num_ranks);
   alt->set_num_stages(num_ranks);  // for clients that predate num_ranks
 }
+
+absl::StatusOr<Optimizer> OptimizerFromProto(v1::Optimizer o) {
+  switch (o) {
+    case v1::OPTIMIZER_DEFAULT:
+      return kDefaultOptimizer;
+    case v1::OPTIMIZER_SGD:
+      return Optimizer::kSgd;
+    case v1::OPTIMIZER_MOMENTUM:
+      return Optimizer::kMomentum;
+    case v1::OPTIMIZER_ADAM:
+      return Optimizer::kAdam;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("options.optimizer ", static_cast<int>(o), " is not a known optimizer"));
+}
+
+absl::StatusOr<Precision> PrecisionFromProto(v1::Precision p) {
+  switch (p) {
+    case v1::PRECISION_DEFAULT:
+      return kDefaultPrecision;
+    case v1::PRECISION_FP32:
+      return Precision::kFp32;
+    case v1::PRECISION_BF16_MIXED:
+      return Precision::kBf16Mixed;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("options.precision ", static_cast<int>(p), " is not a known precision"));
+}
 }  // namespace
 #pragma GCC diagnostic pop
 
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
-  PlanOptions out{.microbatches = o.microbatches(),
+  PlanOptions out{.num_replicas = o.num_replicas(),
+                  .max_replicas = o.max_replicas(),
+                  .microbatches = o.microbatches(),
                   .global_batch = o.global_batch(),
                   .optimizer_state_multiplier = o.optimizer_state_multiplier(),
+                  .cut_granularity = o.cut_granularity(),
                   .chunks_per_rank = o.chunks_per_rank(),
                   .time_limit_seconds = o.time_limit_seconds(),
                   .relative_gap = o.relative_gap()};
   PIPEPLAN_ASSIGN_OR_RETURN(out.num_ranks, NumRanksFromProto(o));
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.optimizer, OptimizerFromProto(o.optimizer()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.precision, PrecisionFromProto(o.precision()));
   switch (o.method()) {
     case v1::METHOD_AUTO:
       out.method = PartitionMethod::kAuto;
@@ -176,9 +219,9 @@ v1::Schedule ScheduleToProto(ScheduleKind kind) {
   return v1::SCHEDULE_AUTO;
 }
 
-v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResult& plan) {
-  v1::Plan out;
-  out.set_graph_name(graph.name());
+namespace {
+
+void AddStages(const Graph& graph, const Cluster& cluster, const PlanResult& plan, v1::Plan& out) {
   const Partition& part = plan.partition;
   const int k = static_cast<int>(part.stages.size());
   // First and last node of each stage in topological order.
@@ -204,22 +247,20 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
     st->set_activation_bytes(c.activation_bytes);
     st->set_inflight_microbatches(plan.stage_inflight[j]);
     st->set_peak_memory_bytes(plan.stage_peak_memory.empty()
-                                  ? c.memory_bytes(plan.stage_inflight[j])
+                                  ? c.peak_memory_bytes(plan.stage_inflight[j])
                                   : plan.stage_peak_memory[j]);
     st->set_memory_capacity_bytes(cluster.device(plan.stage_device[j]).memory_bytes /
                                   std::max(1, plan.chunks_per_rank));
+    st->set_recompute(c.recompute);
+    if (j < static_cast<int>(plan.stage_allreduce_seconds.size())) {
+      st->set_allreduce_seconds(plan.stage_allreduce_seconds[j]);
+    }
   }
-  out.mutable_node_stage()->Assign(part.stage_of_node.begin(), part.stage_of_node.end());
-  out.set_schedule(ScheduleToProto(plan.schedule));
-  out.set_microbatches(plan.microbatches);
-  out.set_comm_model(plan.comm_model == CommModel::kRelay ? v1::COMM_RELAY : v1::COMM_DIRECT);
-  out.set_step_seconds(plan.step_seconds);
-  out.set_bubble_ratio(plan.bubble_ratio);
-  out.set_bottleneck_seconds(part.objective);
-  out.set_chunks_per_rank(plan.chunks_per_rank);
-  v1::SolverReport* r = out.mutable_solver();
+}
+
+void AddSolverReport(const PlanResult& plan, v1::SolverReport* r) {
   r->set_method(plan.method);
-  r->set_objective(part.objective);
+  r->set_objective(plan.partition.objective);
   r->set_lower_bound(plan.lower_bound);
   r->set_gap(plan.gap);
   r->set_seconds(plan.solve_seconds);
@@ -232,15 +273,52 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
     mr->set_seconds(m.seconds);
     mr->set_note(m.note);
   }
-  for (const PlanAlternative& a : plan.alternatives) {
-    v1::Alternative* alt = out.add_alternatives();
-    alt->set_schedule(ScheduleToProto(a.schedule));
-    alt->set_microbatches(a.microbatches);
-    SetAlternativeRanks(a.num_ranks, alt);
-    alt->set_step_seconds(a.step_seconds);
-    alt->set_peak_memory_bytes(a.peak_memory_bytes);
-    alt->set_bubble_ratio(a.bubble_ratio);
+}
+
+void SetAlternative(const PlanAlternative& a, v1::Alternative* alt) {
+  alt->set_schedule(ScheduleToProto(a.schedule));
+  alt->set_microbatches(a.microbatches);
+  SetAlternativeRanks(a.num_ranks, alt);
+  alt->set_num_replicas(a.num_replicas);
+  alt->set_step_seconds(a.step_seconds);
+  alt->set_peak_memory_bytes(a.peak_memory_bytes);
+  alt->set_bubble_ratio(a.bubble_ratio);
+  alt->set_idle_devices(a.idle_devices);
+}
+
+// Written only with several replicas, so a single-replica plan reads
+// exactly as before.
+void AddReplicas(const Cluster& cluster, const PlanResult& plan, v1::Plan& out) {
+  if (plan.num_replicas <= 1) return;
+  for (int q = 0; q < plan.num_replicas; ++q) {
+    v1::Replica* replica = out.add_replicas();
+    for (int r = 0; r < plan.num_ranks; ++r) {
+      replica->add_rank_device_ids(cluster.device(plan.rank_device[q * plan.num_ranks + r]).id);
+    }
   }
+}
+
+}  // namespace
+
+v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResult& plan) {
+  v1::Plan out;
+  out.set_graph_name(graph.name());
+  AddStages(graph, cluster, plan, out);
+  const Partition& part = plan.partition;
+  out.mutable_node_stage()->Assign(part.stage_of_node.begin(), part.stage_of_node.end());
+  out.set_schedule(ScheduleToProto(plan.schedule));
+  out.set_microbatches(plan.microbatches);
+  out.set_comm_model(plan.comm_model == CommModel::kRelay ? v1::COMM_RELAY : v1::COMM_DIRECT);
+  out.set_step_seconds(plan.step_seconds);
+  out.set_bubble_ratio(plan.bubble_ratio);
+  out.set_bottleneck_seconds(part.objective);
+  out.set_chunks_per_rank(plan.chunks_per_rank);
+  AddSolverReport(plan, out.mutable_solver());
+  for (const PlanAlternative& a : plan.alternatives) SetAlternative(a, out.add_alternatives());
+  for (const PlanAlternative& a : plan.shapes) SetAlternative(a, out.add_shapes());
+  AddReplicas(cluster, plan, out);
+  out.set_allreduce_exposed_seconds(plan.allreduce_exposed_seconds);
+  out.set_placement(plan.placement);
   return out;
 }
 

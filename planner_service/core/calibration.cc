@@ -159,11 +159,17 @@ absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Clust
     return absl::InvalidArgumentError(absl::StrCat("the schedule has ", sched.num_stages,
                                                    " stages, the plan ", plan.stage_device.size()));
   }
-  const CostModel cost(graph, cluster,
-                       CostOptionsFor(graph, plan.comm_model, plan.optimizer_state_multiplier,
-                                      plan.global_batch, plan.microbatches));
+  const PlanOptions options{.global_batch = plan.global_batch,
+                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
+                            .optimizer = plan.optimizer,
+                            .precision = plan.precision,
+                            .comm_model = plan.comm_model};
+  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
                             cost.Evaluate(plan.node_stage, plan.stage_device));
+  for (size_t s = 0; s < stages.size() && s < plan.stage_recompute.size(); ++s) {
+    if (plan.stage_recompute[s]) ApplyRecompute(stages[s]);
+  }
   FixedPlanScore score;
   for (const StageCost& s : stages) score.stage_compute_seconds.push_back(s.compute_seconds());
   const schedule::StageCosts c = SimulatorCosts(stages);

@@ -98,6 +98,8 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
     }
     resolved.emplace_back(src->second, dst->second);
   }
+  c.own_links_.assign(n, 0);
+  for (const auto& [a, b] : resolved) c.own_links_[a] = c.own_links_[b] = 1;
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < resolved.size(); ++i) {
       const auto [a, b] = resolved[i];
@@ -110,6 +112,18 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
       }
     }
   }
+  return c;
+}
+
+Cluster Cluster::FromResolved(std::vector<DeviceSpec> devices, std::vector<double> bandwidth,
+                              std::vector<double> latency, double reference_flops) {
+  Cluster c;
+  c.devices_ = std::move(devices);
+  c.bandwidth_ = std::move(bandwidth);
+  c.latency_ = std::move(latency);
+  c.own_links_.assign(c.devices_.size(), 1);
+  c.max_flops_ = reference_flops;
+  for (const DeviceSpec& d : c.devices_) c.max_flops_ = std::max(c.max_flops_, d.flops);
   return c;
 }
 

@@ -43,6 +43,12 @@ absl::Status CheckNode(const NodeSpec& n, size_t i) {
       return s;
     }
   }
+  for (size_t k = 0; k < n.outputs_without_grad.size(); ++k) {
+    if (n.outputs_without_grad[k] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".outputs_without_grad[", k, "] must be >= 0, got ", n.outputs_without_grad[k]));
+    }
+  }
   if (n.backward_seconds) {
     if (auto s = CheckNumber(*n.backward_seconds, absl::StrCat(where, ".backward_seconds"));
         !s.ok()) {
@@ -116,6 +122,11 @@ double Graph::weight_grad_fraction(int v) const {
   return n.weight_grad_fraction > 0 ? n.weight_grad_fraction : 0.5;
 }
 
+bool Graph::output_needs_grad(int v, int output) const {
+  const std::vector<int>& none = nodes_[v].outputs_without_grad;
+  return std::find(none.begin(), none.end(), output) == none.end();
+}
+
 std::optional<int> Graph::FindNode(absl::string_view id) const {
   auto it = index_.find(id);
   if (it == index_.end()) return std::nullopt;
@@ -134,9 +145,14 @@ absl::StatusOr<Graph> Graph::Build(GraphSpec spec, const GraphLimits& limits) {
   }
   if (auto s = CheckNumber(spec.batch_size, "graph.batch_size"); !s.ok()) return s;
 
+  if (spec.element_bytes < 0 || spec.element_bytes > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "graph.element_bytes must be in [0, 16] (0: 4, fp32), got ", spec.element_bytes));
+  }
   Graph g;
   g.name_ = std::move(spec.name);
   g.batch_size_ = spec.batch_size;
+  g.element_bytes_ = spec.element_bytes > 0 ? spec.element_bytes : 4;
   if (auto s = g.IndexNodes(std::move(spec.nodes)); !s.ok()) return s;
   if (auto s = g.ResolveEdges(spec.edges); !s.ok()) return s;
   g.BuildAdjacency();
@@ -181,8 +197,13 @@ absl::Status Graph::ResolveEdges(const std::vector<EdgeSpec>& edges) {
     if (auto s = CheckNumber(e.bytes, absl::StrCat("graph.edges[", i, "].bytes")); !s.ok()) {
       return s;
     }
+    if (e.output < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("graph.edges[", i, "].output must be >= 0, got ", e.output));
+    }
     const double bytes = e.bytes > 0 ? e.bytes : nodes_[src->second].output_bytes;
-    edges_.push_back({src->second, dst->second, bytes});
+    edges_.push_back({src->second, dst->second, bytes, e.output});
+    if (!output_needs_grad(src->second, e.output)) has_outputs_without_grad_ = true;
   }
   return absl::OkStatus();
 }

@@ -9,10 +9,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "pipeplan/core/schedule/build.h"
-#include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/cut_groups.h"
+#include "pipeplan/core/placement.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/status_macros.h"
+#include "search/search.h"
 
 namespace pipeplan {
 namespace {
@@ -21,7 +22,6 @@ using schedule::ScheduleKind;
 
 constexpr double kDefaultTimeLimitSeconds = 10;
 constexpr double kDefaultRelativeGap = 0.01;
-constexpr size_t kMaxAlternatives = 8;
 
 absl::Status ValidateOptions(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -33,6 +33,22 @@ absl::Status ValidateOptions(const Graph& graph, const Cluster& cluster, const P
   if (o.num_ranks > graph.num_nodes()) {
     return bad("options.num_ranks is ", o.num_ranks, " but the graph has only ", graph.num_nodes(),
                " nodes");
+  }
+  if (o.num_replicas < 0) return bad("options.num_replicas must be >= 0, got ", o.num_replicas);
+  if (o.max_replicas < 0) return bad("options.max_replicas must be >= 0, got ", o.max_replicas);
+  if (o.num_replicas > 0 && o.max_replicas > 0 && o.num_replicas > o.max_replicas) {
+    return bad("options.num_replicas ", o.num_replicas, " is above options.max_replicas ",
+               o.max_replicas);
+  }
+  if (static_cast<int64_t>(std::max(1, o.num_ranks)) * std::max(1, o.num_replicas) >
+      cluster.num_devices()) {
+    return bad("options.num_ranks x options.num_replicas is ", std::max(1, o.num_ranks), " x ",
+               std::max(1, o.num_replicas), " but the cluster has only ", cluster.num_devices(),
+               " devices");
+  }
+  if (o.global_batch > 0 && o.num_replicas > 0 && o.global_batch % o.num_replicas != 0) {
+    return bad("options.global_batch ", o.global_batch,
+               " is not divisible by options.num_replicas ", o.num_replicas);
   }
   if (o.microbatches < 0) return bad("options.microbatches must be >= 0, got ", o.microbatches);
   if (o.global_batch < 0) return bad("options.global_batch must be >= 0, got ", o.global_batch);
@@ -78,218 +94,24 @@ double Gap(double objective, double lower_bound) {
   return std::max(0.0, (objective - lower_bound) / objective);
 }
 
-// One point of the search: pipeline depth, schedule and microbatch count.
-struct Candidate {
-  ScheduleKind kind;
-  int ranks;
-  int chunks_per_rank;
-  int microbatches;
-};
-
-struct Scored {
-  Candidate candidate;
-  PlanResult plan;
-};
-
-std::vector<ScheduleKind> KindsToTry(const PlanOptions& o) {
-  if (o.schedule) return {*o.schedule};
-  // The common default first, so it is planned before any time runs out.
-  return {ScheduleKind::k1F1B,
-          ScheduleKind::kInterleaved1F1B,
-          ScheduleKind::kInterleavedZeroBubble,
-          ScheduleKind::kZBVZeroBubble,
-          ScheduleKind::kDualPipeV,
-          ScheduleKind::kGPipe};
-}
-
-std::vector<int> RanksToTry(const Graph& graph, const Cluster& cluster, const PlanOptions& o) {
-  if (o.num_ranks > 0) return {o.num_ranks};
-  const int most = std::min(cluster.num_devices(), graph.num_nodes());
-  std::set<int> ranks = {most};
-  for (int p = 1; p < most; p *= 2) ranks.insert(p);
-  // Deepest first: the most memory, so the likeliest to fit, is tried before
-  // the time limit can run out.
-  return {ranks.rbegin(), ranks.rend()};
-}
-
-std::vector<int> MicrobatchesToTry(const PlanOptions& o, int ranks) {
-  if (o.microbatches > 0) return {o.microbatches};
-  if (o.global_batch <= 0) {
-    // Costs are per microbatch and the batch is open: more microbatches only
-    // shrink the bubble while adding work, so use the usual 4 per rank.
-    return {4 * ranks};
-  }
-  // Divisors of the global batch from `ranks` up to 16 per rank: fewer leave
-  // ranks idle, more shrink microbatches past the point kernels stay efficient.
-  std::vector<int> out;
-  for (int m = 1; m <= o.global_batch; ++m) {
-    if (o.global_batch % m == 0 && m >= std::min(ranks, o.global_batch) && m <= 16 * ranks) {
-      out.push_back(m);
-    }
-  }
-  if (out.empty()) out.push_back(o.global_batch);
-  return out;
-}
-
-// Microbatches in flight on each stage at its peak: simulate the schedule once
-// with unit costs and read the peak activation count per stage.
-absl::StatusOr<std::vector<int>> InflightPerStage(const schedule::PipelineSchedule& sched) {
-  const auto costs = schedule::StageCosts::Uniform(sched.num_stages, 1, 1, 1);
-  PIPEPLAN_ASSIGN_OR_RETURN(auto sim, schedule::Simulate(sched, costs));
-  return sim.peak_inflight_per_stage;
-}
-
-// Every candidate of the search: each gets its own cost model (the
-// microbatch size changes per-microbatch costs), a partition and a
-// simulation.
-std::vector<Candidate> Candidates(const Graph& graph, const Cluster& cluster,
-                                  const PlanOptions& options) {
-  const int interleave =
-      options.chunks_per_rank > 0 ? options.chunks_per_rank : kDefaultChunksPerRank;
-  std::vector<Candidate> candidates;
-  for (int ranks : RanksToTry(graph, cluster, options)) {
-    for (ScheduleKind kind : KindsToTry(options)) {
-      const int chunks_per_rank = schedule::StagesPerRank(kind, interleave);
-      if (ranks * chunks_per_rank > graph.num_nodes()) continue;
-      if (ranks == 1 && chunks_per_rank > 1 && !options.schedule) continue;  // same as GPipe
-      for (int m : MicrobatchesToTry(options, ranks)) {
-        candidates.push_back({kind, ranks, chunks_per_rank, m});
-      }
-    }
-  }
-  return candidates;
-}
-
-// Partitions one candidate with a method and simulates its schedule.
-struct CandidateSolver {
-  const Graph& graph;
-  const Cluster& cluster;
-  const PlanOptions& options;
-  absl::Time deadline;
-  double gap;
-
-  absl::StatusOr<PlanResult> Solve(const Candidate& c, PartitionMethod method) const;
-};
-
-absl::StatusOr<PlanResult> CandidateSolver::Solve(const Candidate& c,
-                                                  PartitionMethod method) const {
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
-  const CostOptions co =
-      CostOptionsFor(graph, options.comm_model, options.optimizer_state_multiplier,
-                     options.global_batch, c.microbatches);
-  // Plans hold values only, so the model lives just as long as the solve.
-  const CostModel cost(graph, cluster, co);
-  PartitionProblem problem{.cost = &cost,
-                           .stage_inflight = inflight,
-                           .deadline = deadline,
-                           .relative_gap = gap,
-                           .cancelled = options.cancelled,
-                           .log = options.solver_log};
-  for (int s = 0; s < sched.num_stages; ++s) {
-    const int device = sched.stage_to_rank[s];  // rank r runs on device r
-    problem.stage_device.push_back(device);
-    problem.stage_memory_cap.push_back(cluster.device(device).memory_bytes / c.chunks_per_rank);
-  }
-  PIPEPLAN_ASSIGN_OR_RETURN(PlanResult plan, SolvePartition(problem, method));
-  PIPEPLAN_ASSIGN_OR_RETURN(auto sim,
-                            schedule::Simulate(sched, SimulatorCosts(plan.partition.stages)));
-  plan.num_ranks = c.ranks;
-  plan.schedule = c.kind;
-  plan.chunks_per_rank = c.chunks_per_rank;
-  plan.microbatches = c.microbatches;
-  plan.comm_model = options.comm_model;
-  plan.sample_scale = co.sample_scale;
-  plan.step_seconds = sim.step_seconds;
-  plan.bubble_ratio = sim.bubble_ratio;
-  plan.stage_peak_memory.clear();
-  for (int s = 0; s < sched.num_stages; ++s) {
-    plan.stage_peak_memory.push_back(StageMemoryBytes(problem, s, plan.partition.stages[s]));
-  }
-  return plan;
-}
-
-// Every candidate that plans before the deadline, with `method`; the first
-// error (a memory failure preferred) when none does.
-absl::StatusOr<std::vector<Scored>> ScoreCandidates(const CandidateSolver& solver,
-                                                    const std::vector<Candidate>& candidates,
-                                                    PartitionMethod method) {
-  std::vector<Scored> scored;
-  absl::Status first_error = absl::OkStatus();
-  const std::atomic<bool>* cancelled = solver.options.cancelled;
-  for (const Candidate& c : candidates) {
-    if (absl::Now() >= solver.deadline) {
-      if (scored.empty() && first_error.ok()) {
-        first_error =
-            absl::DeadlineExceededError("the time limit ran out before any candidate was planned");
-      }
-      break;
-    }
-    if (cancelled != nullptr && cancelled->load()) {
-      if (scored.empty()) first_error = absl::CancelledError("planning was cancelled");
-      break;
-    }
-    auto plan = solver.Solve(c, method);
-    if (!plan.ok()) {
-      // Report the first memory failure: the deepest pipeline, which had the
-      // most memory, so its shortfall is the one worth telling.
-      if (first_error.ok() || (plan.status().code() == absl::StatusCode::kFailedPrecondition &&
-                               first_error.code() != absl::StatusCode::kFailedPrecondition)) {
-        first_error = plan.status();
-      }
-      continue;
-    }
-    scored.push_back({c, *std::move(plan)});
-  }
-  if (scored.empty()) {
-    if (!first_error.ok()) return first_error;
-    return absl::FailedPreconditionError("no schedule, depth and microbatch count fits");
-  }
-  return scored;
-}
-
-// Fastest first. With a global batch every candidate's step trains the same
-// samples, so step time decides. Without one, candidates run different
-// microbatch counts of the same size, so compare time per microbatch
-// (throughput). (A graph without batch_size cannot be rescaled, so there
-// too.)
-void SortByThroughput(const Graph& graph, const PlanOptions& options, std::vector<Scored>& scored) {
-  const bool same_samples = options.global_batch > 0 && graph.batch_size() > 0;
-  auto seconds_per_sample = [&](const PlanResult& p) {
-    return same_samples ? p.step_seconds : p.step_seconds / p.microbatches;
-  };
-  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
-    return seconds_per_sample(a.plan) < seconds_per_sample(b.plan);
-  });
-}
-
-// Re-solves the winning candidate with the requested method. Same
-// candidate, so the refined solve's bound holds for the search's split too;
-// keeps whichever split simulates faster, with the full report.
-void Refine(const CandidateSolver& solver, const Candidate& candidate, PlanResult& best) {
-  auto refined = solver.Solve(candidate, solver.options.method);
-  if (!refined.ok()) return;
-  if (refined->step_seconds <= best.step_seconds) {
-    refined->lower_bound = std::max(refined->lower_bound, best.lower_bound);
-    best = *std::move(refined);
-  } else {
-    best.lower_bound = std::max(best.lower_bound, refined->lower_bound);
-    best.nodes_explored += refined->nodes_explored;
-    best.candidates = std::move(refined->candidates);
-  }
-  best.lower_bound = std::min(best.lower_bound, best.partition.objective);
-  best.partition.lower_bound = best.lower_bound;
-  best.gap = Gap(best.partition.objective, best.lower_bound);
-}
-
 }  // namespace
 
-CostOptions CostOptionsFor(const Graph& graph, CommModel comm, double optimizer_state_multiplier,
-                           int global_batch, int microbatches) {
-  CostOptions co{.comm_model = comm, .optimizer_state_multiplier = optimizer_state_multiplier};
-  if (global_batch > 0 && graph.batch_size() > 0 && microbatches > 0) {
-    co.sample_scale = (static_cast<double>(global_batch) / microbatches) / graph.batch_size();
+TrainingMemory TrainingMemoryOf(const PlanOptions& options, const Graph& graph) {
+  return TrainingMemoryFor(options.optimizer, options.precision, options.optimizer_state_multiplier,
+                           graph.element_bytes());
+}
+
+CostOptions CostOptionsFor(const Graph& graph, const PlanOptions& options, int microbatches,
+                           int replicas) {
+  const TrainingMemory memory = TrainingMemoryOf(options, graph);
+  CostOptions co{.comm_model = options.comm_model,
+                 .optimizer_state_multiplier = memory.param_state_factor - 2,
+                 .tensor_scale = memory.tensor_scale,
+                 .loss_workspace = true};
+  if (options.global_batch > 0 && graph.batch_size() > 0 && microbatches > 0) {
+    const double samples =
+        static_cast<double>(options.global_batch) / std::max(1, replicas) / microbatches;
+    co.sample_scale = samples / graph.batch_size();
   }
   return co;
 }
@@ -402,6 +224,9 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
     if (!first_error.ok()) return first_error;
     return absl::FailedPreconditionError("no method found a split that fits in memory");
   }
+  // The solvers charge every tensor's gradient; with outputs that carry none
+  // only the balance bound is sure to hold.
+  if (problem.graph().has_outputs_without_grad()) lower = BalanceLowerBound(problem);
   lower = std::min(lower, best->objective);
   result.partition = std::move(*best);
   result.method = best_method;
@@ -414,42 +239,73 @@ absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, Parti
   return result;
 }
 
-absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
-                                    const PlanOptions& options) {
+namespace {
+
+absl::Status CheckPlacement(const Cluster& cluster, const PlanOptions& options,
+                            const Placement& placement) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (placement.ranks < 1 || placement.replicas < 1 ||
+      placement.devices.size() != static_cast<size_t>(placement.ranks) * placement.replicas) {
+    return bad("placement: ", placement.devices.size(), " devices for ", placement.ranks,
+               " ranks x ", placement.replicas, " replicas");
+  }
+  if ((options.num_ranks > 0 && options.num_ranks != placement.ranks) ||
+      (options.num_replicas > 0 && options.num_replicas != placement.replicas)) {
+    return bad("placement: ", placement.ranks, " ranks x ", placement.replicas,
+               " replicas, but the options ask for ", options.num_ranks, " x ",
+               options.num_replicas);
+  }
+  std::vector<char> used(cluster.num_devices(), 0);
+  for (int d : placement.devices) {
+    if (d < 0 || d >= cluster.num_devices())
+      return bad("placement: device ", d, " is not in the cluster");
+    if (used[d]++) return bad("placement: device \"", cluster.device(d).id, "\" is used twice");
+  }
+  return absl::OkStatus();
+}
+
+// Runs the search with the options' defaults resolved.
+absl::StatusOr<PlanResult> Plan(const Graph& graph, const Cluster& cluster,
+                                const PlanOptions& options, const Placement* fixed) {
   PIPEPLAN_RETURN_IF_ERROR(ValidateOptions(graph, cluster, options));
   const absl::Time start = absl::Now();
+  PIPEPLAN_ASSIGN_OR_RETURN(CutGranularity granularity,
+                            ParseCutGranularity(options.cut_granularity));
+  std::optional<GroupedGraph> groups;
+  if (granularity.kind != CutGranularity::Kind::kNode) {
+    PIPEPLAN_ASSIGN_OR_RETURN(groups, GroupForCuts(graph, granularity, cluster.max_flops()));
+    if (options.num_ranks > groups->graph->num_nodes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.num_ranks is ", options.num_ranks, " but options.cut_granularity \"",
+          options.cut_granularity, "\" leaves only ", groups->graph->num_nodes(), " groups"));
+    }
+  }
   const double limit =
       options.time_limit_seconds > 0 ? options.time_limit_seconds : kDefaultTimeLimitSeconds;
-  const CandidateSolver solver{
-      .graph = graph,
-      .cluster = cluster,
-      .options = options,
+  const search::SearchContext context{
+      .graph = &graph,
+      .groups = groups ? &*groups : nullptr,
+      .cluster = &cluster,
+      .options = &options,
+      .device_class = DeviceClasses(cluster),
       .deadline = std::min(options.deadline, start + absl::Seconds(limit)),
       .gap = options.relative_gap > 0 ? options.relative_gap : kDefaultRelativeGap};
-  const bool fixed = options.schedule && options.num_ranks > 0 && options.microbatches > 0;
-  // With everything fixed there is one candidate, solved by the requested
-  // method directly; otherwise the search scores candidates with the fast
-  // chain DP and re-solves the winner with the requested method.
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<Scored> scored,
-                            ScoreCandidates(solver, Candidates(graph, cluster, options),
-                                            fixed ? options.method : PartitionMethod::kDp));
-  SortByThroughput(graph, options, scored);
-  PlanResult best = std::move(scored.front().plan);
-  if (!fixed && options.method != PartitionMethod::kDp) {
-    Refine(solver, scored.front().candidate, best);
-  }
-  for (size_t i = 1; i < scored.size() && best.alternatives.size() < kMaxAlternatives; ++i) {
-    const PlanResult& alt = scored[i].plan;
-    best.alternatives.push_back({.schedule = alt.schedule,
-                                 .microbatches = alt.microbatches,
-                                 .num_ranks = alt.num_ranks,
-                                 .step_seconds = alt.step_seconds,
-                                 .peak_memory_bytes = *std::max_element(
-                                     alt.stage_peak_memory.begin(), alt.stage_peak_memory.end()),
-                                 .bubble_ratio = alt.bubble_ratio});
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanResult best, search::RunSearch(context, fixed));
   best.solve_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return best;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> MakePlan(const Graph& graph, const Cluster& cluster,
+                                    const PlanOptions& options) {
+  return Plan(graph, cluster, options, nullptr);
+}
+
+absl::StatusOr<PlanResult> PlanOnPlacement(const Graph& graph, const Cluster& cluster,
+                                           const PlanOptions& options, const Placement& placement) {
+  PIPEPLAN_RETURN_IF_ERROR(CheckPlacement(cluster, options, placement));
+  return Plan(graph, cluster, options, &placement);
 }
 
 }  // namespace pipeplan

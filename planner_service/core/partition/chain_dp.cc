@@ -362,6 +362,16 @@ class ChainDpPartitioner : public Partitioner {
 
 }  // namespace
 
+double MemoryScaleNeeded(const PartitionProblem& problem) {
+  if (!ValidateProblem(problem).ok()) return kInf;
+  ChainDp dp(problem);
+  const CutTraffic relay = RelayTraffic(*problem.cost);
+  dp.SetTraffic(relay, relay, /*fastest_link=*/false);
+  dp.ComputeMemoryWindows(1.0);
+  if (dp.Feasible(kInf, nullptr)) return 1;
+  return MemoryShortfall(dp, problem);
+}
+
 std::unique_ptr<Partitioner> MakeChainDpPartitioner() {
   return std::make_unique<ChainDpPartitioner>();
 }

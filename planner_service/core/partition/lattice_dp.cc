@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,11 +15,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "contraction.h"
 #include "direct_pair_dp.h"
 #include "ideal_lattice.h"
 #include "pipeplan/core/partition.h"
 #include "pipeplan/core/status_macros.h"
 #include "separable_dp.h"
+#include "zero_cost_merge.h"
 
 namespace pipeplan {
 namespace lattice_dp_internal {
@@ -221,9 +224,44 @@ class LatticeDpPartitioner : public Partitioner {
 
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
     PIPEPLAN_RETURN_IF_ERROR(ValidateProblem(problem));
+    std::optional<GroupedGraph> merged = MergeZeroCostNodes(*problem.cost);
+    if (!merged || merged->graph->num_nodes() < problem.num_stages()) return SolveAsIs(problem);
+    return SolveMerged(problem, *merged);
+  }
+
+ private:
+  static absl::StatusOr<Partition> SolveAsIs(const PartitionProblem& problem) {
     PIPEPLAN_ASSIGN_OR_RETURN(
         Lattice lat, BuildLattice(problem.graph(), problem.cost, LatticeLimits{}, &problem));
     return LatticeSolve(problem, lat).Run();
+  }
+
+  // Splits the merged graph and evaluates its split on the graph. A split of
+  // the graph that a merge separates either costs no less merged or has a
+  // stage with no work, which FreeSourceFallbackBound bounds.
+  static absl::StatusOr<Partition> SolveMerged(const PartitionProblem& problem,
+                                               const GroupedGraph& merged) {
+    const CostModel cost(*merged.graph, problem.cost->cluster(), problem.cost->options());
+    PartitionProblem small = problem;
+    small.cost = &cost;
+    std::vector<int> warm;
+    small.warm_start = {};
+    if (static_cast<int>(problem.warm_start.size()) == problem.graph().num_nodes()) {
+      warm.assign(merged.graph->num_nodes(), -1);
+      for (int v = 0; v < problem.graph().num_nodes(); ++v) {
+        warm[merged.group_of_node[v]] = problem.warm_start[v];
+      }
+      small.warm_start = warm;
+    }
+    PIPEPLAN_ASSIGN_OR_RETURN(Partition part, SolveAsIs(small));
+    PIPEPLAN_ASSIGN_OR_RETURN(Partition out,
+                              MakePartition(problem, merged.Expand(part.stage_of_node)));
+    out.lower_bound = std::min({part.lower_bound, FreeSourceFallbackBound(problem), out.objective});
+    out.nodes_explored = part.nodes_explored;
+    out.note =
+        absl::StrCat(part.note, "; ", problem.graph().num_nodes() - merged.graph->num_nodes(),
+                     " zero-cost nodes merged first");
+    return out;
   }
 };
 

@@ -42,6 +42,7 @@ class Engine {
     run.busy_seconds = std::move(busy_);
     run.makespan = makespan_;
     for (double c : clock_) run.makespan = std::max(run.makespan, c);
+    run.finish_seconds = clock_;
     run.timeline = std::move(timeline_);
     return run;
   }

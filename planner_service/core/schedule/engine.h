@@ -18,7 +18,8 @@
 namespace pipeplan::schedule::internal {
 
 struct EngineRun {
-  std::vector<double> busy_seconds;  // per rank
+  std::vector<double> busy_seconds;    // per rank
+  std::vector<double> finish_seconds;  // per rank: end of its last compute
   double makespan = 0;
   std::vector<TimelineEvent> timeline;
 };

@@ -149,6 +149,7 @@ class FastEngine {
     double makespan = makespan_;
     for (double c : x_.clock) makespan = std::max(makespan, c);
     out_.step_seconds = makespan;
+    out_.finish_seconds.assign(x_.clock.begin(), x_.clock.end());
     out_.idle_seconds.resize(p);
     double idle = 0;
     for (int r = 0; r < p; ++r) {

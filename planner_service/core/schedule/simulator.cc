@@ -94,6 +94,7 @@ absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedul
   SimulationResult out;
   out.step_seconds = run->makespan;
   out.busy_seconds = std::move(run->busy_seconds);
+  out.finish_seconds = std::move(run->finish_seconds);
   out.idle_seconds.resize(schedule.num_ranks);
   double idle = 0;
   for (int r = 0; r < schedule.num_ranks; ++r) {

@@ -158,6 +158,78 @@ TEST(DecodePlan, TimeFactorsOnlyWhenPositiveAndFinite) {
   EXPECT_DOUBLE_EQ(planned[2].forward_seconds, 0.3);
 }
 
+// A plan written before replicas existed (no Plan.replicas) reads as one
+// replica on the stages' devices.
+TEST(DecodePlan, PlansWithoutReplicasReadAsOne) {
+  absl::StatusOr<DecodedPlan> d = DecodePlan(PlanOn({"a", "b"}, v1::SCHEDULE_1F1B));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->num_replicas, 1);
+  EXPECT_EQ(d->replica_devices, (std::vector<std::vector<std::string>>{{"a", "b"}}));
+  EXPECT_EQ(d->ReplicaGroup(1), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(d->ReplicaOf("b"), 0);
+  EXPECT_EQ(d->ReplicaOf("z"), -1);
+}
+
+TEST(DecodePlan, ReadsReplicasAndTheirAllReduceGroups) {
+  v1::Plan p = PlanOn({"a", "b"}, v1::SCHEDULE_1F1B);
+  for (const auto& devices :
+       std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}, {"e", "f"}}) {
+    v1::Replica* r = p.add_replicas();
+    for (const std::string& id : devices) r->add_rank_device_ids(id);
+  }
+  p.mutable_stages(1)->set_recompute(true);
+  p.mutable_stages(1)->set_allreduce_seconds(0.25);
+  absl::StatusOr<DecodedPlan> d = DecodePlan(p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->num_replicas, 3);
+  EXPECT_EQ(d->num_ranks, 2);
+  EXPECT_EQ(d->ReplicaGroup(0), (std::vector<std::string>{"a", "c", "e"}));
+  EXPECT_EQ(d->ReplicaGroup(1), (std::vector<std::string>{"b", "d", "f"}));
+  EXPECT_EQ(d->RankOf("d"), 1);
+  EXPECT_EQ(d->ReplicaOf("d"), 1);
+  EXPECT_EQ(d->RankOf("e"), 0);
+  EXPECT_EQ(d->ReplicaOf("e"), 2);
+  EXPECT_EQ(RankOfDevice(p, "f"), 1);
+  EXPECT_TRUE(d->stages[1].recompute);
+  EXPECT_DOUBLE_EQ(d->stages[1].allreduce_seconds, 0.25);
+
+  v1::Plan bad = p;
+  bad.mutable_replicas(1)->add_rank_device_ids("g");
+  ExpectInvalid(bad, "plan.replicas[1].rank_device_ids: 3 devices, but the plan has 2 ranks");
+  bad = p;
+  bad.mutable_replicas(2)->set_rank_device_ids(0, "c");
+  ExpectInvalid(bad,
+                "plan.replicas[2].rank_device_ids[0]: \"c\" is already "
+                "plan.replicas[1].rank_device_ids[0]");
+  bad = p;
+  bad.mutable_replicas(0)->set_rank_device_ids(1, "z");
+  ExpectInvalid(bad, "plan.replicas[0].rank_device_ids[1]: \"z\", but the stages put rank 1");
+}
+
+// What the planner writes with replicas, the decoder reads back.
+TEST(DecodePlan, ReadsBackAPlanWithReplicas) {
+  v1::PlanRequest req;
+  *req.mutable_graph() = testing::ReadJson<v1::ModelGraph>("chain_small.json");
+  *req.mutable_cluster() = testing::ReadJson<v1::ClusterTopology>("cluster_8xa100.json");
+  req.mutable_options()->set_num_ranks(2);
+  req.mutable_options()->set_num_replicas(4);
+  req.mutable_options()->set_method(v1::METHOD_DP);
+  absl::StatusOr<PlanInputs> in = PlanInputs::FromRequest(req);
+  ASSERT_TRUE(in.ok()) << in.status();
+  absl::StatusOr<PlanResult> result = MakePlan(*in->graph, *in->cluster, in->options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::Plan wire = PlanToProto(*in->graph, *in->cluster, *result);
+  ASSERT_EQ(wire.replicas_size(), 4);
+  absl::StatusOr<DecodedPlan> d = DecodePlan(wire);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->num_replicas, 4);
+  for (int q = 0; q < 4; ++q) {
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(d->replica_devices[q][r], in->cluster->device(result->rank_device[q * 2 + r]).id);
+    }
+  }
+}
+
 TEST(RankOfDevice, DistinctDevicesInStageOrder) {
   v1::Plan p = PlanOn({"a", "b", "a", "b"}, v1::SCHEDULE_AUTO);  // need not be runnable
   EXPECT_EQ(RankOfDevice(p, "a"), 0);

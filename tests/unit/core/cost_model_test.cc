@@ -170,3 +170,87 @@ TEST(ClusterTest, LinksOverrideDefaultsAndValidate) {
 
 }  // namespace
 }  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// p -> {q, r} over output 0 and p -> s over output 1 (an integer tensor: no
+// gradient); every stage on its own device, 1e9 B/s, no latency.
+struct TensorFixture {
+  TensorFixture(const CostOptions& options) {
+    GraphSpec spec;
+    spec.nodes = {
+        {.id = "p", .forward_flops = 1e12, .output_bytes = 1e9, .outputs_without_grad = {1}},
+        {.id = "q", .forward_flops = 1e12, .activation_bytes = 5e8},
+        {.id = "r", .forward_flops = 1e12, .activation_bytes = 5e8},
+        {.id = "s", .forward_flops = 1e12, .activation_bytes = 5e8}};
+    spec.edges = {{"p", "q", 2e9, 0},
+                  {"p", "r", 2e9, 0},
+                  {"p", "s", 3e9, 1},
+                  {"q", "s", 1e9, 0},
+                  {"r", "s", 1e9, 0}};
+    graph = std::make_unique<Graph>(*Graph::Build(std::move(spec)));
+    ClusterSpec cs;
+    for (int d = 0; d < 2; ++d) {
+      cs.devices.push_back(
+          {.id = "g" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+    }
+    cs.intra_host_bandwidth = 1e9;
+    cs.intra_host_latency = 1e-12;
+    cluster = std::make_unique<Cluster>(*Cluster::Build(std::move(cs)));
+    cost = std::make_unique<CostModel>(*graph, *cluster, options);
+  }
+  std::unique_ptr<Graph> graph;
+  std::unique_ptr<Cluster> cluster;
+  std::unique_ptr<CostModel> cost;
+};
+
+TEST(CostModelTest, OutputsAreSeparateTensorsAndIntegerOnesCarryNoGradient) {
+  TensorFixture f({});
+  EXPECT_TRUE(f.graph->has_outputs_without_grad());
+  // p alone on stage 0: output 0 (2e9, to q and r) and output 1 (3e9, to s)
+  // both leave it; their bytes add up, and output 1 comes back with nothing.
+  auto stages = f.cost->Evaluate(std::vector<int>{0, 1, 1, 1}, std::vector<int>{0, 1});
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  EXPECT_NEAR((*stages)[1].forward_comm_seconds, 2 + 3, 1e-9);
+  EXPECT_NEAR((*stages)[1].backward_comm_seconds, 2, 1e-9);
+  EXPECT_NEAR((*stages)[0].forward_comm_seconds, 5, 1e-9);
+  EXPECT_NEAR((*stages)[0].backward_comm_seconds, 2, 1e-9);
+  // What stage 1 receives is what recomputation keeps per microbatch.
+  EXPECT_NEAR((*stages)[1].input_bytes, 5e9, 1);
+}
+
+TEST(CostModelTest, RecomputationKeepsInputsAndRunsTheForwardTwice) {
+  TensorFixture plain({});
+  TensorFixture recomputing({.recompute = true});
+  const std::vector<int> split = {0, 1, 1, 1};
+  auto a = plain.cost->Evaluate(split, std::vector<int>{0, 1});
+  auto b = recomputing.cost->Evaluate(split, std::vector<int>{0, 1});
+  ASSERT_TRUE(a.ok() && b.ok());
+  StageCost applied = (*a)[1];
+  ApplyRecompute(applied);
+  EXPECT_TRUE((*b)[1].recompute);
+  EXPECT_NEAR((*b)[1].backward_seconds, (*a)[1].backward_seconds + (*a)[1].forward_seconds, 1e-9);
+  EXPECT_NEAR(applied.backward_seconds, (*b)[1].backward_seconds, 1e-9);
+  EXPECT_NEAR(applied.weight_grad_seconds, (*a)[1].weight_grad_seconds, 1e-12);
+  // 4 in flight: plain keeps 4 x 1.5e9 of activations; recomputing keeps 4 x
+  // its 5e9 of inputs plus one microbatch's activations while it recomputes.
+  EXPECT_NEAR((*a)[1].memory_bytes(4), 4 * 1.5e9, 1);
+  EXPECT_NEAR(applied.memory_bytes(4), 4 * 5e9 + 1.5e9, 1);
+}
+
+TEST(CostModelTest, TheLossKeepsFp32LogProbabilitiesAndAGradientBuffer) {
+  TensorFixture f({.tensor_scale = 0.5, .loss_workspace = true});
+  auto stages = f.cost->Evaluate(std::vector<int>{0, 0, 0, 1}, std::vector<int>{0, 1});
+  ASSERT_TRUE(stages.ok());
+  // s is the sink: its inputs are 3e9 + 1e9 + 1e9 fp32 bytes, whatever the
+  // precision of the rest.
+  EXPECT_NEAR((*stages)[1].transient_bytes, 5e9, 1);
+  EXPECT_NEAR((*stages)[1].activation_bytes, 5e8 * 0.5 + 5e9, 1);
+  EXPECT_NEAR((*stages)[1].peak_memory_bytes(2), 2 * (2.5e8 + 5e9) + 5e9, 1);
+  // Transfers follow the precision.
+  EXPECT_NEAR((*stages)[1].forward_comm_seconds, (3e9 + 1e9 + 1e9) * 0.5 / 1e9, 1e-9);
+}
+
+}  // namespace
+}  // namespace pipeplan

@@ -53,10 +53,12 @@ TEST(PlannerTest, FixedCandidateIsOptimalOnChains) {
     // The planner computes its own in-flight counts: 1F1B with 4 microbatches
     // holds min(4, 3 - j) on stage j, as the random instance assumes.
     const auto best = BruteForce(inst.problem);
+    // fp32: the instance's cost model reads the graph's bytes as they are.
     auto plan = MakePlan(*inst.graph, *inst.cluster,
                          {.num_ranks = 3,
                           .microbatches = 4,
                           .optimizer_state_multiplier = 2,
+                          .precision = Precision::kFp32,
                           .schedule = ScheduleKind::k1F1B,
                           .comm_model = CommModel::kRelay});
     if (std::isinf(best.best)) {
@@ -118,7 +120,7 @@ TEST(PlannerTest, WithoutGlobalBatchTheSearchComparesThroughput) {
   // Candidates run different microbatch counts of the same size, so the
   // winner is the one with the least time per microbatch, not per step.
   PlanInputs in = Load("resnet50.json", "cluster_4_mixed.json");
-  auto plan = MakePlan(*in.graph, *in.cluster, {.method = PartitionMethod::kDp});
+  auto plan = MakePlan(*in.graph, *in.cluster, {.max_replicas = 1, .method = PartitionMethod::kDp});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->alternatives.empty());
   const double best = plan->step_seconds / plan->microbatches;
@@ -126,6 +128,14 @@ TEST(PlannerTest, WithoutGlobalBatchTheSearchComparesThroughput) {
     EXPECT_LE(best, alt.step_seconds / alt.microbatches * (1 + 1e-12));
   }
   EXPECT_GT(plan->num_ranks, 1);  // one device alone is slower per microbatch
+  // With replicas allowed a step runs microbatches x replicas of them.
+  auto wide = MakePlan(*in.graph, *in.cluster, {.method = PartitionMethod::kDp});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const double wide_best = wide->step_seconds / (wide->microbatches * wide->num_replicas);
+  EXPECT_LE(wide_best, best * (1 + 1e-12));
+  for (const PlanAlternative& alt : wide->alternatives) {
+    EXPECT_LE(wide_best, alt.step_seconds / (alt.microbatches * alt.num_replicas) * (1 + 1e-12));
+  }
 }
 
 TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
@@ -133,6 +143,7 @@ TEST(PlannerTest, MicrobatchSizeRescalesCosts) {
   auto plan_for = [&](int m) {
     return MakePlan(*in.graph, *in.cluster,
                     {.num_ranks = 4,
+                     .num_replicas = 1,
                      .microbatches = m,
                      .global_batch = 16,
                      .schedule = ScheduleKind::kGPipe,

@@ -19,6 +19,13 @@
 //  * A stage's time factor is the plan's calibration factor of its device
 //    when that is positive and finite, else 1.
 //  * node_stage is empty or holds stage indices.
+//  * Replicas: an empty Plan.replicas means one replica, the stages' devices
+//    (every plan written before replicas existed reads so). Otherwise every
+//    replica lists one device per rank, replica 0 the stages' devices, and no
+//    device appears twice. Every replica runs the same stages, schedule and
+//    microbatches on its own devices; the devices of rank r in every replica
+//    (ReplicaGroup(r), by replica) all-reduce rank r's gradients after the
+//    step's last backward, before the optimizer step.
 //
 // Thread safety: the functions are reentrant.
 #ifndef PIPEPLAN_CONVERT_PLAN_DECODER_H_
@@ -53,16 +60,22 @@ struct DecodedStage {
   // Measured / modelled time of the stage's device (Plan.calibration); 1
   // when the plan models the request's cluster as given.
   double time_factor = 1;
+  bool recompute = false;        // the backward runs the forward again
+  double allreduce_seconds = 0;  // this stage's gradients over its replicas
 };
 
 struct DecodedPlan {
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int num_ranks = 0;
+  int num_replicas = 1;
   int chunks_per_rank = 1;
-  int microbatches = 0;
+  int microbatches = 0;  // per replica
   CommModel comm_model = CommModel::kDirect;
-  // Device id of every rank.
+  // Device id of every rank of replica 0.
   std::vector<std::string> rank_devices;
+  // Device id of every rank of every replica: replica_devices[q][r];
+  // replica_devices[0] == rank_devices.
+  std::vector<std::vector<std::string>> replica_devices;
   std::vector<DecodedStage> stages;
   // Stage of every graph node (parallel to the request's ModelGraph.nodes);
   // empty when the plan carries none.
@@ -73,8 +86,12 @@ struct DecodedPlan {
   schedule::PipelineSchedule compute_schedule;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
-  // -1 when the plan gives the device no stage.
+  // The device's rank within its replica; -1 when the plan does not use it.
   int RankOf(std::string_view device_id) const;
+  // The device's replica; -1 when the plan does not use it.
+  int ReplicaOf(std::string_view device_id) const;
+  // Rank r's all-reduce group: its device in every replica, by replica.
+  std::vector<std::string> ReplicaGroup(int rank) const;
   // What the plan predicted per stage, for calibration against reports.
   std::vector<PlannedStage> PlannedStages() const;
 };
@@ -86,7 +103,8 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan);
 
 // The rank rule of DecodePlan on its own, for holders of plans that need
 // not be runnable (the job registry keeps what it is given): the position of
-// `device_id` among the plan's distinct stage devices in stage order, or -1.
+// `device_id` among the plan's distinct stage devices in stage order, or its
+// position in the Plan.replicas entry that lists it, or -1.
 int RankOfDevice(const v1::Plan& plan, std::string_view device_id);
 
 // The plan as a FixedPlan (calibration.h) on `cluster`, scored with the

@@ -32,6 +32,7 @@
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/graph.h"
+#include "pipeplan/core/memory_model.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan {
@@ -115,6 +116,10 @@ struct FixedPlan {
   CommModel comm_model = CommModel::kDirect;
   int global_batch = 0;  // 0: graph costs are per microbatch
   double optimizer_state_multiplier = 0;
+  Optimizer optimizer = kDefaultOptimizer;
+  Precision precision = kDefaultPrecision;
+  // Per stage: recomputes activations (empty: none).
+  std::vector<char> stage_recompute;
 };
 
 struct FixedPlanScore {

@@ -1,7 +1,8 @@
 // The devices a job may run on and the links between them. Cluster::Build
 // validates the topology and resolves every device pair to a bandwidth and a
 // latency: an explicit Link wins, otherwise the intra-host or inter-host
-// default applies. Stages are placed on devices in the cluster's list order.
+// default applies. The list order carries no meaning: the planner places
+// stages by speed, memory and links (placement.h).
 //
 // Thread safety: a built Cluster is read-only and safe to share.
 #ifndef PIPEPLAN_CORE_CLUSTER_H_
@@ -47,11 +48,20 @@ class Cluster {
   // Errors: INVALID_ARGUMENT naming the field (no devices, duplicate or empty
   // id, non-positive flops or memory, link to an unknown device, bad numbers).
   static absl::StatusOr<Cluster> Build(ClusterSpec spec);
+  // A cluster from resolved matrices (n x n, row = source), for derived
+  // views such as the worst replica of a placement. `reference_flops` is the
+  // speed measured node times refer to (the original cluster's max_flops).
+  // REQUIRES: positive flops and memory, matrices of size n * n.
+  static Cluster FromResolved(std::vector<DeviceSpec> devices, std::vector<double> bandwidth,
+                              std::vector<double> latency, double reference_flops);
 
   int num_devices() const { return static_cast<int>(devices_.size()); }
   const DeviceSpec& device(int d) const { return devices_[d]; }
   double bandwidth(int a, int b) const { return bandwidth_[a * num_devices() + b]; }
   double latency(int a, int b) const { return latency_[a * num_devices() + b]; }
+  // Whether Link overrides touch device d (it is then not interchangeable
+  // with its host-mates).
+  bool has_own_links(int d) const { return own_links_[d]; }
   // Seconds to move `bytes` from device a to device b; 0 on the same device.
   double TransferSeconds(int a, int b, double bytes) const {
     return a == b ? 0 : bytes / bandwidth(a, b) + latency(a, b);
@@ -62,6 +72,7 @@ class Cluster {
  private:
   std::vector<DeviceSpec> devices_;
   std::vector<double> bandwidth_, latency_;
+  std::vector<char> own_links_;
   double max_flops_ = 0;
 };
 

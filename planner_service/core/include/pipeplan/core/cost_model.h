@@ -11,11 +11,16 @@
 //  - RELAY: only neighbouring stages talk (torch.distributed.pipelining); a
 //    tensor is charged to both sides of every stage boundary it crosses.
 // Each transfer is paid twice per microbatch: the activation forward and its
-// gradient backward.
+// gradient backward (forward only for an output that carries no gradient).
+// A tensor is one output of a node: a node's edges of one output share a
+// transfer, different outputs add up.
 //
 // Memory of a stage = parameter bytes (tied parameters once per stage) x
 // (1 weights + 1 gradients + optimizer multiplier) + activation bytes per
-// microbatch x microbatches in flight.
+// microbatch x microbatches in flight + the loss's transient gradient buffer.
+// With recomputation a stage keeps only its inputs per microbatch in flight,
+// plus one microbatch's activations while it recomputes, and its backward
+// runs the forward again (memory_model.h has the per-parameter bytes).
 //
 // Thread safety: read-only after construction; the graph and cluster must
 // outlive the model.
@@ -39,6 +44,15 @@ struct CostOptions {
   // Multiplies flops, activation and tensor bytes: samples per microbatch
   // divided by the graph's batch_size (1 when costs are per microbatch).
   double sample_scale = 1.0;
+  // Bytes of activations and transfers per graph byte (0.5 for bf16 on a
+  // graph exported in fp32; TrainingMemory::tensor_scale).
+  double tensor_scale = 1.0;
+  // Every stage recomputes its forward during the backward.
+  bool recompute = false;
+  // Count the loss's memory: a sink node (no consumers) keeps fp32
+  // log-probabilities of its inputs per microbatch in flight, and the stage
+  // holding it a transient fp32 gradient of them.
+  bool loss_workspace = false;
 };
 
 // Per-microbatch cost of one stage on its device.
@@ -55,14 +69,30 @@ struct StageCost {
   double param_bytes = 0;        // unique parameter bytes
   double param_state_bytes = 0;  // with gradients and optimizer state
   double activation_bytes = 0;   // per microbatch in flight
+  // Tensors the stage receives (or reads from the data loader) per
+  // microbatch: all that recomputation keeps.
+  double input_bytes = 0;
+  double transient_bytes = 0;  // the loss's gradient buffer, once
+  bool recompute = false;
 
   double comm_seconds() const { return forward_comm_seconds + backward_comm_seconds; }
   double compute_seconds() const { return forward_seconds + backward_seconds; }
   double total_seconds() const { return compute_seconds() + comm_seconds(); }
+  // What the partitioners cap: parameters and state plus kept activations.
   double memory_bytes(int inflight_microbatches) const {
-    return param_state_bytes + activation_bytes * inflight_microbatches;
+    const double kept = recompute ? input_bytes * inflight_microbatches + activation_bytes
+                                  : activation_bytes * inflight_microbatches;
+    return param_state_bytes + kept;
+  }
+  // The stage's peak: memory_bytes plus the loss's transient buffer.
+  double peak_memory_bytes(int inflight_microbatches) const {
+    return memory_bytes(inflight_microbatches) + transient_bytes;
   }
 };
+
+// Turns on recomputation for a stage evaluated without it: the backward runs
+// the forward again (as input-gradient work), and memory keeps only inputs.
+void ApplyRecompute(StageCost& stage);
 
 class CostModel {
  public:
@@ -73,16 +103,21 @@ class CostModel {
   const CostOptions& options() const { return options_; }
 
   // Seconds of node v on the cluster's fastest device, per microbatch.
+  // With recomputation the backward includes a second forward.
   double forward_ref(int v) const { return forward_ref_[v]; }
   double backward_ref(int v) const { return backward_ref_[v]; }
   double work_ref(int v) const { return forward_ref_[v] + backward_ref_[v]; }
   // Multiplier from reference seconds to seconds on device d (>= 1).
   double slowdown(int d) const { return slowdown_[d]; }
   // Bytes of edge e per microbatch.
-  double edge_bytes(int e) const { return graph_->edge(e).bytes * options_.sample_scale; }
-  double activation_bytes(int v) const {
-    return graph_->activation_bytes(v) * options_.sample_scale;
+  double edge_bytes(int e) const {
+    return graph_->edge(e).bytes * options_.sample_scale * options_.tensor_scale;
   }
+  // Bytes node v keeps per microbatch in flight (the loss's log-probabilities
+  // included when CostOptions::loss_workspace).
+  double activation_bytes(int v) const { return activation_[v]; }
+  // The loss's transient gradient buffer held by the stage of v.
+  double transient_bytes(int v) const { return transient_[v]; }
   // Bytes per parameter byte: weights + gradients + optimizer state.
   double param_state_factor() const { return 2 + options_.optimizer_state_multiplier; }
 
@@ -97,7 +132,8 @@ class CostModel {
   const Graph* graph_;
   const Cluster* cluster_;
   CostOptions options_;
-  std::vector<double> forward_ref_, backward_ref_, weight_fraction_;
+  std::vector<double> forward_ref_, backward_ref_, weight_ref_;
+  std::vector<double> activation_, transient_, source_input_;
   std::vector<double> slowdown_;
 };
 

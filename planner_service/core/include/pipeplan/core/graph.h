@@ -37,12 +37,16 @@ struct NodeSpec {
   std::optional<double> backward_seconds;
   std::string param_key;            // nodes sharing a non-empty key share parameters
   double weight_grad_fraction = 0;  // 0: one half
+  std::string module;               // qualified module path; empty: the id
+  // Outputs (EdgeSpec::output) whose tensors carry no gradient back.
+  std::vector<int> outputs_without_grad;
 };
 
 struct EdgeSpec {
   std::string src;
   std::string dst;
   double bytes = 0;  // 0: src.output_bytes
+  int output = 0;    // which of src's outputs the edge carries
 };
 
 struct GraphSpec {
@@ -50,6 +54,7 @@ struct GraphSpec {
   std::vector<NodeSpec> nodes;
   std::vector<EdgeSpec> edges;
   double batch_size = 0;
+  int element_bytes = 0;  // bytes per element the byte counts describe; 0: 4 (fp32)
 };
 
 // Inputs above these sizes are refused with RESOURCE_EXHAUSTED.
@@ -64,6 +69,7 @@ class Graph {
     int src;
     int dst;
     double bytes;  // defaults resolved
+    int output;    // which of src's outputs; edges of one output are one tensor
   };
 
   // Validates `spec` and builds the IR. Errors: INVALID_ARGUMENT naming the
@@ -79,6 +85,8 @@ class Graph {
 
   const std::string& name() const { return name_; }
   double batch_size() const { return batch_size_; }
+  // Bytes per element the graph's byte counts describe (4: fp32).
+  int element_bytes() const { return element_bytes_; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   int num_edges() const { return static_cast<int>(edges_.size()); }
 
@@ -89,6 +97,16 @@ class Graph {
   double backward_flops(int v) const;
   double activation_bytes(int v) const;
   double weight_grad_fraction(int v) const;
+  // Whether output `output` of v carries a gradient back (backward transfer).
+  bool output_needs_grad(int v, int output) const;
+  // True when some edge carries an output without gradient. The
+  // partitioners charge every tensor both ways (and a node's outputs by
+  // their largest), so their bounds hold only without such outputs.
+  bool has_outputs_without_grad() const { return has_outputs_without_grad_; }
+  // The module path of v: NodeSpec::module, or the id when that is empty.
+  const std::string& module_path(int v) const {
+    return nodes_[v].module.empty() ? nodes_[v].id : nodes_[v].module;
+  }
 
   // Edge indices leaving / entering v.
   std::span<const int> out_edges(int v) const {
@@ -125,6 +143,7 @@ class Graph {
 
   std::string name_;
   double batch_size_ = 0;
+  int element_bytes_ = 4;
   std::vector<NodeSpec> nodes_;
   std::vector<Edge> edges_;
   std::vector<int> out_begin_, out_edge_ids_, in_begin_, in_edge_ids_;
@@ -132,6 +151,7 @@ class Graph {
   std::vector<int> param_group_;
   std::vector<double> param_group_bytes_;
   int num_param_groups_ = 0;
+  bool has_outputs_without_grad_ = false;
   absl::flat_hash_map<std::string, int> index_;
 };
 

@@ -98,6 +98,12 @@ double StageMemoryCap(const PartitionProblem& problem, int stage);
 // over the stages' devices.
 double BalanceLowerBound(const PartitionProblem& problem);
 
+// The smallest factor by which every stage's memory cap must grow for some
+// split of the graph's topological order to fit (1 when one fits already):
+// an upper bound on what the best split needs, for telling the user how much
+// memory is missing.
+double MemoryScaleNeeded(const PartitionProblem& problem);
+
 // Solvers. Baselines ignore memory when splitting (their result says whether
 // it fits); the dynamic programs and the MILP respect memory caps.
 std::unique_ptr<Partitioner> MakeUniformPartitioner();    // equal node counts

@@ -1,0 +1,317 @@
+#include "pipeplan/core/placement.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pipeplan {
+namespace {
+
+// "gpu2" < "gpu10": digit runs compare as numbers, everything else bytewise.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      const std::string_view na = std::string_view(a).substr(i, ei - i);
+      const std::string_view nb = std::string_view(b).substr(j, ej - j);
+      const size_t za = na.find_first_not_of('0'), zb = nb.find_first_not_of('0');
+      const std::string_view ta = za == std::string_view::npos ? "" : na.substr(za);
+      const std::string_view tb = zb == std::string_view::npos ? "" : nb.substr(zb);
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      i = ei;
+      j = ej;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// Hosts by capability (total flops, then devices), then name.
+std::vector<std::string> HostsByCapability(const Cluster& cluster) {
+  std::map<std::string, std::pair<double, int>> hosts;
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    auto& [flops, count] = hosts[cluster.device(d).host];
+    flops += cluster.device(d).flops;
+    ++count;
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, stats] : hosts) names.push_back(name);
+  std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    return std::tie(hosts[b].first, hosts[b].second) < std::tie(hosts[a].first, hosts[a].second);
+  });
+  return names;
+}
+
+int HostIndex(const std::vector<std::string>& hosts, const std::string& host) {
+  return static_cast<int>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
+}
+
+// Devices of `order` assigned to slots by `slot_of`: devices[slot_of(i)] =
+// order[i] for the first ranks * replicas entries.
+template <typename SlotOf>
+Placement Fill(const std::vector<int>& order, int ranks, int replicas, SlotOf slot_of) {
+  Placement p{.ranks = ranks, .replicas = replicas};
+  p.devices.assign(static_cast<size_t>(ranks) * replicas, -1);
+  for (int i = 0; i < ranks * replicas; ++i) p.devices[slot_of(i)] = order[i];
+  return p;
+}
+
+void AddDistinct(const std::vector<int>& classes, Placement p, std::set<std::string>& seen,
+                 std::vector<Placement>& out) {
+  if (seen.insert(PlacementKey(classes, p)).second) out.push_back(std::move(p));
+}
+
+// Depth-first enumeration of class grids: replicas in non-decreasing
+// lexicographic order, each class used at most as often as it has devices.
+class GridEnumerator {
+ public:
+  GridEnumerator(int ranks, int replicas, std::vector<int> left, int64_t limit)
+      : p_(ranks), d_(replicas), left_(std::move(left)), limit_(limit) {
+    grid_.assign(static_cast<size_t>(p_) * d_, 0);
+  }
+
+  // False when there are more grids than the limit.
+  bool Run() {
+    Rec(0, 0, false);
+    return !overflow_;
+  }
+  const std::vector<std::vector<int>>& grids() const { return grids_; }
+
+ private:
+  void Rec(int q, int i, bool tight) {
+    if (overflow_) return;
+    if (q == d_) {
+      grids_.push_back(grid_);
+      if (static_cast<int64_t>(grids_.size()) > limit_) overflow_ = true;
+      return;
+    }
+    if (i == p_) return Rec(q + 1, 0, q + 1 < d_);
+    const int lo = tight ? grid_[(q - 1) * p_ + i] : 0;
+    for (int c = lo; c < static_cast<int>(left_.size()) && !overflow_; ++c) {
+      if (left_[c] == 0) continue;
+      --left_[c];
+      grid_[q * p_ + i] = c;
+      Rec(q, i + 1, tight && c == lo);
+      ++left_[c];
+    }
+  }
+
+  const int p_, d_;
+  std::vector<int> left_;
+  const int64_t limit_;
+  std::vector<int> grid_;
+  std::vector<std::vector<int>> grids_;
+  bool overflow_ = false;
+};
+
+}  // namespace
+
+std::vector<int> Placement::Group(int rank) const {
+  std::vector<int> out;
+  for (int q = 0; q < replicas; ++q) out.push_back(device(q, rank));
+  return out;
+}
+
+std::vector<int> Placement::Pipeline(int replica) const {
+  return {devices.begin() + replica * ranks, devices.begin() + (replica + 1) * ranks};
+}
+
+std::vector<int> CanonicalDeviceOrder(const Cluster& cluster) {
+  std::vector<int> order(cluster.num_devices());
+  for (int d = 0; d < cluster.num_devices(); ++d) order[d] = d;
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const DeviceSpec& x = cluster.device(a);
+    const DeviceSpec& y = cluster.device(b);
+    if (x.host != y.host) return NaturalLess(x.host, y.host);
+    if (x.flops != y.flops) return x.flops > y.flops;
+    if (x.memory_bytes != y.memory_bytes) return x.memory_bytes > y.memory_bytes;
+    return NaturalLess(x.id, y.id);
+  });
+  return order;
+}
+
+std::vector<int> DeviceClasses(const Cluster& cluster) {
+  std::vector<int> classes(cluster.num_devices(), -1);
+  std::map<std::tuple<std::string, double, double>, int> by_key;
+  int next = 0;
+  for (int d : CanonicalDeviceOrder(cluster)) {
+    const DeviceSpec& dev = cluster.device(d);
+    if (cluster.has_own_links(d)) {
+      classes[d] = next++;
+      continue;
+    }
+    auto [it, inserted] = by_key.emplace(std::tuple(dev.host, dev.flops, dev.memory_bytes), next);
+    if (inserted) ++next;
+    classes[d] = it->second;
+  }
+  return classes;
+}
+
+std::string PlacementKey(const std::vector<int>& classes, const Placement& placement) {
+  std::vector<std::string> rows;
+  for (int q = 0; q < placement.replicas; ++q) {
+    std::vector<int> row;
+    for (int r = 0; r < placement.ranks; ++r) row.push_back(classes[placement.device(q, r)]);
+    rows.push_back(absl::StrJoin(row, ","));
+  }
+  std::sort(rows.begin(), rows.end());
+  return absl::StrJoin(rows, ";");
+}
+
+std::optional<std::vector<Placement>> AllPlacements(const Cluster& cluster, int ranks, int replicas,
+                                                    int64_t limit) {
+  const std::vector<int> classes = DeviceClasses(cluster);
+  const int num_classes = *std::max_element(classes.begin(), classes.end()) + 1;
+  std::vector<std::vector<int>> members(num_classes);
+  for (int d : CanonicalDeviceOrder(cluster)) members[classes[d]].push_back(d);
+  std::vector<int> left(num_classes);
+  for (int c = 0; c < num_classes; ++c) left[c] = static_cast<int>(members[c].size());
+  GridEnumerator grids(ranks, replicas, left, limit);
+  if (!grids.Run()) return std::nullopt;
+  std::vector<Placement> out;
+  out.reserve(grids.grids().size());
+  for (const std::vector<int>& grid : grids.grids()) {
+    Placement p{.ranks = ranks, .replicas = replicas};
+    std::vector<int> used(num_classes, 0);
+    for (int c : grid) p.devices.push_back(members[c][used[c]++]);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<Placement> LayoutPlacements(const Cluster& cluster, int ranks, int replicas) {
+  const std::vector<int> classes = DeviceClasses(cluster);
+  const std::vector<std::string> hosts = HostsByCapability(cluster);
+  const std::vector<int> canonical = CanonicalDeviceOrder(cluster);
+  std::vector<int> packed = canonical;
+  std::stable_sort(packed.begin(), packed.end(), [&](int a, int b) {
+    return HostIndex(hosts, cluster.device(a).host) < HostIndex(hosts, cluster.device(b).host);
+  });
+  std::vector<Placement> out;
+  std::set<std::string> seen;
+  // Pipelines within hosts; then rank groups within hosts.
+  AddDistinct(classes, Fill(packed, ranks, replicas, [](int i) { return i; }), seen, out);
+  AddDistinct(
+      classes,
+      Fill(packed, ranks, replicas, [&](int i) { return (i % replicas) * ranks + i / replicas; }),
+      seen, out);
+  // Fastest devices dealt to replicas in snake order so each replica gets a
+  // like share of speed; within a replica host-mates stay adjacent and the
+  // larger memories take the first ranks (they hold the most in flight).
+  std::vector<int> fastest = canonical;
+  std::stable_sort(fastest.begin(), fastest.end(), [&](int a, int b) {
+    return std::tie(cluster.device(b).flops, cluster.device(b).memory_bytes) <
+           std::tie(cluster.device(a).flops, cluster.device(a).memory_bytes);
+  });
+  std::vector<std::vector<int>> dealt(replicas);
+  for (int i = 0; i < ranks * replicas; ++i) {
+    const int round = i / replicas, pos = i % replicas;
+    dealt[round % 2 == 0 ? pos : replicas - 1 - pos].push_back(fastest[i]);
+  }
+  Placement balanced{.ranks = ranks, .replicas = replicas};
+  for (std::vector<int>& pipeline : dealt) {
+    std::stable_sort(pipeline.begin(), pipeline.end(), [&](int a, int b) {
+      const int ha = HostIndex(hosts, cluster.device(a).host);
+      const int hb = HostIndex(hosts, cluster.device(b).host);
+      return std::tie(ha, cluster.device(b).memory_bytes) <
+             std::tie(hb, cluster.device(a).memory_bytes);
+    });
+    balanced.devices.insert(balanced.devices.end(), pipeline.begin(), pipeline.end());
+  }
+  AddDistinct(classes, std::move(balanced), seen, out);
+  return out;
+}
+
+std::vector<Placement> SwapNeighbours(const Cluster& cluster, const Placement& placement) {
+  const std::vector<int> classes = DeviceClasses(cluster);
+  const int slots = static_cast<int>(placement.devices.size());
+  std::set<std::string> seen = {PlacementKey(classes, placement)};
+  std::vector<Placement> out;
+  for (int i = 0; i < slots; ++i) {
+    for (int j = i + 1; j < slots; ++j) {
+      if (classes[placement.devices[i]] == classes[placement.devices[j]]) continue;
+      Placement next = placement;
+      std::swap(next.devices[i], next.devices[j]);
+      AddDistinct(classes, std::move(next), seen, out);
+    }
+  }
+  std::vector<char> used(cluster.num_devices(), 0);
+  for (int d : placement.devices) used[d] = 1;
+  std::map<int, int> unused_of_class;  // class -> first unused device, canonically
+  for (int d : CanonicalDeviceOrder(cluster)) {
+    if (!used[d]) unused_of_class.emplace(classes[d], d);
+  }
+  for (int i = 0; i < slots; ++i) {
+    for (const auto& [c, d] : unused_of_class) {
+      if (c == classes[placement.devices[i]]) continue;
+      Placement next = placement;
+      next.devices[i] = d;
+      AddDistinct(classes, std::move(next), seen, out);
+    }
+  }
+  return out;
+}
+
+Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement) {
+  const int p = placement.ranks;
+  std::vector<DeviceSpec> devices(p);
+  std::vector<double> bandwidth(static_cast<size_t>(p) * p, 1), latency(static_cast<size_t>(p) * p);
+  for (int r = 0; r < p; ++r) {
+    DeviceSpec& dev = devices[r];
+    dev.id = absl::StrCat("rank", r);
+    dev.host = dev.id;
+    dev.flops = std::numeric_limits<double>::infinity();
+    dev.memory_bytes = std::numeric_limits<double>::infinity();
+    for (int q = 0; q < placement.replicas; ++q) {
+      const DeviceSpec& real = cluster.device(placement.device(q, r));
+      dev.flops = std::min(dev.flops, real.flops);
+      dev.memory_bytes = std::min(dev.memory_bytes, real.memory_bytes);
+    }
+    for (int s = 0; s < p; ++s) {
+      if (s == r) continue;
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      for (int q = 0; q < placement.replicas; ++q) {
+        bw = std::min(bw, cluster.bandwidth(placement.device(q, r), placement.device(q, s)));
+        lat = std::max(lat, cluster.latency(placement.device(q, r), placement.device(q, s)));
+      }
+      bandwidth[r * p + s] = bw;
+      latency[r * p + s] = lat;
+    }
+  }
+  return Cluster::FromResolved(std::move(devices), std::move(bandwidth), std::move(latency),
+                               cluster.max_flops());
+}
+
+double RingAllReduceSeconds(const Cluster& cluster, std::span<const int> group, double bytes) {
+  const int d = static_cast<int>(group.size());
+  if (d <= 1 || bytes <= 0) return 0;
+  std::vector<int> ring(group.begin(), group.end());
+  std::sort(ring.begin(), ring.end(), [&](int a, int b) {
+    const DeviceSpec& x = cluster.device(a);
+    const DeviceSpec& y = cluster.device(b);
+    if (x.host != y.host) return NaturalLess(x.host, y.host);
+    return NaturalLess(x.id, y.id);
+  });
+  double slowest = 0;
+  for (int i = 0; i < d; ++i) {
+    const int a = ring[i], b = ring[(i + 1) % d];
+    slowest = std::max(slowest, bytes / d / cluster.bandwidth(a, b) + cluster.latency(a, b));
+  }
+  return 2.0 * (d - 1) * slowest;
+}
+
+}  // namespace pipeplan

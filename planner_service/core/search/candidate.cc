@@ -1,0 +1,166 @@
+#include "candidate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/status/status.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/status_macros.h"
+#include "split.h"
+
+namespace pipeplan::search {
+namespace {
+
+// Microbatches in flight on each stage at its peak: simulate the schedule once
+// with unit costs and read the peak activation count per stage.
+absl::StatusOr<std::vector<int>> InflightPerStage(const schedule::PipelineSchedule& sched) {
+  const auto costs = schedule::StageCosts::Uniform(sched.num_stages, 1, 1, 1);
+  PIPEPLAN_ASSIGN_OR_RETURN(auto sim, schedule::Simulate(sched, costs));
+  return sim.peak_inflight_per_stage;
+}
+
+// One replica's pipeline on its own devices.
+struct ReplicaRun {
+  std::vector<StageCost> stages;
+  schedule::SimulationResult sim;
+  int copies = 0;  // replicas with the same devices up to interchangeable ones
+};
+
+absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
+                                      const schedule::PipelineSchedule& sched,
+                                      const std::vector<int>& stage_device) {
+  ReplicaRun run;
+  PIPEPLAN_ASSIGN_OR_RETURN(run.stages,
+                            real.Evaluate(split.solve.partition.stage_of_node, stage_device));
+  for (size_t s = 0; s < run.stages.size(); ++s) {
+    if (split.recompute[s]) ApplyRecompute(run.stages[s]);
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(run.sim, schedule::Simulate(sched, SimulatorCosts(run.stages)));
+  return run;
+}
+
+// Every distinct replica, replica 0 first.
+absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, const CostModel& real,
+                                                    const Split& split,
+                                                    const schedule::PipelineSchedule& sched,
+                                                    const Placement& placement) {
+  std::vector<ReplicaRun> runs;
+  std::map<std::vector<int>, size_t> seen;  // class of every rank's device -> run
+  for (int q = 0; q < placement.replicas; ++q) {
+    std::vector<int> classes;
+    for (int r = 0; r < placement.ranks; ++r) {
+      classes.push_back(ctx.device_class[placement.device(q, r)]);
+    }
+    if (auto it = seen.find(classes); it != seen.end()) {
+      ++runs[it->second].copies;
+      continue;
+    }
+    std::vector<int> stage_device;
+    for (int s = 0; s < sched.num_stages; ++s) {
+      stage_device.push_back(placement.device(q, sched.stage_to_rank[s]));
+    }
+    PIPEPLAN_ASSIGN_OR_RETURN(ReplicaRun run, RunReplica(real, split, sched, stage_device));
+    run.copies = 1;
+    seen.emplace(std::move(classes), runs.size());
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+// Step time with every rank's gradient all-reduce after its last backward
+// in every replica; fills the all-reduce fields of `plan`.
+void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sched,
+                  const Placement& placement, const std::vector<ReplicaRun>& runs,
+                  PlanResult& plan) {
+  const double gradient_scale = TrainingMemoryOf(*ctx.options, *ctx.graph).gradient_scale;
+  const std::vector<StageCost>& stages = runs.front().stages;
+  std::vector<double> rank_bytes(placement.ranks, 0);
+  for (int s = 0; s < sched.num_stages; ++s) {
+    rank_bytes[sched.stage_to_rank[s]] += stages[s].param_bytes * gradient_scale;
+  }
+  double pipeline_step = 0, busy = 0;
+  for (const ReplicaRun& run : runs) {
+    pipeline_step = std::max(pipeline_step, run.sim.step_seconds);
+    for (double b : run.sim.busy_seconds) busy += b * run.copies;
+  }
+  double step = pipeline_step;
+  std::vector<double> rank_seconds(placement.ranks, 0);
+  for (int r = 0; r < placement.ranks; ++r) {
+    rank_seconds[r] = RingAllReduceSeconds(*ctx.cluster, placement.Group(r), rank_bytes[r]);
+    double finish = 0;
+    for (const ReplicaRun& run : runs) finish = std::max(finish, run.sim.finish_seconds[r]);
+    step = std::max(step, finish + rank_seconds[r]);
+  }
+  plan.stage_allreduce_seconds.assign(sched.num_stages, 0);
+  for (int s = 0; s < sched.num_stages; ++s) {
+    const int r = sched.stage_to_rank[s];
+    if (rank_bytes[r] > 0) {
+      plan.stage_allreduce_seconds[s] =
+          rank_seconds[r] * stages[s].param_bytes * gradient_scale / rank_bytes[r];
+    }
+  }
+  plan.step_seconds = step;
+  plan.allreduce_exposed_seconds = step - pipeline_step;
+  const double slots = static_cast<double>(placement.ranks) * placement.replicas;
+  plan.bubble_ratio = step > 0 ? std::max(0.0, 1 - busy / (slots * step)) : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Candidate& c,
+                                             const Placement& placement, PartitionMethod method,
+                                             double* needed_scale) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
+  const CostOptions co = CostOptionsFor(*ctx.graph, *ctx.options, c.microbatches, c.replicas);
+  const Cluster pipeline = WorstReplicaCluster(*ctx.cluster, placement);
+  SplitInputs in{.graph = ctx.graph,
+                 .groups = ctx.groups,
+                 .pipeline = &pipeline,
+                 .cost_options = co,
+                 .stage_inflight = inflight,
+                 .deadline = ctx.deadline,
+                 .relative_gap = ctx.gap,
+                 .cancelled = ctx.options->cancelled,
+                 .log = ctx.options->solver_log};
+  for (int s = 0; s < sched.num_stages; ++s) {
+    const int rank = sched.stage_to_rank[s];
+    in.stage_device.push_back(rank);
+    in.stage_cap.push_back(pipeline.device(rank).memory_bytes / c.chunks_per_rank);
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(Split split, SolveSplit(in, method, needed_scale));
+  const CostModel real(*ctx.graph, *ctx.cluster, co);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<ReplicaRun> runs,
+                            RunReplicas(ctx, real, split, sched, placement));
+  PlanResult plan = std::move(split.solve);
+  plan.partition.stages = runs.front().stages;
+  plan.stage_device.clear();
+  for (int s = 0; s < sched.num_stages; ++s) {
+    plan.stage_device.push_back(placement.device(0, sched.stage_to_rank[s]));
+  }
+  plan.stage_inflight = std::move(inflight);
+  plan.stage_peak_memory = std::move(split.stage_memory);
+  plan.stage_recompute = std::move(split.recompute);
+  plan.num_ranks = c.ranks;
+  plan.num_replicas = c.replicas;
+  plan.rank_device = placement.devices;
+  plan.schedule = c.kind;
+  plan.chunks_per_rank = c.chunks_per_rank;
+  plan.microbatches = c.microbatches;
+  plan.comm_model = ctx.options->comm_model;
+  plan.sample_scale = co.sample_scale;
+  plan.degenerate = std::any_of(plan.partition.stages.begin(), plan.partition.stages.end(),
+                                [](const StageCost& s) { return !(s.compute_seconds() > 0); });
+  AddAllReduce(ctx, sched, placement, runs, plan);
+  return plan;
+}
+
+double SecondsPerUnit(const SearchContext& ctx, const PlanResult& plan) {
+  const bool same_samples = ctx.options->global_batch > 0 && ctx.graph->batch_size() > 0;
+  if (same_samples) return plan.step_seconds;
+  return plan.step_seconds / (static_cast<double>(plan.microbatches) * plan.num_replicas);
+}
+
+}  // namespace pipeplan::search

@@ -1,0 +1,61 @@
+// One point of the planner's search and how it is scored: ranks, replicas,
+// schedule and microbatches on a placement. The split is planned for the
+// placement's worst replica (split.h); every distinct replica is then
+// evaluated on its own devices and simulated; each rank's gradients are
+// all-reduced over its replica group once the rank's last backward is done
+// in every replica, so the all-reduce of a rank that finishes early overlaps
+// the cool-down of the others. The step ends when the slowest pipeline and
+// the last all-reduce are done.
+//
+// Internal to the planner. Thread safety: reentrant.
+#ifndef PIPEPLAN_CORE_SEARCH_CANDIDATE_H_
+#define PIPEPLAN_CORE_SEARCH_CANDIDATE_H_
+
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pipeplan/core/cluster.h"
+#include "pipeplan/core/cut_groups.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/core/placement.h"
+#include "pipeplan/core/planner.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+
+namespace pipeplan::search {
+
+struct Candidate {
+  schedule::ScheduleKind kind = schedule::ScheduleKind::k1F1B;
+  int ranks = 1;
+  int replicas = 1;
+  int chunks_per_rank = 1;
+  int microbatches = 1;  // per replica
+};
+
+// What every evaluation of one MakePlan call shares.
+struct SearchContext {
+  const Graph* graph = nullptr;
+  const GroupedGraph* groups = nullptr;  // null: cut anywhere
+  const Cluster* cluster = nullptr;
+  const PlanOptions* options = nullptr;
+  std::vector<int> device_class;  // DeviceClasses(cluster)
+  absl::Time deadline = absl::InfiniteFuture();
+  double gap = 0.01;
+};
+
+// The candidate on `placement`, split with `method`. On FAILED_PRECONDITION
+// `needed_scale` receives how much every device's memory would have to grow
+// (see SolveSplit).
+absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& context,
+                                             const Candidate& candidate, const Placement& placement,
+                                             PartitionMethod method,
+                                             double* needed_scale = nullptr);
+
+// Seconds per sample (or per microbatch of the graph's batch when the batch
+// cannot be rescaled): the quantity the search minimizes.
+double SecondsPerUnit(const SearchContext& context, const PlanResult& plan);
+
+}  // namespace pipeplan::search
+
+#endif  // PIPEPLAN_CORE_SEARCH_CANDIDATE_H_

@@ -1,0 +1,134 @@
+#include "split.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan::search {
+namespace {
+
+// Rounds of cap tightening before a split is declared not to fit.
+constexpr int kMemoryRounds = 4;
+
+const Graph& SplitGraph(const SplitInputs& in) {
+  return in.groups != nullptr ? *in.groups->graph : *in.graph;
+}
+
+// The partitioners' view of one attempt: in-flight counts (one microbatch of
+// activations when recomputing) and caps less what they do not see.
+PartitionProblem ViewProblem(const SplitInputs& in, const CostModel& view, bool recompute,
+                             const std::vector<double>& reserve) {
+  PartitionProblem p{.cost = &view,
+                     .stage_device = in.stage_device,
+                     .deadline = in.deadline,
+                     .relative_gap = in.relative_gap,
+                     .warm_start = in.warm_start,
+                     .cancelled = in.cancelled,
+                     .log = in.log};
+  for (size_t s = 0; s < in.stage_device.size(); ++s) {
+    p.stage_inflight.push_back(recompute ? 1 : in.stage_inflight[s]);
+    p.stage_memory_cap.push_back(std::max(0.0, in.stage_cap[s] - reserve[s]));
+  }
+  return p;
+}
+
+// The exact stages of a split, recomputing where (and only where) memory
+// needs it; false in `fits` with the shortfall added to `reserve` when a
+// stage is still over its cap.
+std::vector<StageCost> ExactStages(const SplitInputs& in, std::vector<StageCost> stages,
+                                   bool recompute, Split& out, std::vector<double>& reserve,
+                                   bool& fits) {
+  const int k = static_cast<int>(stages.size());
+  out.recompute.assign(k, 0);
+  out.stage_memory.assign(k, 0);
+  fits = true;
+  for (int s = 0; s < k; ++s) {
+    const int inflight = in.stage_inflight[s];
+    if (recompute && stages[s].peak_memory_bytes(inflight) > in.stage_cap[s]) {
+      ApplyRecompute(stages[s]);
+      out.recompute[s] = 1;
+    }
+    const double peak = stages[s].peak_memory_bytes(inflight);
+    out.stage_memory[s] = peak;
+    if (peak > in.stage_cap[s] * (1 + 1e-9)) {
+      fits = false;
+      reserve[s] += (peak - in.stage_cap[s]) * 1.01 + 1;
+    }
+  }
+  return stages;
+}
+
+absl::StatusOr<Split> Attempt(const SplitInputs& in, PartitionMethod method, bool recompute) {
+  CostOptions view_options = in.cost_options;
+  view_options.recompute = recompute;
+  const CostModel view(SplitGraph(in), *in.pipeline, view_options);
+  const CostModel exact(*in.graph, *in.pipeline, in.cost_options);
+  const int k = static_cast<int>(in.stage_device.size());
+  std::vector<double> reserve(k, 0);
+  // The loss sits on the last stage; its transient buffer is not in the
+  // partitioners' memory rows.
+  for (int v = 0; v < in.graph->num_nodes(); ++v) reserve[k - 1] += exact.transient_bytes(v);
+  double first_bound = -1;
+  for (int round = 0; round < kMemoryRounds; ++round) {
+    PIPEPLAN_ASSIGN_OR_RETURN(PlanResult solved,
+                              SolvePartition(ViewProblem(in, view, recompute, reserve), method));
+    // A bound under tightened caps need not hold under the real ones.
+    if (first_bound < 0) first_bound = solved.lower_bound;
+    std::vector<int> stage_of_node = in.groups != nullptr
+                                         ? in.groups->Expand(solved.partition.stage_of_node)
+                                         : solved.partition.stage_of_node;
+    PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
+                              exact.Evaluate(stage_of_node, in.stage_device));
+    Split out;
+    bool fits = false;
+    stages = ExactStages(in, std::move(stages), recompute, out, reserve, fits);
+    if (fits) {
+      Partition& part = solved.partition;
+      part.stage_of_node = std::move(stage_of_node);
+      part.stages = std::move(stages);
+      part.objective = BottleneckSeconds(part.stages);
+      part.fits_memory = true;
+      // Recomputation only adds work; a bound proven with it on every stage
+      // does not hold for a split that recomputes fewer.
+      double bound = std::min(first_bound, part.objective);
+      if (recompute || in.graph->has_outputs_without_grad()) {
+        const PartitionProblem plain{
+            .cost = &exact, .stage_device = in.stage_device, .stage_inflight = in.stage_inflight};
+        bound = std::min(bound, BalanceLowerBound(plain));
+      }
+      solved.lower_bound = part.lower_bound = bound;
+      solved.gap =
+          part.objective > 0 ? std::max(0.0, (part.objective - bound) / part.objective) : 0;
+      out.solve = std::move(solved);
+      return out;
+    }
+    if (in.deadline <= absl::Now()) break;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("no split into ", k, " stages fits in memory", recompute ? " recomputing" : ""));
+}
+
+}  // namespace
+
+absl::StatusOr<Split> SolveSplit(const SplitInputs& inputs, PartitionMethod method,
+                                 double* needed_scale) {
+  absl::StatusOr<Split> plain = Attempt(inputs, method, /*recompute=*/false);
+  if (plain.ok() || plain.status().code() != absl::StatusCode::kFailedPrecondition) return plain;
+  absl::StatusOr<Split> recomputed = Attempt(inputs, method, /*recompute=*/true);
+  if (recomputed.ok() || recomputed.status().code() != absl::StatusCode::kFailedPrecondition) {
+    return recomputed;
+  }
+  if (needed_scale != nullptr) {
+    CostOptions view_options = inputs.cost_options;
+    view_options.recompute = true;
+    const CostModel view(SplitGraph(inputs), *inputs.pipeline, view_options);
+    const std::vector<double> none(inputs.stage_device.size(), 0);
+    *needed_scale = MemoryScaleNeeded(ViewProblem(inputs, view, true, none));
+  }
+  return recomputed;
+}
+
+}  // namespace pipeplan::search
