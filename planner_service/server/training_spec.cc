@@ -90,6 +90,15 @@ absl::Status ApplyTrainingSpec(const v1::TrainingSpec& spec, v1::PlanRequest* re
                                                    options->microbatches()));
   }
   options->set_global_batch(batch);
+  // Plan for the memory the worker's training will use, unless the request
+  // says otherwise: its optimizer's state, and fp32 (the torch executor
+  // trains in the package's dtype, float32 by default).
+  if (options->optimizer() == v1::OPTIMIZER_DEFAULT) {
+    options->set_optimizer(opt == "sgd"
+                               ? (spec.momentum() > 0 ? v1::OPTIMIZER_MOMENTUM : v1::OPTIMIZER_SGD)
+                               : v1::OPTIMIZER_ADAM);
+  }
+  if (options->precision() == v1::PRECISION_DEFAULT) options->set_precision(v1::PRECISION_FP32);
   return absl::OkStatus();
 }
 

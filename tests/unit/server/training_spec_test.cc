@@ -39,6 +39,26 @@ TEST(ApplyTrainingSpec, PlansForTheTrainingBatch) {
   EXPECT_EQ(request.options().global_batch(), 32);
 }
 
+TEST(ApplyTrainingSpec, PlansForTheTrainingsMemory) {
+  v1::PlanRequest request;
+  ASSERT_TRUE(ApplyTrainingSpec(Valid(), &request).ok());
+  EXPECT_EQ(request.options().optimizer(), v1::OPTIMIZER_ADAM);
+  EXPECT_EQ(request.options().precision(), v1::PRECISION_FP32);
+  v1::TrainingSpec sgd = Valid();
+  sgd.set_optimizer("sgd");
+  sgd.set_momentum(0.9);
+  request = {};
+  ASSERT_TRUE(ApplyTrainingSpec(sgd, &request).ok());
+  EXPECT_EQ(request.options().optimizer(), v1::OPTIMIZER_MOMENTUM);
+  // What the request states wins.
+  request = {};
+  request.mutable_options()->set_optimizer(v1::OPTIMIZER_SGD);
+  request.mutable_options()->set_precision(v1::PRECISION_BF16_MIXED);
+  ASSERT_TRUE(ApplyTrainingSpec(Valid(), &request).ok());
+  EXPECT_EQ(request.options().optimizer(), v1::OPTIMIZER_SGD);
+  EXPECT_EQ(request.options().precision(), v1::PRECISION_BF16_MIXED);
+}
+
 TEST(ApplyTrainingSpec, ErrorsNameTheField) {
   auto with = [](auto edit) {
     v1::TrainingSpec t = Valid();

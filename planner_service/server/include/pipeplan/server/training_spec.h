@@ -15,8 +15,9 @@ namespace pipeplan::server {
 // is not trainable. With a valid spec the request plans for its batch:
 // options.global_batch is set to training.batch_size (INVALID_ARGUMENT when
 // the request already asks for another global batch, or for a microbatch
-// count that does not divide it). An empty spec (planning-only job) is OK
-// and leaves `request` alone.
+// count that does not divide it), and the memory model follows the training
+// when the request leaves it open: the spec's optimizer, fp32 precision. An
+// empty spec (planning-only job) is OK and leaves `request` alone.
 absl::Status ApplyTrainingSpec(const v1::TrainingSpec& spec, v1::PlanRequest* request);
 
 }  // namespace pipeplan::server
