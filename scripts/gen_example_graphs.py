@@ -71,9 +71,10 @@ from pipeplan_graph_check import validate  # noqa: E402
 class GraphBuilder:
     """Collects nodes and edges in topological order."""
 
-    def __init__(self, name, batch_size):
+    def __init__(self, name, batch_size, element_bytes=4):
         self.name = name
         self.batch_size = batch_size
+        self.element_bytes = element_bytes
         self.nodes = []
         self.edges = []
         self._out = {}
@@ -112,8 +113,11 @@ class GraphBuilder:
         return node_id
 
     def to_dict(self):
-        return {"name": self.name, "batch_size": self.batch_size,
-                "nodes": self.nodes, "edges": self.edges}
+        out = {"name": self.name, "batch_size": self.batch_size}
+        if self.element_bytes != 4:
+            out["element_bytes"] = self.element_bytes
+        out.update({"nodes": self.nodes, "edges": self.edges})
+        return out
 
 
 # ---------------------------------------------------------------------------
@@ -140,7 +144,7 @@ def gpt_graph(name, layers, hidden, heads, seq, vocab=50257, micro_batch=1, dtyp
     e = dtype_bytes
     act = t * h * e  # one (b, s, h) activation tensor
     scores = b * a * s * s  # elements of one attention score tensor
-    g = GraphBuilder(name, micro_batch)
+    g = GraphBuilder(name, micro_batch, element_bytes=dtype_bytes)
 
     # Embeddings.
     ids = g.add("input_ids", "placeholder", output_bytes=t * 8)
@@ -240,7 +244,7 @@ class CnnBuilder:
     """Layer-granularity CNN nodes with shapes tracked per node."""
 
     def __init__(self, name, batch, image=224, dtype_bytes=4):
-        self.g = GraphBuilder(name, batch)
+        self.g = GraphBuilder(name, batch, element_bytes=dtype_bytes)
         self.n = batch
         self.e = dtype_bytes
         self.shape = {}  # id -> (C, H, W)
@@ -368,6 +372,29 @@ def resnet50_graph(batch=32):
     return c.g.to_dict()
 
 
+def deep_resnet_graph(blocks=(3, 16, 72, 3), batch=32, name="cnn_1k"):
+    """A bottleneck ResNet deeper than ResNet-152 (about 1K nodes by default)."""
+    c = CnnBuilder(name, batch)
+    x = c.conv("conv1", c.input, 64, 7, stride=2, pad=3)
+    x = c.relu("relu", c.bn("bn1", x))
+    x = c.pool("maxpool", x, 3, 2, 1)
+    for stage, (count, width, stride) in enumerate(
+            zip(blocks, (64, 128, 256, 512), (1, 2, 2, 2)), start=1):
+        for blk in range(count):
+            p = "layer%d.%d." % (stage, blk)
+            s = stride if blk == 0 else 1
+            identity = x
+            y = c.relu(p + "relu1", c.bn(p + "bn1", c.conv(p + "conv1", x, width, 1)))
+            y = c.relu(p + "relu2", c.bn(p + "bn2", c.conv(p + "conv2", y, width, 3, stride=s)))
+            y = c.bn(p + "bn3", c.conv(p + "conv3", y, width * 4, 1))
+            if blk == 0:
+                identity = c.bn(p + "downsample.1",
+                                c.conv(p + "downsample.0", x, width * 4, 1, stride=s))
+            x = c.relu(p + "relu3", c.add(p + "add", y, identity))
+    c.head(x)
+    return c.g.to_dict()
+
+
 def inception_like_graph(batch=32):
     """GoogLeNet layout (torchvision's, 3x3 in the third branch), no aux heads."""
     c = CnnBuilder("inception_like", batch)
@@ -412,7 +439,7 @@ def chain_small_graph():
     """A 12-node MLP chain: input, 5 x (linear, gelu), loss. Batch 64, bf16."""
     n, e = 64, 2
     widths = [4096, 8192, 8192, 16384, 8192, 4096]
-    g = GraphBuilder("chain_small", n)
+    g = GraphBuilder("chain_small", n, element_bytes=e)
     x = g.add("input", "placeholder", output_bytes=n * widths[0] * e)
     for i in range(5):
         k, m = widths[i], widths[i + 1]
@@ -452,6 +479,22 @@ def cluster_4_mixed():
                    "latency_seconds": 1e-5}],
         "intra_host_bandwidth": 2e11, "inter_host_bandwidth": 1.25e10,
         "intra_host_latency": 5e-6, "inter_host_latency": 2e-5}
+
+
+def cluster_8x8_h100():
+    """64 H100s on 8 hosts: the planner's scale benchmark (bench/search_bench.cc)."""
+    return {"devices": [{"id": "node%d-gpu%d" % (h, i), "host": "node%d" % h, "flops": 4e14,
+                         "memory_bytes": 80e9} for h in range(8) for i in range(8)],
+            "intra_host_bandwidth": 3e11, "inter_host_bandwidth": 2.5e10}
+
+
+def bench_files():
+    """Inputs of bench/search_bench.cc, generated on demand (not committed)."""
+    return [
+        ("gpt2_xl.json", lambda: gpt_graph("gpt2_xl", layers=48, hidden=1600, heads=25, seq=1024)),
+        ("cnn_1k.json", deep_resnet_graph),
+        ("cluster_8x8_h100.json", cluster_8x8_h100),
+    ]
 
 
 def cluster_16_small_mem():
@@ -540,7 +583,15 @@ def main(argv=None):
     parser.add_argument("--hidden", type=int, default=2048,
                         help="hidden size of --synthetic-transformer (default 2048)")
     parser.add_argument("--out", help="output file of --synthetic-transformer")
+    parser.add_argument("--bench-dir", help="write only the search benchmark's inputs "
+                        "(GPT-2-XL-like graph, 1K-node CNN, 64-device cluster) to this directory")
     args = parser.parse_args(argv)
+
+    if args.bench_dir:
+        os.makedirs(args.bench_dir, exist_ok=True)
+        for filename, make in bench_files():
+            write(os.path.join(args.bench_dir, filename), make())
+        return 0
 
     if args.synthetic_transformer is not None:
         if not args.out:

@@ -39,6 +39,8 @@ Per node:
                     first lists it (names joined with '+' for several), so nodes that
                     use the same tensors (tied weights, a module called twice) share
                     a key and the planner stores them once per stage.
+  module            the qualified name of the module the node was traced in
+                    (a leaf module's own name), for PlanOptions.cut_granularity.
   output_bytes      bytes of the node's output (summed over tuple outputs).
   activation_bytes  what autograd keeps alive for backward, charged once to the node
                     that produced the tensor (a Linear saves its input, so its
@@ -575,6 +577,16 @@ class PipeplanTracer(torch.fx.Tracer):
             return False
         return super().is_leaf_module(m, module_qualified_name)
 
+    def create_proxy(self, kind, target, args, kwargs, *rest, **kw):
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **kw)
+        # The module a node was traced inside: the planner's cut granularity
+        # (module:DEPTH, layer) keeps such modules whole.
+        if kind == "call_module":
+            proxy.node.meta["pipeplan_module"] = target
+        elif self.module_stack:
+            proxy.node.meta["pipeplan_module"] = self.module_stack[-1]
+        return proxy
+
     def call_module(self, m, forward, args, kwargs):
         name = self.path_of_module(m)
         if self.is_leaf_module(m, name):
@@ -1015,6 +1027,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
         out_bytes = _tensor_bytes(node)
         act = d["extra"] + (out_bytes if node in charged else 0.0)
         entry = {"id": node.name, "op": d["kind"]}
+        if node.meta.get("pipeplan_module"):
+            entry["module"] = node.meta["pipeplan_module"]
         if d["flops"]:
             entry["forward_flops"] = float(d["flops"])
         if d["param_bytes"]:
@@ -1037,6 +1051,11 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
             edges.append({"src": src.name, "dst": node.name,
                           "bytes": _edge_bytes(src, node)})
     graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
+    # Bytes per element of the model's floating-point parameters: the memory
+    # model scales the byte counts to the training precision from there.
+    element = next((p.element_size() for p in module.parameters() if p.is_floating_point()), 4)
+    if element != 4:
+        graph["element_bytes"] = element
     if package is not None:
         if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
             sys.path.append(os.path.dirname(os.path.abspath(__file__)))

@@ -13,11 +13,12 @@ duplicate node ids, negative or non-finite numbers, weight_grad_fraction over
 
 import math
 
-GRAPH_FIELDS = frozenset({"name", "nodes", "edges", "batch_size"})
+GRAPH_FIELDS = frozenset({"name", "nodes", "edges", "batch_size", "element_bytes"})
 NODE_FIELDS = frozenset({"id", "op", "forward_flops", "backward_flops", "param_bytes",
                          "activation_bytes", "output_bytes", "forward_seconds",
-                         "backward_seconds", "param_key", "weight_grad_fraction"})
-EDGE_FIELDS = frozenset({"src", "dst", "bytes"})
+                         "backward_seconds", "param_key", "weight_grad_fraction", "module",
+                         "outputs_without_grad"})
+EDGE_FIELDS = frozenset({"src", "dst", "bytes", "output"})
 
 
 def _check_fields(what, obj, allowed):
