@@ -118,6 +118,12 @@ std::string FormatPlanTable(const v1::Plan& plan) {
                                  : "",
       plan.comm_model() == v1::COMM_RELAY ? "relay" : "direct", HumanSeconds(plan.step_seconds()),
       100 * plan.bubble_ratio(), HumanSeconds(plan.bottleneck_seconds()));
+  if (!plan.placement().empty()) {
+    absl::StrAppendFormat(&out,
+                          "placement %s; search gap %.1f%% (to a step's work spread perfectly "
+                          "over the fastest devices)\n",
+                          plan.placement(), 100 * plan.search_gap());
+  }
   absl::StrAppend(&out, ReplicaRows(plan), SolverRows(plan.solver()));
   if (plan.alternatives_size() > 0) {
     absl::StrAppend(&out, "runners-up:\n");

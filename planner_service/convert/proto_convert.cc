@@ -319,6 +319,7 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
   AddReplicas(cluster, plan, out);
   out.set_allreduce_exposed_seconds(plan.allreduce_exposed_seconds);
   out.set_placement(plan.placement);
+  out.set_search_gap(plan.search_gap);
   return out;
 }
 

@@ -229,7 +229,8 @@ DeviceFactors MergeFactors(const std::map<std::string, double>& prior,
 }
 
 // The job's request as MakePlan inputs under the calibrated cluster, ranks
-// capped at the devices left, the solve time capped by the policy.
+// and replicas capped at the devices left, the solve time capped by the
+// policy.
 absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
                                             const DeviceFactors& factors, const LostDevices& lost,
                                             const ReplanPolicyOptions& options) {
@@ -238,6 +239,12 @@ absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
       CalibratedRequest(request, factors.by_device, factors.default_factor, lost.devices));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options.limits));
   in.options.num_ranks = std::min(in.options.num_ranks, in.cluster->num_devices());
+  if (in.options.num_replicas > 0) {
+    // Replicas the devices left cannot hold shrink with them.
+    in.options.num_replicas =
+        std::max(1, std::min(in.options.num_replicas,
+                             in.cluster->num_devices() / std::max(1, in.options.num_ranks)));
+  }
   const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
   in.options.time_limit_seconds = std::max(0.01, std::min(limit, options.max_solve_seconds));
   return in;

@@ -2,9 +2,9 @@
 // smallest lower bound up and skipped once the bound cannot beat the best
 // plan found. Each shape is screened with the options' first schedule at its
 // largest microbatch count on every distinct placement when there are few
-// (AllPlacements: exact) or on structured layouts otherwise; the best shapes
-// then get their placement improved by swaps (layouts only) and every
-// schedule and microbatch count. Screening splits with the fast chain DP;
+// (AllPlacements: exact) or on structured layouts otherwise; the best shape
+// then gets its placement improved by swaps (layouts only) and the best
+// three every schedule and microbatch count. Screening splits with the fast chain DP;
 // the winner is split again with the requested method. A plan with a stage
 // that computes nothing is chosen only when nothing else fits.
 //

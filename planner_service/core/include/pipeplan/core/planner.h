@@ -109,6 +109,11 @@ struct PlanResult {
   std::vector<int> rank_device;
   // How the placement was found: "exhaustive" or "layouts".
   std::string placement;
+  // (time per unit - what no plan on the cluster can beat) / time per unit,
+  // the bound being a step's work spread perfectly over the fastest
+  // devices: how far the whole search (placement, split, schedule) could
+  // still be from optimal, bubbles and communication included.
+  double search_gap = 0;
   // Step time past the slowest pipeline spent finishing all-reduces.
   double allreduce_exposed_seconds = 0;
   // A stage without compute (only when memory left no other plan).
