@@ -102,6 +102,14 @@ void Structured(Bytes& in) {
   o->set_comm_model(static_cast<pipeplan::v1::CommModel>(in.Int(0, 2)));
   o->set_chunks_per_rank(in.Int(-1, 3));
   o->set_relative_gap(in.Byte() % 8 == 0 ? in.Number() : 0);
+  // Read last and 0 when the input has run out, so older corpus entries
+  // keep planning with the defaults.
+  o->set_num_replicas(in.Int(0, 4));
+  o->set_max_replicas(in.Int(0, 3));
+  o->set_optimizer(static_cast<pipeplan::v1::Optimizer>(in.Int(0, 4)));
+  o->set_precision(static_cast<pipeplan::v1::Precision>(in.Int(0, 3)));
+  static constexpr const char* kGranularity[] = {"", "layer", "module:1", "module:x"};
+  o->set_cut_granularity(kGranularity[in.Int(0, 3)]);
   Plan(req);
 }
 
