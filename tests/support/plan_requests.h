@@ -55,8 +55,9 @@ struct UniformChain {
 };
 
 // "chain16": 16 equal nodes n0..n15 on 4 equal devices gpu0..gpu3 (one host,
-// 100 TFLOP/s each); 4 stages, 1F1B, 4 microbatches, method dp. With room in
-// memory every stage gets 4 nodes.
+// 100 TFLOP/s each); 4 stages, 1F1B, 4 microbatches, method dp, SGD in fp32
+// (a stage holds its parameters and their gradients: the memory arithmetic
+// of the tests that use it). With room in memory every stage gets 4 nodes.
 inline v1::PlanRequest UniformChainRequest(const UniformChain& chain = {}) {
   v1::PlanRequest r;
   r.mutable_graph()->set_name("chain16");
@@ -83,6 +84,8 @@ inline v1::PlanRequest UniformChainRequest(const UniformChain& chain = {}) {
   r.mutable_options()->set_microbatches(4);
   r.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
   r.mutable_options()->set_method(v1::METHOD_DP);
+  r.mutable_options()->set_optimizer(v1::OPTIMIZER_SGD);
+  r.mutable_options()->set_precision(v1::PRECISION_FP32);
   return r;
 }
 
