@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -71,11 +72,14 @@ std::string ReplicaRows(const v1::Plan& plan) {
     absl::StrAppendFormat(&out, "  replica %-3d %s\n", q,
                           absl::StrJoin(plan.replicas(q).rank_device_ids(), " "));
   }
+  std::map<std::string, double> per_rank;  // a rank's stages all-reduce one after another
+  for (const v1::Stage& s : plan.stages()) per_rank[s.device_id()] += s.allreduce_seconds();
   double allreduce = 0;
-  for (const v1::Stage& s : plan.stages()) allreduce = std::max(allreduce, s.allreduce_seconds());
+  for (const auto& [device, seconds] : per_rank) allreduce = std::max(allreduce, seconds);
   absl::StrAppendFormat(&out,
-                        "gradient all-reduce: up to %s per stage, %s of it after the last "
-                        "pipeline's backward (the rest overlaps other ranks' cool-down)\n",
+                        "gradient all-reduce: up to %s per rank, %s of the step after the "
+                        "slowest pipeline's last backward (the rest overlaps other ranks' "
+                        "cool-down)\n",
                         HumanSeconds(allreduce), HumanSeconds(plan.allreduce_exposed_seconds()));
   return out;
 }
