@@ -26,7 +26,7 @@ constexpr size_t kSwapsPerRound = 32;
 // Placements a shape may enumerate before it falls back to layouts: fewer
 // on large graphs, where scoring one costs more.
 int64_t ExhaustiveLimit(const Graph& graph) {
-  return std::clamp<int64_t>(100000 / std::max(1, graph.num_nodes()), 24, 20000);
+  return std::clamp<int64_t>(100000 / std::max(1, graph.num_nodes()), 24, 2000);
 }
 
 struct Scored {
