@@ -103,8 +103,9 @@ std::string AlternativeRow(const v1::Alternative& a) {
   return absl::StrFormat(
       "  %-26s ranks %-3d replicas %-3d microbatches %-4d step %-12s bubble %5.1f%%  "
       "peak memory %-10s%s\n",
-      ScheduleDisplayName(a.schedule()), a.num_ranks(), std::max(1, a.num_replicas()), a.microbatches(),
-      HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(), HumanBytes(a.peak_memory_bytes()),
+      ScheduleDisplayName(a.schedule()), a.num_ranks(), std::max(1, a.num_replicas()),
+      a.microbatches(), HumanSeconds(a.step_seconds()), 100 * a.bubble_ratio(),
+      HumanBytes(a.peak_memory_bytes()),
       a.idle_devices() > 0 ? absl::StrCat("  ", a.idle_devices(), " idle") : "");
 }
 

@@ -49,7 +49,8 @@ const cmdline::FlagSet& PlanOptionFlags() {
         .Value("precision", "NAME", "fp32 or bf16-mixed (bf16-mixed)")
         .Value("optimizer-multiplier", "X",
                "optimizer bytes per parameter byte; overrides --optimizer when > 0")
-        .Value("cut-granularity", "G", "node (default), module:DEPTH or layer: where stages may be cut")
+        .Value("cut-granularity", "G",
+               "node (default), module:DEPTH or layer: where stages may be cut")
         .Value("time-limit", "S", "solver time limit in seconds (10)")
         .Value("gap", "G", "stop when the proven relative gap is below G");
     return f;
