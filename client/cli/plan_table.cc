@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -138,8 +139,15 @@ std::string FormatPlanTable(const v1::Plan& plan) {
 }
 
 std::string FormatShapeTable(const v1::Plan& plan) {
+  // The planner lists shapes in the order it scored them (smallest bound
+  // first); the operator compares step times.
+  std::vector<const v1::Alternative*> shapes;
+  for (const v1::Alternative& a : plan.shapes()) shapes.push_back(&a);
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto* x, const auto* y) {
+    return x->step_seconds() < y->step_seconds();
+  });
   std::string out = "best plan at each (ranks, replicas) scored, fastest first:\n";
-  for (const v1::Alternative& a : plan.shapes()) absl::StrAppend(&out, AlternativeRow(a));
+  for (const v1::Alternative* a : shapes) absl::StrAppend(&out, AlternativeRow(*a));
   return out;
 }
 
