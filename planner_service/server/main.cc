@@ -33,6 +33,9 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
     f->Value("listen", "ADDR", "gRPC address (127.0.0.1:7600; port 0 picks one)")
         .Value("data-dir", "DIR",
                "SQLite state directory ($XDG_STATE_HOME/pipeplan or\n~/.local/state/pipeplan)")
+        .Value("store", "URL",
+               "postgres://USER@HOST/DB (or postgresql://...): state in PostgreSQL,\n"
+               "shared by replicated planners; default: SQLite in --data-dir")
         .Value("metrics-listen", "ADDR", "Prometheus endpoint (127.0.0.1:7601; \"off\" disables)")
         .Value("tls-cert", "FILE", "PEM server certificate (enables TLS; needs --tls-key)")
         .Value("tls-key", "FILE", "PEM private key")
@@ -101,6 +104,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   }
   c->listen = f.Get("listen").value_or(c->listen);
   c->data_dir = f.Get("data-dir").value_or(c->data_dir);
+  c->store = f.Get("store").value_or(c->store);
   c->metrics_listen = f.Get("metrics-listen").value_or(c->metrics_listen);
   if (c->metrics_listen == "off") c->metrics_listen.clear();
   c->tls_cert_file = f.Get("tls-cert").value_or("");

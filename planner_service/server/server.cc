@@ -129,7 +129,13 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   PIPEPLAN_ASSIGN_OR_RETURN(std::string token, BearerToken(config));
 
   PIPEPLAN_ASSIGN_OR_RETURN(impl.metrics, Metrics::Create(config.metrics_listen));
-  if (!store) {
+  if (!store && IsPostgresUrl(config.store)) {
+    PIPEPLAN_ASSIGN_OR_RETURN(store, OpenPostgresStore(config.store));
+  } else if (!store && !config.store.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: want a postgres:// or postgresql:// URI, got \"",
+                     RedactedStoreUrl(config.store), "\" (leave it out for SQLite in --data-dir)"));
+  } else if (!store) {
     if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
     PIPEPLAN_ASSIGN_OR_RETURN(store, OpenSqliteStore(config.data_dir));
   }
@@ -188,12 +194,14 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   }
   impl.config = std::move(config);
   const JobRegistry::Counts c = impl.handlers->registry().counts();
-  LogInfo("planner_started", {{"listen", absl::StrCat(s->host_, ":", port)},
-                              {"metrics_port", absl::StrCat(s->metrics_port())},
-                              {"data_dir", impl.config.data_dir},
-                              {"jobs", absl::StrCat(c.jobs)},
-                              {"tls", impl.config.tls_cert_file.empty() ? "off" : "on"},
-                              {"auth", token.empty() ? "off" : "token"}});
+  LogInfo("planner_started",
+          {{"listen", absl::StrCat(s->host_, ":", port)},
+           {"metrics_port", absl::StrCat(s->metrics_port())},
+           {"store", impl.config.store.empty() ? absl::StrCat("sqlite:", impl.config.data_dir)
+                                               : RedactedStoreUrl(impl.config.store)},
+           {"jobs", absl::StrCat(c.jobs)},
+           {"tls", impl.config.tls_cert_file.empty() ? "off" : "on"},
+           {"auth", token.empty() ? "off" : "token"}});
   return s;
 }
 

@@ -5,11 +5,14 @@
 
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "support/postgres_server.h"
 #include "test_util.h"
 
 namespace pipeplan::server {
 namespace {
 
+using ::pipeplan::testing::PostgresServer;
 using testing::TempDir;
 
 v1::VersionedPlan Version(const std::string& job, int64_t v) {
@@ -34,21 +37,68 @@ WorkerRecord Worker(const std::string& job, const std::string& id) {
   return w;
 }
 
-class StoreTest : public ::testing::TestWithParam<bool> {
+enum class Backend { kSqlite, kMemory, kPostgres };
+
+// The same cases run against every backend: SQLite and memory here, and
+// PostgreSQL in postgres_store_test (this file built with
+// PIPEPLAN_STORE_TEST_POSTGRES), which starts a real server.
+class StoreTest : public ::testing::TestWithParam<Backend> {
  protected:
-  void SetUp() override { Reopen(); }
+#ifdef PIPEPLAN_STORE_TEST_POSTGRES
+  static void SetUpTestSuite() {
+    auto server = PostgresServer::Start();
+    if (!server.ok()) {
+      start_error_ = new absl::Status(server.status());
+      return;
+    }
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static inline PostgresServer* server_ = nullptr;
+  static inline absl::Status* start_error_ = nullptr;
+  static inline int databases_ = 0;
+#endif
+
+  void SetUp() override {
+#ifdef PIPEPLAN_STORE_TEST_POSTGRES
+    if (server_ == nullptr) {
+      if (start_error_->code() == absl::StatusCode::kFailedPrecondition) {
+        GTEST_SKIP() << *start_error_;
+      }
+      FAIL() << *start_error_;
+    }
+    auto url = server_->CreateDatabase(absl::StrCat("store_test_", ++databases_));
+    ASSERT_TRUE(url.ok()) << url.status();
+    url_ = *url;
+#endif
+    Reopen();
+  }
   void Reopen() {
     store_.reset();
-    if (GetParam()) {
-      auto s = OpenSqliteStore(dir_.path() + "/data", {.report_window = 5});
-      ASSERT_TRUE(s.ok()) << s.status();
-      store_ = *std::move(s);
-    } else if (!store_) {
-      store_ = NewMemoryStore(5);
+    switch (GetParam()) {
+      case Backend::kSqlite: {
+        auto s = OpenSqliteStore(dir_.path() + "/data", {.report_window = 5});
+        ASSERT_TRUE(s.ok()) << s.status();
+        store_ = *std::move(s);
+        break;
+      }
+      case Backend::kMemory:
+        if (!store_) store_ = NewMemoryStore(5);
+        break;
+      case Backend::kPostgres: {
+        auto s = OpenPostgresStore(url_, {.report_window = 5, .connections = 2});
+        ASSERT_TRUE(s.ok()) << s.status();
+        store_ = *std::move(s);
+        break;
+      }
     }
   }
-  bool persistent() const { return GetParam(); }
+  bool persistent() const { return GetParam() != Backend::kMemory; }
   TempDir dir_;
+  std::string url_;
   std::unique_ptr<Store> store_;
 };
 
@@ -155,9 +205,26 @@ TEST_P(StoreTest, DeleteCascades) {
   EXPECT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "Sqlite" : "Memory"; });
+std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  switch (info.param) {
+    case Backend::kSqlite:
+      return "Sqlite";
+    case Backend::kMemory:
+      return "Memory";
+    case Backend::kPostgres:
+      return "Postgres";
+  }
+  return "?";
+}
 
+#ifdef PIPEPLAN_STORE_TEST_POSTGRES
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(Backend::kPostgres), BackendName);
+#else
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(Backend::kSqlite, Backend::kMemory),
+                         BackendName);
+#endif
+
+#ifndef PIPEPLAN_STORE_TEST_POSTGRES
 TEST(SqliteStore, UsesWalAndRejectsNewerSchema) {
   TempDir dir;
   {
@@ -224,6 +291,7 @@ TEST(SqliteStore, UnwritableDirectoryIsAnError) {
   auto s = OpenSqliteStore("/proc/pipeplan-cannot-exist/x");
   EXPECT_FALSE(s.ok());
 }
+#endif  // PIPEPLAN_STORE_TEST_POSTGRES
 
 }  // namespace
 }  // namespace pipeplan::server

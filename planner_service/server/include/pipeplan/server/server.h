@@ -27,6 +27,9 @@ struct ServerConfig {
   std::string metrics_listen = "127.0.0.1:7601";
   // Empty: DefaultDataDir().
   std::string data_dir;
+  // Where state lives: empty for SQLite in data_dir, or a postgres:// URI
+  // (replicated planners share one PostgreSQL database).
+  std::string store;
   // TLS when cert and key are set; mutual TLS when client_ca is set too.
   std::string tls_cert_file;
   std::string tls_key_file;
@@ -48,7 +51,8 @@ std::string DefaultDataDir();
 
 class PlannerServer {
  public:
-  // `store` null: SQLite in config.data_dir. Errors: UNAVAILABLE when the
+  // `store` null: the store config.store names (SQLite in config.data_dir
+  // when empty). Errors: UNAVAILABLE when the
   // address cannot be bound ("address 127.0.0.1:7600 is in use or not
   // available"), INVALID_ARGUMENT for unreadable TLS/token files, the
   // store's error when the data directory cannot be opened.

@@ -85,6 +85,28 @@ struct SqliteStoreOptions {
 absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir,
                                                        SqliteStoreOptions options = {});
 
+struct PostgresStoreOptions {
+  int report_window = 10'000;  // per job
+  int connections = 4;         // pooled; each mutation holds one
+};
+
+// Connects to PostgreSQL (`conninfo`: a postgres:// or postgresql:// URI or
+// libpq key=value pairs) and applies the schema migrations this planner
+// knows, idempotently and once even when replicas start together.
+// UNAVAILABLE when the server cannot be reached, FAILED_PRECONDITION for a
+// malformed conninfo or a database migrated by a newer planner. Besides the
+// Store contract: RESOURCE_EXHAUSTED when the server is out of disk or
+// connections, UNAVAILABLE when it is down, read-only or restarting.
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo,
+                                                         PostgresStoreOptions options = {});
+
+// True when `spec` names a PostgreSQL database (postgres://, postgresql://).
+bool IsPostgresUrl(const std::string& spec);
+
+// `url` without its password (for logs): postgres://user:secret@h/db ->
+// postgres://user:***@h/db.
+std::string RedactedStoreUrl(const std::string& url);
+
 // A store that forgets everything when destroyed; for tests.
 std::unique_ptr<Store> NewMemoryStore(int report_window = 10'000);
 

@@ -1,0 +1,350 @@
+// PostgreSQL-backed Store (`--store postgres://...`): the same contract as the
+// SQLite store, for planners that share one database (issue 15). Each
+// mutation is one transaction on a pooled connection; protobuf records are
+// bytea passed in binary, so nothing is escaped by hand. Schema migrations
+// are numbered, recorded in schema_migrations and applied at open under an
+// advisory lock, so replicas starting together apply each exactly once.
+#include <libpq-fe.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/store.h"
+#include "postgres_connection.h"
+
+namespace pipeplan::server {
+namespace {
+
+// Migration i (1-based) takes the schema from version i-1 to i. Append only:
+// a released migration is never edited.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  create_time_ms BIGINT NOT NULL,
+  current_version BIGINT NOT NULL,
+  training_spec BYTEA NOT NULL,
+  state INTEGER NOT NULL,
+  failure TEXT NOT NULL);
+CREATE TABLE plans (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  version BIGINT NOT NULL,
+  record BYTEA NOT NULL,
+  PRIMARY KEY (job_id, version));
+CREATE TABLE workers (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  worker_id TEXT NOT NULL,
+  info BYTEA NOT NULL,
+  rank INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  last_heartbeat_ms BIGINT NOT NULL,
+  last_step BIGINT NOT NULL,
+  PRIMARY KEY (job_id, worker_id));
+CREATE TABLE step_reports (
+  seq BIGSERIAL PRIMARY KEY,
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  report BYTEA NOT NULL);
+CREATE INDEX step_reports_by_job ON step_reports(job_id, seq);
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+// Any 64-bit constant shared by every pipeplan planner: serialises migrations.
+constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock(7606202611230015)";
+
+absl::StatusOr<int64_t> ParseInt(const PgResult& r, int row, int col) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(r.Text(row, col), &v)) {
+    return absl::DataLossError(absl::StrCat("not an integer in the store: ", r.Text(row, col)));
+  }
+  return v;
+}
+
+template <typename Message>
+absl::Status ParseRecord(const std::string& bytes, Message* m, absl::string_view what) {
+  if (m->ParseFromString(bytes)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(what, " is corrupt in the store"));
+}
+
+class PostgresStore : public Store {
+ public:
+  PostgresStore(std::unique_ptr<PgPool> pool, PostgresStoreOptions options)
+      : pool_(std::move(pool)), options_(options) {}
+
+  absl::Status Migrate() {
+    return pool_->Transaction([](PgConnection& c) -> absl::Status {
+      PIPEPLAN_RETURN_IF_ERROR(c.Exec(kMigrationLock).status());
+      PIPEPLAN_RETURN_IF_ERROR(c.Exec("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                                      "version INTEGER PRIMARY KEY, applied_ms BIGINT NOT NULL)")
+                                   .status());
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
+      PIPEPLAN_ASSIGN_OR_RETURN(int64_t applied, ParseInt(r, 0, 0));
+      if (applied > kSchemaVersion) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the database's schema version is ", applied,
+                         "; this planner reads versions up to ", kSchemaVersion));
+      }
+      for (int64_t v = applied + 1; v <= kSchemaVersion; ++v) {
+        PIPEPLAN_RETURN_IF_ERROR(c.Exec(kMigrations[v - 1]).status());
+        PIPEPLAN_RETURN_IF_ERROR(c.Exec("INSERT INTO schema_migrations VALUES ($1, "
+                                        "(EXTRACT(EPOCH FROM now()) * 1000)::BIGINT)",
+                                        {absl::StrCat(v)})
+                                     .status());
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status CreateJob(const JobRecord& job, const v1::VersionedPlan& first) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      absl::Status s =
+          c.Exec(
+               "INSERT INTO jobs(id, name, create_time_ms, current_version, "
+               "training_spec, state, failure) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+               {job.id, job.name, absl::StrCat(job.create_time_unix_ms),
+                absl::StrCat(first.version()), PgBytes(job.training.SerializeAsString()),
+                absl::StrCat(static_cast<int>(job.state)), job.failure_message})
+              .status();
+      if (s.code() == absl::StatusCode::kAlreadyExists) {
+        return absl::AlreadyExistsError(absl::StrCat("job ", job.id, " already exists"));
+      }
+      PIPEPLAN_RETURN_IF_ERROR(s);
+      return InsertPlan(c, first);
+    });
+  }
+
+  absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      // FOR UPDATE: two planners appending to one job serialise here, and the
+      // second sees the first's version.
+      PIPEPLAN_ASSIGN_OR_RETURN(int64_t current, CurrentVersion(c, plan.job_id(), true));
+      if (plan.version() != current + 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", plan.job_id(), ": version ", plan.version(), " does not follow ", current));
+      }
+      PIPEPLAN_RETURN_IF_ERROR(InsertPlan(c, plan));
+      return c
+          .Exec("UPDATE jobs SET current_version=$1 WHERE id=$2",
+                {absl::StrCat(plan.version()), plan.job_id()})
+          .status();
+    });
+  }
+
+  absl::Status DeleteJob(const std::string& job_id) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("DELETE FROM jobs WHERE id=$1 RETURNING id", {job_id}));
+      if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::Status SetJobState(const std::string& job_id, v1::JobState state,
+                           const std::string& failure_message) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r, c.Exec("UPDATE jobs SET state=$1, failure=$2 WHERE id=$3 RETURNING id",
+                             {absl::StrCat(static_cast<int>(state)), failure_message, job_id}));
+      if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      return absl::OkStatus();
+    });
+  }
+
+  absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<v1::VersionedPlan> {
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("SELECT record FROM plans WHERE job_id=$1 AND version=$2",
+                                       {job_id, absl::StrCat(version)}, /*binary_result=*/true));
+      if (r.rows() == 0) {
+        return absl::NotFoundError(absl::StrCat("job ", job_id, " has no plan version ", version));
+      }
+      v1::VersionedPlan plan;
+      PIPEPLAN_RETURN_IF_ERROR(ParseRecord(
+          r.Bytes(0, 0), &plan, absl::StrCat("job ", job_id, " plan version ", version)));
+      return plan;
+    });
+  }
+
+  absl::Status PutWorker(const WorkerRecord& w) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      absl::Status s =
+          c.Exec(
+               "INSERT INTO workers(job_id, worker_id, info, rank, state, last_heartbeat_ms, "
+               "last_step) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (job_id, worker_id) "
+               "DO UPDATE SET info=EXCLUDED.info, rank=EXCLUDED.rank, state=EXCLUDED.state, "
+               "last_heartbeat_ms=EXCLUDED.last_heartbeat_ms, last_step=EXCLUDED.last_step",
+               {w.job_id, w.info.worker_id(), PgBytes(w.info.SerializeAsString()),
+                absl::StrCat(w.rank), absl::StrCat(static_cast<int>(w.state)),
+                absl::StrCat(w.last_heartbeat_unix_ms), absl::StrCat(w.last_step)})
+              .status();
+      if (s.code() == absl::StatusCode::kNotFound) {  // foreign key: no such job
+        return absl::NotFoundError(absl::StrCat("job ", w.job_id, " not found"));
+      }
+      return s;
+    });
+  }
+
+  absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("INSERT INTO step_reports(job_id, report) VALUES ($1, $2)",
+                                       {report.job_id(), PgBytes(report.SerializeAsString())}));
+      (void)r;
+      // Trim the job's window every TrimEvery() of its own reports (counted
+      // per job and per planner, so a busy job never escapes the trim).
+      if (!TrimDue(report.job_id())) return absl::OkStatus();
+      return c
+          .Exec(
+              "DELETE FROM step_reports WHERE job_id=$1 AND seq <= (SELECT seq FROM "
+              "step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT 1 OFFSET $2)",
+              {report.job_id(), absl::StrCat(options_.report_window)})
+          .status();
+    });
+  }
+
+  absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
+                                                                       int limit) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::vector<v1::ReportStepRequest>> {
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r,
+          c.Exec("SELECT report FROM step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT $2",
+                 {job_id, absl::StrCat(std::max(0, std::min(limit, options_.report_window)))},
+                 /*binary_result=*/true));
+      std::vector<v1::ReportStepRequest> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        v1::ReportStepRequest report;
+        if (report.ParseFromString(r.Bytes(i, 0))) out.push_back(std::move(report));
+      }
+      return out;
+    });
+  }
+
+  absl::StatusOr<std::vector<StoredJob>> Load() override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::StatusOr<std::vector<StoredJob>> {
+      std::vector<StoredJob> out;
+      PIPEPLAN_RETURN_IF_ERROR(LoadJobs(c, &out));
+      PIPEPLAN_RETURN_IF_ERROR(LoadWorkers(c, &out));
+      return out;
+    });
+  }
+
+ private:
+  bool TrimDue(const std::string& job_id) {
+    const int every = std::max(1, std::min(256, options_.report_window));
+    absl::MutexLock l(&mu_);
+    int& n = appends_since_trim_[job_id];
+    if (++n < every) return false;
+    n = 0;
+    return true;
+  }
+
+  static absl::StatusOr<int64_t> CurrentVersion(PgConnection& c, const std::string& job_id,
+                                                bool lock) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        PgResult r, c.Exec(lock ? "SELECT current_version FROM jobs WHERE id=$1 FOR UPDATE"
+                                : "SELECT current_version FROM jobs WHERE id=$1",
+                           {job_id}));
+    if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    return ParseInt(r, 0, 0);
+  }
+
+  static absl::Status InsertPlan(PgConnection& c, const v1::VersionedPlan& plan) {
+    absl::Status s =
+        c.Exec("INSERT INTO plans(job_id, version, record) VALUES ($1, $2, $3)",
+               {plan.job_id(), absl::StrCat(plan.version()), PgBytes(plan.SerializeAsString())})
+            .status();
+    if (s.code() == absl::StatusCode::kAlreadyExists) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("job ", plan.job_id(), " plan version ", plan.version(), " exists"));
+    }
+    return s;
+  }
+
+  static absl::Status LoadJobs(PgConnection& c, std::vector<StoredJob>* out) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        PgResult r, c.Exec("SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, "
+                           "j.training_spec, j.state, j.failure FROM jobs j JOIN plans p ON "
+                           "p.job_id = j.id AND p.version = j.current_version ORDER BY j.id",
+                           {}, /*binary_result=*/true));
+    for (int i = 0; i < r.rows(); ++i) {
+      StoredJob sj;
+      sj.job.id = r.Bytes(i, 0);
+      sj.job.name = r.Bytes(i, 1);
+      sj.job.create_time_unix_ms = r.BigEndianInt(i, 2);
+      sj.job.current_version = r.BigEndianInt(i, 3);
+      PIPEPLAN_RETURN_IF_ERROR(ParseRecord(r.Bytes(i, 4), &sj.current,
+                                           absl::StrCat("job ", sj.job.id, " current plan")));
+      PIPEPLAN_RETURN_IF_ERROR(ParseRecord(r.Bytes(i, 5), &sj.job.training,
+                                           absl::StrCat("job ", sj.job.id, " training spec")));
+      sj.job.state = static_cast<v1::JobState>(r.BigEndianInt(i, 6));
+      sj.job.failure_message = r.Bytes(i, 7);
+      out->push_back(std::move(sj));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status LoadWorkers(PgConnection& c, std::vector<StoredJob>* out) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        PgResult r, c.Exec("SELECT job_id, info, rank, state, last_heartbeat_ms, last_step "
+                           "FROM workers ORDER BY job_id, worker_id",
+                           {}, /*binary_result=*/true));
+    size_t j = 0;
+    for (int i = 0; i < r.rows(); ++i) {
+      WorkerRecord w;
+      w.job_id = r.Bytes(i, 0);
+      if (!w.info.ParseFromString(r.Bytes(i, 1))) continue;
+      w.rank = static_cast<int>(r.BigEndianInt(i, 2));
+      w.state = static_cast<v1::WorkerState>(r.BigEndianInt(i, 3));
+      w.last_heartbeat_unix_ms = r.BigEndianInt(i, 4);
+      w.last_step = r.BigEndianInt(i, 5);
+      // Both lists are ordered by job id.
+      while (j < out->size() && (*out)[j].job.id < w.job_id) ++j;
+      if (j < out->size() && (*out)[j].job.id == w.job_id) {
+        (*out)[j].workers.push_back(std::move(w));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const std::unique_ptr<PgPool> pool_;
+  const PostgresStoreOptions options_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> appends_since_trim_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+bool IsPostgresUrl(const std::string& spec) {
+  return absl::StartsWith(spec, "postgres://") || absl::StartsWith(spec, "postgresql://");
+}
+
+std::string RedactedStoreUrl(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t at = url.find('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
+  const size_t colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return absl::StrCat(url.substr(0, colon + 1), "***", url.substr(at));
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo,
+                                                         PostgresStoreOptions options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::unique_ptr<PgPool> pool,
+                            PgPool::Open(conninfo, options.connections));
+  auto store = std::make_unique<PostgresStore>(std::move(pool), options);
+  PIPEPLAN_RETURN_IF_ERROR(store->Migrate());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace pipeplan::server

@@ -1,0 +1,140 @@
+// What only the PostgreSQL store has to get right, against a real server
+// started by the test: planners sharing one database (concurrent migrations,
+// racing plan versions), and the status codes of a server that goes away.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "pipeplan/server/store.h"
+#include "support/postgres_server.h"
+
+namespace pipeplan::server {
+namespace {
+
+using ::pipeplan::testing::PostgresServer;
+
+v1::VersionedPlan Version(const std::string& job, int64_t v, const std::string& by) {
+  v1::VersionedPlan p;
+  p.set_job_id(job);
+  p.set_version(v);
+  p.set_reason(by);
+  return p;
+}
+
+class PostgresStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = PostgresServer::Start();
+    if (server.ok()) {
+      server_ = server->release();
+    } else {
+      error_ = new absl::Status(server.status());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (server_ == nullptr) {
+      if (error_->code() == absl::StatusCode::kFailedPrecondition) GTEST_SKIP() << *error_;
+      FAIL() << *error_;
+    }
+    auto url = server_->CreateDatabase(absl::StrCat("pg_test_", ++databases_));
+    ASSERT_TRUE(url.ok()) << url.status();
+    url_ = *url;
+  }
+  std::unique_ptr<Store> Open() {
+    auto s = OpenPostgresStore(url_, {.connections = 2});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+
+  static inline PostgresServer* server_ = nullptr;
+  static inline absl::Status* error_ = nullptr;
+  static inline int databases_ = 0;
+  std::string url_;
+};
+
+TEST_F(PostgresStoreTest, ReplicasStartingTogetherMigrateOnce) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      if (OpenPostgresStore(url_, {.connections = 1}).ok()) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_NE(Open(), nullptr);  // and again, on a migrated database
+}
+
+// Two planners publish version 2 of one job at once: exactly one wins, the
+// other gets FAILED_PRECONDITION (its version no longer follows).
+TEST_F(PostgresStoreTest, RacingPlanVersionsOneWins) {
+  std::unique_ptr<Store> a = Open();
+  std::unique_ptr<Store> b = Open();
+  ASSERT_TRUE(a && b);
+  for (int job = 0; job < 20; ++job) {
+    const std::string id = absl::StrCat("j", job);
+    ASSERT_TRUE(a->CreateJob({id, "race", 1, 1}, Version(id, 1, "created")).ok());
+    absl::Status sa, sb;
+    std::thread ta([&] { sa = a->AppendPlan(Version(id, 2, "a")); });
+    std::thread tb([&] { sb = b->AppendPlan(Version(id, 2, "b")); });
+    ta.join();
+    tb.join();
+    ASSERT_NE(sa.ok(), sb.ok()) << sa << " / " << sb;
+    const absl::Status& loser = sa.ok() ? sb : sa;
+    EXPECT_TRUE(loser.code() == absl::StatusCode::kFailedPrecondition ||
+                loser.code() == absl::StatusCode::kAlreadyExists)
+        << loser;
+    auto v2 = b->GetPlan(id, 2);
+    ASSERT_TRUE(v2.ok());
+    EXPECT_EQ(v2->reason(), sa.ok() ? "a" : "b");
+  }
+}
+
+TEST_F(PostgresStoreTest, RefusesADatabaseOfANewerPlanner) {
+  ASSERT_NE(Open(), nullptr);
+  ASSERT_TRUE(server_
+                  ->RunSql(absl::StrCat("pg_test_", databases_),
+                           "INSERT INTO schema_migrations VALUES (999, 0)")
+                  .ok());
+  auto s = OpenPostgresStore(url_);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+}
+
+TEST_F(PostgresStoreTest, ServerDownIsUnavailableThenRecovers) {
+  std::unique_ptr<Store> s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->CreateJob({"j", "", 1, 1}, Version("j", 1, "created")).ok());
+  ASSERT_TRUE(server_->Restart().ok());
+  // The pooled connections broke with the crash: the first use may report
+  // UNAVAILABLE, never anything else, and a retry reconnects.
+  absl::StatusOr<v1::VersionedPlan> p = s->GetPlan("j", 1);
+  for (int i = 0; i < 3 && !p.ok(); ++i) {
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable) << p.status();
+    p = s->GetPlan("j", 1);
+  }
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->reason(), "created");
+  EXPECT_TRUE(s->AppendPlan(Version("j", 2, "after")).ok());
+}
+
+TEST(PostgresStoreOpen, UnreachableIsUnavailableAndBadUrlIsPrecondition) {
+  EXPECT_EQ(OpenPostgresStore("postgresql:///x?host=/nonexistent-pipeplan-dir").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(OpenPostgresStore("postgresql://[bad").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RedactedStoreUrl("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+  EXPECT_EQ(RedactedStoreUrl("postgres://u@h/db"), "postgres://u@h/db");
+  EXPECT_TRUE(IsPostgresUrl("postgresql:///db"));
+  EXPECT_FALSE(IsPostgresUrl("/var/lib/pipeplan"));
+}
+
+}  // namespace
+}  // namespace pipeplan::server
