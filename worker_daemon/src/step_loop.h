@@ -7,7 +7,17 @@
 //   otherwise:              RunOneStep (run the rank's actions, report)
 //
 // Every rank runs the same sequence of boundaries, so all of them switch
-// plans, and stop, after the same step. Internal to libpipeplan_worker.
+// plans, and stop, after the same step.
+//
+// A peer that dies (kill -9, a lost host) fails the vote, the step, the
+// checkpoint barrier or the next rendezvous with a transport error. The
+// worker then drops the step and the running version (its in-memory state
+// may be half updated, so it never serves as a state source again), closes
+// its transport (so the ranks still blocked on it fail too) and waits for
+// the planner's next version, which leaves out the lost device; after two
+// leases without one it tries the same version again (a peer restarted in
+// place). Only a job failure, a deleted job or a stop ends the loop.
+// Internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
 #define PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
 
@@ -56,6 +66,11 @@ class StepLoop {
   void WaitForVersionAfter(int64_t version);
   absl::Status RunOneStep();
   bool ReachedMaxSteps() const;
+  // After `error` (a vote, step, switch or checkpoint that failed at
+  // `version`): returns `error` when no new version can fix it (a job
+  // failure, a bad plan), else drops the running version, waits as the
+  // header says and returns OK for the loop to switch.
+  absl::Status DropAfterFailure(const absl::Status& error, int64_t version);
 
   client::PlannerClient& planner_;
   const WorkerOptions& options_;
