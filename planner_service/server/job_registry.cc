@@ -75,7 +75,10 @@ absl::Status JobRegistry::Recover() {
       if (auto it = last_step.find(id); it != last_step.end()) {
         w.last_step = std::max(w.last_step, it->second);
       }
-      Worker& worker = job.workers[id] = Worker{std::move(w), now + options_.lease};
+      // Grace: workers learn of the restart only when their channel
+      // reconnects (backoff up to 1 s) and their next heartbeat (lease/3)
+      // gets through, so they get two leases before anyone is declared lost.
+      Worker& worker = job.workers[id] = Worker{std::move(w), now + 2 * options_.lease};
       if (auto it = last_seq.find(id); it != last_seq.end()) {
         worker.report_run_id = it->second.first;
         worker.report_seq = it->second.second;

@@ -480,6 +480,12 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
     return no_change("no worker without a rank left");
   }
+  if (!job.workers().empty() &&
+      static_cast<int>(lost.devices.size()) >= vp.request().cluster().devices_size()) {
+    // Every worker is away (e.g. the planner was down longer than a lease):
+    // keep the plan; they reconnect to it.
+    return no_change("no device has a live worker");
+  }
   // The current plan, read as every other reader reads it. One that does not
   // decode cannot be calibrated, but a lost worker is still replanned.
   absl::StatusOr<DecodedPlan> read = DecodePlan(vp.plan());

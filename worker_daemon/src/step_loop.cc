@@ -17,14 +17,15 @@ namespace pipeplan::worker {
 
 StepLoop::StepLoop(client::PlannerClient& planner, const WorkerOptions& options,
                    ControlState& state, const std::atomic<bool>& stop, WorkerMetrics* metrics,
-                   TrainingSession* training)
+                   TrainingSession* training, ReportSender& reports)
     : planner_(planner),
       options_(options),
       state_(state),
       stop_(stop),
       metrics_(metrics),
       kv_(&planner, options.job_id),
-      training_(training) {}
+      training_(training),
+      reports_(reports) {}
 
 bool StepLoop::ReachedMaxSteps() const {
   return training_ && training_->spec().max_steps() > 0 && step_ >= training_->spec().max_steps();
@@ -37,7 +38,10 @@ absl::Status StepLoop::Run() {
     if (state_.JobDeleted()) {
       return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
     }
-    if (options_.steps > 0 && step_ >= options_.steps) return absl::OkStatus();
+    if (options_.steps > 0 && step_ >= options_.steps) {
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
     if (ReachedMaxSteps()) {
       trained_to_the_end_ = true;
       return absl::OkStatus();
@@ -162,8 +166,7 @@ absl::Status StepLoop::RunOneStep() {
   }
   const StepResult& r = *run;
   const std::optional<double> loss = active_->executor->LastLoss();
-  const std::string report_result = SendStepReport(
-      planner_, options_, state_,
+  const std::string report_result = reports_.Add(
       MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes(), loss));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);

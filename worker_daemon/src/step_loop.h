@@ -33,6 +33,7 @@
 #include "pipeplan/worker/metrics.h"
 #include "pipeplan/worker/rendezvous.h"
 #include "pipeplan/worker/worker_options.h"
+#include "report_sender.h"
 #include "training_session.h"
 
 namespace pipeplan::worker {
@@ -41,9 +42,11 @@ class StepLoop {
  public:
   // Everything passed in must outlive the loop; `metrics` may be null.
   // `training` (null unless --executor torch) builds the executors, moves
-  // state at switches, resumes from checkpoints and writes them.
+  // state at switches, resumes from checkpoints and writes them; `reports`
+  // delivers step reports.
   StepLoop(client::PlannerClient& planner, const WorkerOptions& options, ControlState& state,
-           const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training);
+           const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
+           ReportSender& reports);
 
   // Runs until `options.steps` steps are done, a stop is voted at a boundary
   // or requested while not connected (OK), the job is deleted (NOT_FOUND) or
@@ -51,7 +54,8 @@ class StepLoop {
   absl::Status Run();
   // Steps completed so far.
   int64_t steps() const { return step_; }
-  // True when Run returned because training reached its max_steps.
+  // True when Run returned because training reached its max_steps or the
+  // worker its --steps: the worker is done with the job.
   bool trained_to_the_end() const { return trained_to_the_end_; }
 
  private:
@@ -79,6 +83,7 @@ class StepLoop {
   WorkerMetrics* metrics_;
   PlannerKeyValue kv_;
   TrainingSession* training_;
+  ReportSender& reports_;
   std::unique_ptr<ActivePlan> active_;
   int64_t step_ = 0;
   bool trained_to_the_end_ = false;

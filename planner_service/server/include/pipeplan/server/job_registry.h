@@ -10,8 +10,9 @@
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
 // Heartbeat or ReportStep; CheckLeases marks expired ones lost. A worker that
 // called FinishWorker is DONE and holds no lease until it heartbeats again. After
-// Recover every worker's lease restarts, so workers that reconnect after a
-// planner restart are never declared lost for the planner's downtime.
+// Recover every worker's lease restarts (for two leases, the grace
+// period), so workers that reconnect after a planner restart are never
+// declared lost for the planner's downtime.
 //
 // Thread safety: all methods may be called from any thread. PlanWatcher
 // callbacks run with the registry's lock held: they must only queue work and
