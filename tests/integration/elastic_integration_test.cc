@@ -247,7 +247,11 @@ TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
   for (const auto& r : Reports(job)) {
     if (!r.has_loss()) continue;
     ASSERT_TRUE(want.contains(r.step())) << r.step();
-    EXPECT_NEAR(r.loss(), want.at(r.step()), 1e-4 * std::abs(want.at(r.step())))
+    // float32 sums in another order on another split drift apart slowly:
+    // 1e-4 relative over the first 250 steps (the kill, the rollback and the
+    // shrunk job), 1e-3 after.
+    const double tolerance = r.step() < 250 ? 1e-4 : 1e-3;
+    EXPECT_NEAR(r.loss(), want.at(r.step()), tolerance * std::abs(want.at(r.step())))
         << "step " << r.step() << " of version " << r.plan_version();
     ++checked;
   }
