@@ -41,10 +41,12 @@ std::string FormatTraining(const v1::TrainingSpec& t) {
 
 std::string JobStateName(v1::JobState s) {
   switch (s) {
+    case v1::JOB_PENDING:
+      return "pending";
     case v1::JOB_RUNNING:
       return "running";
-    case v1::JOB_SUCCEEDED:
-      return "succeeded";
+    case v1::JOB_COMPLETED:
+      return "completed";
     case v1::JOB_FAILED:
       return "failed";
     case v1::JOB_CANCELLED:

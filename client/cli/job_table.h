@@ -18,7 +18,7 @@ std::string FormatJob(const v1::Job& job);
 std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions);
 // The same rows as a JSON array (no graphs or stage lists).
 std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions);
-// "running", "succeeded", "failed", "cancelled".
+// "pending", "running", "completed", "failed", "cancelled".
 std::string JobStateName(v1::JobState state);
 
 }  // namespace pipeplan::cli

@@ -87,6 +87,12 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  // Reconnect within a second of a restarted planner (gRPC's default backoff
+  // grows to two minutes): workers must heartbeat again within the grace
+  // period of one lease that a restarted planner gives them.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   c->channel_ = grpc::CreateCustomChannel(options.address, creds, args);
   c->stub_ = v1::PlannerService::NewStub(c->channel_);
   return c;

@@ -56,12 +56,18 @@ absl::Status JobRegistry::Recover() {
     Job job;
     job.record = sj.job;
     job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
-    // Workers' last steps come from the stored reports (not rewritten per report).
+    // Workers' last steps and last report numbers come from the stored
+    // reports (not rewritten per report; newest first).
     absl::flat_hash_map<std::string, int64_t> last_step;
+    absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> last_seq;
     if (auto reports = store_->RecentStepReports(sj.job.id, 100'000); reports.ok()) {
       for (const v1::ReportStepRequest& r : *reports) {
         auto [it, inserted] = last_step.emplace(r.worker_id(), r.step());
         if (!inserted) it->second = std::max(it->second, r.step());
+        auto [seq, first] = last_seq.emplace(r.worker_id(), std::make_pair(r.run_id(), r.seq()));
+        if (!first && seq->second.first == r.run_id()) {
+          seq->second.second = std::max(seq->second.second, r.seq());
+        }
       }
     }
     for (WorkerRecord& w : sj.workers) {
@@ -69,7 +75,14 @@ absl::Status JobRegistry::Recover() {
       if (auto it = last_step.find(id); it != last_step.end()) {
         w.last_step = std::max(w.last_step, it->second);
       }
-      job.workers[id] = Worker{std::move(w), now + options_.lease};
+      // Grace: workers learn of the restart only when their channel
+      // reconnects (backoff up to 1 s) and their next heartbeat (lease/3)
+      // gets through, so they get two leases before anyone is declared lost.
+      Worker& worker = job.workers[id] = Worker{std::move(w), now + 2 * options_.lease};
+      if (auto it = last_seq.find(id); it != last_seq.end()) {
+        worker.report_run_id = it->second.first;
+        worker.report_seq = it->second.second;
+      }
     }
     if (metrics_) {
       metrics_->SetPlan(job.record.id, job.record.current_version,
@@ -159,6 +172,7 @@ absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
   job.record.create_time_unix_ms = absl::ToUnixMillis(clock_->Now());
   job.record.current_version = 1;
   job.record.training = training;
+  job.record.state = v1::JOB_PENDING;
   v1::VersionedPlan first;
   first.set_job_id(job.record.id);
   first.set_version(1);
@@ -219,7 +233,7 @@ absl::StatusOr<v1::Job> JobRegistry::CancelJob(const std::string& job_id,
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return ToProtoLocked(*job, /*with_plan=*/true);
-  if (job->record.state != v1::JOB_RUNNING) {
+  if (job->record.state != v1::JOB_RUNNING && job->record.state != v1::JOB_PENDING) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended (",
                                                       v1::JobState_Name(job->record.state),
                                                       "); nothing to cancel"));
@@ -345,6 +359,16 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
                                                    "'s cluster"));
   }
   auto it = job->workers.find(info.worker_id());
+  if (it != job->workers.end() && it->second.record.state == v1::WORKER_ACTIVE &&
+      it->second.record.info.device_id() != info.device_id()) {
+    // Two processes with one id would take turns rewriting the record (and
+    // the rank): the second one is refused while the first holds its lease.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker id \"", info.worker_id(), "\" is already registered with job ", job_id,
+        " on device ", it->second.record.info.device_id(), ", not ", info.device_id(),
+        ": give each worker its own --worker-id (a worker id is bound to its device until "
+        "its lease runs out)"));
+  }
   if (it == job->workers.end() &&
       static_cast<int>(job->workers.size()) >= options_.max_workers_per_job) {
     return absl::ResourceExhaustedError(absl::StrCat("job ", job_id, " already has the maximum of ",
@@ -360,7 +384,12 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
   rec.last_step = it == job->workers.end() ? -1 : it->second.record.last_step;
   PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(rec));
   const bool reconnect = it != job->workers.end();
-  job->workers[info.worker_id()] = Worker{rec, now + options_.lease};
+  Worker next{rec, now + options_.lease};
+  if (reconnect) {
+    next.report_run_id = it->second.report_run_id;
+    next.report_seq = it->second.report_seq;
+  }
+  job->workers[info.worker_id()] = std::move(next);
   UpdateGaugesLocked();
   LogInfo(reconnect ? "worker_reregistered" : "worker_registered",
           {{"job", job->record.id},
@@ -437,6 +466,12 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   }
   Worker& w = it->second;
   const absl::Time now = clock_->Now();
+  v1::ReportStepResponse r;
+  r.set_current_plan_version(job->record.current_version);
+  if (!report.run_id().empty() && report.run_id() == w.report_run_id &&
+      report.seq() <= w.report_seq) {
+    return r;  // stored already; the worker did not see the answer
+  }
   if (w.record.state == v1::WORKER_LOST) {
     WorkerRecord back = w.record;
     back.state = v1::WORKER_ACTIVE;
@@ -444,12 +479,18 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
     PIPEPLAN_RETURN_IF_ERROR(UpdateWorkerLocked(w, std::move(back)));
     UpdateGaugesLocked();
   }
+  if (job->record.state == v1::JOB_PENDING) {
+    PIPEPLAN_RETURN_IF_ERROR(
+        store_->SetJobState(job->record.id, v1::JOB_RUNNING, job->record.failure_message));
+    job->record.state = v1::JOB_RUNNING;
+    LogInfo("job_state", {{"job", job->record.id}, {"state", "JOB_RUNNING"}});
+  }
   PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   w.record.last_step = std::max(w.record.last_step, report.step());
-  v1::ReportStepResponse r;
-  r.set_current_plan_version(job->record.current_version);
+  w.report_run_id = report.run_id();
+  w.report_seq = report.seq();
   return r;
 }
 
@@ -478,8 +519,9 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
     next = v1::JOB_FAILED;
     message = absl::StrCat("worker ", request.worker_id(), " at step ", request.step(), ": ",
                            request.error());
-  } else if (request.error().empty() && next == v1::JOB_RUNNING && AllRanksDoneLocked(*job)) {
-    next = v1::JOB_SUCCEEDED;
+  } else if (request.error().empty() && (next == v1::JOB_RUNNING || next == v1::JOB_PENDING) &&
+             AllRanksDoneLocked(*job)) {
+    next = v1::JOB_COMPLETED;
   }
   if (next != job->record.state) {
     PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job->record.id, next, message));

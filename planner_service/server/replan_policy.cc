@@ -80,29 +80,42 @@ absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal
   return out;
 }
 
-// Devices whose every worker is lost (sorted), and those workers.
+// Who can run a stage: a replan places stages only on devices with a live
+// (ACTIVE) worker. A job no worker has joined yet plans onto its whole
+// cluster.
 struct LostDevices {
+  // Devices of the cluster without a live worker (sorted): what a replan
+  // leaves out.
   std::vector<std::string> devices;
+  // Of those, devices whose workers are lost, and those workers: what the
+  // reason names.
+  std::vector<std::string> lost;
   std::vector<std::string> workers;
 };
 
-LostDevices FindLostDevices(const v1::Job& job) {
-  std::set<std::string> active_devices;
+LostDevices FindLostDevices(const v1::Job& job, const v1::ClusterTopology& cluster) {
+  LostDevices out;
+  if (job.workers().empty()) return out;
+  std::set<std::string> live;
   std::map<std::string, std::vector<std::string>> lost_by_device;
   for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
+    if (w.state() == v1::WORKER_ACTIVE) live.insert(w.info().device_id());
   }
   for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() == v1::WORKER_LOST && !active_devices.contains(w.info().device_id())) {
+    if (w.state() == v1::WORKER_LOST && !live.contains(w.info().device_id())) {
       lost_by_device[w.info().device_id()].push_back(w.info().worker_id());
     }
   }
-  LostDevices lost;
-  for (const auto& [device, workers] : lost_by_device) {
-    lost.devices.push_back(device);
-    lost.workers.insert(lost.workers.end(), workers.begin(), workers.end());
+  std::set<std::string> excluded;
+  for (const v1::Device& d : cluster.devices()) {
+    if (!live.contains(d.id())) excluded.insert(d.id());
   }
-  return lost;
+  out.devices.assign(excluded.begin(), excluded.end());
+  for (const auto& [device, workers] : lost_by_device) {
+    out.lost.push_back(device);
+    out.workers.insert(out.workers.end(), workers.begin(), workers.end());
+  }
+  return out;
 }
 
 // Devices with a rank whose every worker is lost: what Tick replans without.
@@ -120,8 +133,30 @@ std::set<std::string> LostRankDevices(const v1::Job& job) {
   return lost_devices;
 }
 
+// Devices of live workers that have no rank in the current plan (a worker
+// that joined or came back): what a scale-up replan could add.
+std::set<std::string> JoinedDevices(const v1::Job& job) {
+  std::set<std::string> ranked, joined;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.rank() >= 0) ranked.insert(w.info().device_id());
+  }
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.state() == v1::WORKER_ACTIVE && !ranked.contains(w.info().device_id())) {
+      joined.insert(w.info().device_id());
+    }
+  }
+  return joined;
+}
+
 const char* TriggerName(ReplanTrigger trigger) {
-  return trigger == ReplanTrigger::kWorkerLost ? "worker_lost" : "calibration";
+  switch (trigger) {
+    case ReplanTrigger::kWorkerLost:
+      return "worker_lost";
+    case ReplanTrigger::kWorkerJoined:
+      return "worker_joined";
+    default:
+      return "calibration";
+  }
 }
 
 // No plan fits (memory) or the solve failed: the current plan stays.
@@ -133,15 +168,22 @@ void LogReplanFailed(const std::string& job_id, const std::string& version, Repl
                             {"error", std::string(error.message())}});
 }
 
-// The job's reports of plan `version`, as calibration samples.
-absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry,
-                                                  const std::string& job_id, int64_t version,
-                                                  int window) {
+// The job's reports of plan `version` from each worker's current run (a
+// restarted worker's earlier timings describe a process that is gone, e.g.
+// a straggler since fixed), as calibration samples.
+absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry, const v1::Job& job,
+                                                  int64_t version, int window) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry.RecentStepReports(job_id, window));
+                            registry.RecentStepReports(job.id(), window));
+  std::map<std::string, std::string> run_of;
+  for (const v1::WorkerStatus& w : job.workers()) run_of[w.info().worker_id()] = w.info().run_id();
   std::vector<StepSample> samples;
   for (const v1::ReportStepRequest& r : reports) {
     if (r.plan_version() != version) continue;
+    if (auto it = run_of.find(r.worker_id());
+        it != run_of.end() && !it->second.empty() && r.run_id() != it->second) {
+      continue;
+    }
     StepSample s{.worker_id = r.worker_id(), .step = r.step(), .timings = {}};
     s.timings.reserve(r.timings_size());
     for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
@@ -180,12 +222,12 @@ struct Estimate {
   std::string skip;
 };
 
-absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const std::string& job_id,
+absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const v1::Job& job,
                                          int64_t version, const DecodedPlan& current,
                                          const LostDevices& lost, bool calibrating,
                                          const ReplanPolicyOptions& options) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
-                            SamplesOf(registry, job_id, version, options.report_window));
+                            SamplesOf(registry, job, version, options.report_window));
   absl::StatusOr<CalibrationResult> est = EstimateDeviceFactors(
       samples, current.PlannedStages(),
       {.warmup_steps = options.warmup_steps, .min_samples = std::max(1, options.min_steps)});
@@ -270,8 +312,12 @@ double PredictedGain(const ReplanOutcome& o) {
 std::string LostReason(const LostDevices& lost) {
   return absl::StrCat(lost.workers.size() == 1 ? "worker " : "workers ",
                       absl::StrJoin(lost.workers, ", "), " lost (device",
-                      lost.devices.size() == 1 ? " " : "s ", absl::StrJoin(lost.devices, ", "),
-                      ")");
+                      lost.lost.size() == 1 ? " " : "s ", absl::StrJoin(lost.lost, ", "), ")");
+}
+
+std::string JoinedReason(const std::set<std::string>& joined) {
+  return absl::StrCat(joined.size() == 1 ? "device " : "devices ", absl::StrJoin(joined, ", "),
+                      joined.size() == 1 ? " has" : " have", " a live worker again");
 }
 
 // The device furthest from the median, named against the model when the
@@ -353,6 +399,7 @@ int ReplanPolicy::Tick() {
       st.version = job.plan_version();
       st.baseline_step.clear();
       st.lost_tried.clear();
+      st.joined_tried.clear();
       for (const v1::WorkerStatus& w : job.workers()) {
         st.baseline_step[w.info().worker_id()] = w.last_step();
       }
@@ -363,8 +410,14 @@ int ReplanPolicy::Tick() {
     const bool lost_new = std::any_of(lost_devices.begin(), lost_devices.end(), [&](auto& d) {
       return std::find(st.lost_tried.begin(), st.lost_tried.end(), d) == st.lost_tried.end();
     });
+    const std::set<std::string> joined = JoinedDevices(job);
+    const bool joined_new = std::any_of(joined.begin(), joined.end(), [&](auto& d) {
+      return std::find(st.joined_tried.begin(), st.joined_tried.end(), d) == st.joined_tried.end();
+    });
     if (lost_new) {
       trigger = ReplanTrigger::kWorkerLost;
+    } else if (lost_devices.empty() && joined_new) {
+      trigger = ReplanTrigger::kWorkerJoined;
     } else if (lost_devices.empty() && now - st.last_evaluation >= options_.min_interval) {
       bool due = false, short_of_steps = false;
       for (const v1::WorkerStatus& w : job.workers()) {
@@ -392,6 +445,8 @@ int ReplanPolicy::Tick() {
     st.in_flight = true;
     if (t == ReplanTrigger::kWorkerLost) {
       st.lost_tried.assign(lost_devices.begin(), lost_devices.end());
+    } else if (t == ReplanTrigger::kWorkerJoined) {
+      st.joined_tried.assign(joined.begin(), joined.end());
     } else {
       st.last_evaluation = now;
     }
@@ -417,8 +472,20 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     return outcome;
   };
 
-  const LostDevices lost = FindLostDevices(job);
-  if (!calibrating && lost.devices.empty()) return no_change("no lost worker left");
+  const LostDevices lost = FindLostDevices(job, vp.request().cluster());
+  const std::set<std::string> joined = JoinedDevices(job);
+  if (trigger == ReplanTrigger::kWorkerLost && lost.lost.empty()) {
+    return no_change("no lost worker left");
+  }
+  if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
+    return no_change("no worker without a rank left");
+  }
+  if (!job.workers().empty() &&
+      static_cast<int>(lost.devices.size()) >= vp.request().cluster().devices_size()) {
+    // Every worker is away (e.g. the planner was down longer than a lease):
+    // keep the plan; they reconnect to it.
+    return no_change("no device has a live worker");
+  }
   // The current plan, read as every other reader reads it. One that does not
   // decode cannot be calibrated, but a lost worker is still replanned.
   absl::StatusOr<DecodedPlan> read = DecodePlan(vp.plan());
@@ -429,7 +496,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const DecodedPlan current = readable ? *std::move(read) : DecodedPlan{};
 
   // Step 1: device factors from the reports of the current version.
-  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job_id, vp.version(), current,
+  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job, vp.version(), current,
                                                           lost, calibrating, options_));
   factors_text = FactorsText(est.result);
   if (metrics_) {
@@ -462,10 +529,12 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
                                      gain * 100, outcome.current_step_seconds,
                                      outcome.new_step_seconds, options_.min_gain * 100));
   }
+  const std::string why = calibrating                               ? CalibrationReason(est.result)
+                          : trigger == ReplanTrigger::kWorkerJoined ? JoinedReason(joined)
+                                                                    : LostReason(lost);
   const std::string reason =
-      absl::StrCat(calibrating ? CalibrationReason(est.result) : LostReason(lost),
-                   absl::StrFormat("; predicted step %.4g s -> %.4g s",
-                                   outcome.current_step_seconds, outcome.new_step_seconds));
+      absl::StrCat(why, absl::StrFormat("; predicted step %.4g s -> %.4g s",
+                                        outcome.current_step_seconds, outcome.new_step_seconds));
   const v1::Plan next = WithCalibration(PlanToProto(*in.graph, *in.cluster, *result), *in.cluster,
                                         factors, lost, outcome);
   absl::StatusOr<ReplanOutcome> published = Publish(job_id, vp, next, reason, trigger, outcome);

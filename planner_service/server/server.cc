@@ -25,6 +25,7 @@
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
 #include "pipeplan/server/status_map.h"
+#include "pipeplan/server/write_health_store.h"
 
 namespace pipeplan::server {
 
@@ -101,6 +102,8 @@ struct PlannerServer::Impl {
   std::thread lease_thread;
   std::thread replan_thread;
   std::atomic<bool> shut_down{false};
+  // Recovered and not draining: health may follow the store.
+  std::atomic<bool> serving{false};
 
   void SetHealth(bool serving) {
     if (!server) return;
@@ -139,7 +142,12 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
     if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
     PIPEPLAN_ASSIGN_OR_RETURN(store, OpenSqliteStore(config.data_dir));
   }
-  impl.store = std::move(store);
+  // Health follows the store's writes: NOT_SERVING while the disk is full
+  // or read-only (reads are still answered), SERVING once a write succeeds.
+  impl.store = WithWriteHealth(std::move(store), [&impl](bool writing) {
+    if (impl.serving.load()) impl.SetHealth(writing);
+    LogWarn(writing ? "store_writable" : "store_not_writable", {});
+  });
   impl.handlers = std::make_unique<PlannerHandlers>(config.handlers, impl.store.get(), RealClock(),
                                                     impl.metrics.get());
   impl.adapter = std::make_unique<GrpcAdapter>(impl.handlers.get(), impl.metrics.get(), token);
@@ -177,6 +185,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   }
   impl.adapter->set_state(GrpcAdapter::State::kServing);
   impl.SetHealth(true);
+  impl.serving.store(true);
 
   const absl::Duration period = config.lease_check_period;
   impl.lease_thread = std::thread([&impl, period] {
@@ -207,6 +216,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
 
 void PlannerServer::Drain() {
   if (!impl_->adapter) return;
+  impl_->serving.store(false);
   impl_->adapter->set_state(GrpcAdapter::State::kDraining);
   impl_->SetHealth(false);
 }

@@ -17,6 +17,34 @@
 #include "pipeplan/server/store.h"
 
 namespace pipeplan::server {
+namespace {
+
+// An SQLite result code as the Store contract's status: a full disk is
+// RESOURCE_EXHAUSTED, an I/O error, a read-only file or a busy database
+// UNAVAILABLE (the write may succeed later), a broken constraint
+// ALREADY_EXISTS (callers say which record), a corrupt file DATA_LOSS.
+absl::Status SqliteStatus(int extended_code, std::string message) {
+  switch (extended_code & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(std::move(message));
+    case SQLITE_IOERR:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_PROTOCOL:
+      return absl::UnavailableError(std::move(message));
+    case SQLITE_CONSTRAINT:
+      return absl::AlreadyExistsError(std::move(message));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::DataLossError(std::move(message));
+    default:
+      return absl::InternalError(std::move(message));
+  }
+}
+
+}  // namespace
 
 absl::Status MakeDirs(const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("empty data directory");
@@ -90,7 +118,8 @@ class Stmt {
 
   absl::Status prepared() const {
     if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+    return SqliteStatus(sqlite3_extended_errcode(db_),
+                        absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
   }
   Stmt& Bind(int i, std::string_view text) {
     sqlite3_bind_text(s_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
@@ -109,7 +138,8 @@ class Stmt {
     const int rc = sqlite3_step(s_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+    return SqliteStatus(sqlite3_extended_errcode(db_),
+                        absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
   }
   absl::Status Run() {
     PIPEPLAN_RETURN_IF_ERROR(prepared());
@@ -162,9 +192,7 @@ class SqliteStore : public Store {
           .Bind(3, job.create_time_unix_ms)
           .Bind(4, first.version());
       absl::Status s = ins.Run();
-      if (!s.ok()) {
-        return absl::AlreadyExistsError(absl::StrCat("job ", job.id, ": ", s.message()));
-      }
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("job ", job.id, ": ", s.message()));
       PIPEPLAN_RETURN_IF_ERROR(
           PutJobTraining(job.id, job.training, job.state, job.failure_message));
       return InsertPlan(first);
@@ -244,7 +272,10 @@ class SqliteStore : public Store {
         .Bind(6, w.last_heartbeat_unix_ms)
         .Bind(7, w.last_step);
     absl::Status s = q.Run();
-    if (!s.ok()) return absl::NotFoundError(absl::StrCat("job ", w.job_id, ": ", s.message()));
+    if (s.code() == absl::StatusCode::kAlreadyExists) {  // the job's foreign key
+      return absl::NotFoundError(absl::StrCat("job ", w.job_id, ": ", s.message()));
+    }
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("job ", w.job_id, ": ", s.message()));
     return s;
   }
 
@@ -343,7 +374,8 @@ class SqliteStore : public Store {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : sqlite3_errmsg(db_);
       sqlite3_free(err);
-      return absl::InternalError(absl::StrCat("sqlite: ", msg, " (", sql, ")"));
+      return SqliteStatus(sqlite3_extended_errcode(db_),
+                          absl::StrCat("sqlite: ", msg, " (", sql, ")"));
     }
     return absl::OkStatus();
   }
@@ -417,8 +449,8 @@ class SqliteStore : public Store {
     ins.Bind(1, plan.job_id()).Bind(2, plan.version()).BindBlob(3, plan.SerializeAsString());
     absl::Status s = ins.Run();
     if (!s.ok()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("job ", plan.job_id(), " plan version ", plan.version(), ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("job ", plan.job_id(), " plan version ",
+                                                 plan.version(), ": ", s.message()));
     }
     return s;
   }

@@ -197,7 +197,7 @@ TEST_F(TrainingTest, TwoWorkersMatchSingleProcessAcrossAReplan) {
   if (HasFailure()) ADD_FAILURE() << w0->Output() << w1->Output();
   auto state = client_->GetJob(job);
   ASSERT_TRUE(state.ok());
-  EXPECT_EQ(state->state(), v1::JOB_SUCCEEDED) << state->failure_message();
+  EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
 }
 
 TEST_F(TrainingTest, KilledWorkersResumeFromTheNewestCheckpoint) {

@@ -104,7 +104,7 @@ def test_job_lifecycle_with_training_spec(client):
                 "data": "synthetic:seed=7", "batch_size": 32, "max_steps": 3}
     job = client.create_job("py-train", GRAPH, CLUSTER, training=training, **OPTIONS)
     assert job.id and job.name == "py-train"
-    assert job.plan_version == 1 and job.state == pb.JOB_RUNNING
+    assert job.plan_version == 1 and job.state == pb.JOB_PENDING
     assert len(job.plan.stages) == 4
     got = client.get_job(job.id)
     assert got.training.optimizer == "adam" and got.training.batch_size == 32
@@ -176,7 +176,7 @@ def test_reports_per_step(client):
     assert client.reports(job.id, limit=2) == [rows[1]]
     for i in range(len(devices)):
         finished = client.finish_worker(job.id, "w%d" % i, 2)
-    assert finished.state == pb.JOB_SUCCEEDED
+    assert finished.state == pb.JOB_COMPLETED
     client.delete_job(job.id)
 
 

@@ -41,15 +41,6 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const Worke
       store);
 }
 
-// This process's identity in rendezvous keys: a restarted worker gets a new one.
-const std::string& ProcessNonce() {
-  static const std::string nonce = [] {
-    std::random_device rd;
-    return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) ^ rd() ^ absl::ToUnixNanos(absl::Now())));
-  }();
-  return nonce;
-}
-
 // Workers that restart within a version (every worker of a job after a
 // crash) would find the previous run's addresses under that version's keys.
 // So each rank publishes its process nonce, and the round's keys live under
@@ -59,7 +50,7 @@ const std::string& ProcessNonce() {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
                                                             const ActivePlan& a) {
   const std::string base = absl::StrCat("v", a.version, "/", o.transport, "/");
-  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", a.rank), ProcessNonce()));
+  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", a.rank), ProcessRunId()));
   const absl::Time deadline = absl::Now() + 3 * o.connect_timeout;
   while (true) {
     std::string round;
@@ -75,6 +66,14 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const 
 }
 
 }  // namespace
+
+const std::string& ProcessRunId() {
+  static const std::string nonce = [] {
+    std::random_device rd;
+    return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) ^ rd() ^ absl::ToUnixNanos(absl::Now())));
+  }();
+  return nonce;
+}
 
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
                                                             KeyValue& kv,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "pipeplan/client/planner_client.h"
@@ -32,6 +33,11 @@ struct ActivePlan {
   // Connected to its peers: can vote at a step boundary and run steps.
   bool connected() const { return transport != nullptr; }
 };
+
+// This process's run of the worker: random, new at every start. It names the
+// run in rendezvous keys (a restarted worker never meets the previous run's
+// addresses) and in step reports (WorkerInfo.run_id).
+const std::string& ProcessRunId();
 
 // Fetches `version` (GetPlan: plan and request graph, retried while the
 // planner is unavailable), decodes it, and for a device with a rank connects

@@ -24,8 +24,13 @@ namespace fs = std::filesystem;
 constexpr char kFormat[] = "pipeplan-checkpoint/1";
 constexpr char kStepPrefix[] = "step_";
 
+// A full disk is RESOURCE_EXHAUSTED (space may come back); anything else
+// INTERNAL. The step loop goes on training after either.
 absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  const int e = errno;
+  std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(std::move(message));
+  return absl::InternalError(std::move(message));
 }
 
 absl::Status WriteAll(int fd, std::span<const std::byte> bytes, const std::string& path) {

@@ -20,6 +20,9 @@ struct WorkerMetrics::Impl {
   prometheus::Counter* steps = nullptr;
   prometheus::Gauge* version = nullptr;
   prometheus::Gauge* loss = nullptr;
+  prometheus::Counter* dropped_steps = nullptr;
+  prometheus::Gauge* buffered_reports = nullptr;
+  prometheus::Counter* dropped_reports = nullptr;
 };
 
 WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,6 +55,21 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                     .Help("Loss of the last step (mlp and torch executors, last stage only).")
                     .Register(*impl->registry)
                     .Add(labels);
+  impl->dropped_steps = &prometheus::BuildCounter()
+                             .Name("pipeplan_worker_dropped_steps_total")
+                             .Help("Steps dropped because a peer failed (the job replans).")
+                             .Register(*impl->registry)
+                             .Add(labels);
+  impl->buffered_reports = &prometheus::BuildGauge()
+                                .Name("pipeplan_worker_buffered_reports")
+                                .Help("Step reports waiting for the planner to accept them.")
+                                .Register(*impl->registry)
+                                .Add(labels);
+  impl->dropped_reports = &prometheus::BuildCounter()
+                               .Name("pipeplan_worker_dropped_reports_total")
+                               .Help("Step reports dropped because the report buffer was full.")
+                               .Register(*impl->registry)
+                               .Add(labels);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();
@@ -70,5 +88,12 @@ void WorkerMetrics::SetPlanVersion(int64_t version) {
   impl_->version->Set(static_cast<double>(version));
 }
 void WorkerMetrics::SetLoss(double loss) { impl_->loss->Set(loss); }
+void WorkerMetrics::CountDroppedStep() { impl_->dropped_steps->Increment(); }
+void WorkerMetrics::SetBufferedReports(int64_t n) {
+  impl_->buffered_reports->Set(static_cast<double>(n));
+}
+void WorkerMetrics::CountDroppedReports(int64_t n) {
+  impl_->dropped_reports->Increment(static_cast<double>(n));
+}
 
 }  // namespace pipeplan::worker

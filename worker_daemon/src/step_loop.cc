@@ -4,25 +4,28 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "event_log.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/core/status_macros.h"
+#include "retryable.h"
 #include "step_report.h"
 
 namespace pipeplan::worker {
 
 StepLoop::StepLoop(client::PlannerClient& planner, const WorkerOptions& options,
                    ControlState& state, const std::atomic<bool>& stop, WorkerMetrics* metrics,
-                   TrainingSession* training)
+                   TrainingSession* training, ReportSender& reports)
     : planner_(planner),
       options_(options),
       state_(state),
       stop_(stop),
       metrics_(metrics),
       kv_(&planner, options.job_id),
-      training_(training) {}
+      training_(training),
+      reports_(reports) {}
 
 bool StepLoop::ReachedMaxSteps() const {
   return training_ && training_->spec().max_steps() > 0 && step_ >= training_->spec().max_steps();
@@ -35,27 +38,58 @@ absl::Status StepLoop::Run() {
     if (state_.JobDeleted()) {
       return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
     }
-    if (options_.steps > 0 && step_ >= options_.steps) return absl::OkStatus();
+    if (options_.steps > 0 && step_ >= options_.steps) {
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
     if (ReachedMaxSteps()) {
       trained_to_the_end_ = true;
       return absl::OkStatus();
     }
     int64_t want = state_.Latest();
     if (connected) {
-      PIPEPLAN_ASSIGN_OR_RETURN(const Boundary boundary, AgreeAtBoundary(want));
-      if (boundary.stop) {
+      absl::StatusOr<Boundary> boundary = AgreeAtBoundary(want);
+      if (!boundary.ok()) {
+        PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(boundary.status(), active_->version));
+        continue;
+      }
+      if (boundary->stop) {
         Emit(absl::StrCat("event=stop job=", options_.job_id, " worker=", options_.worker_id,
                           " step=", step_));
         return absl::OkStatus();
       }
-      want = boundary.version;
+      want = boundary->version;
     }
     if (!active_ || active_->version != want) {
-      PIPEPLAN_RETURN_IF_ERROR(SwitchTo(want));
+      if (absl::Status s = SwitchTo(want); !s.ok()) {
+        PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(s, want));
+      }
       continue;  // agree again on the new transport before running
     }
-    PIPEPLAN_RETURN_IF_ERROR(RunOneStep());
+    if (absl::Status s = RunOneStep(); !s.ok()) {
+      PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(s, active_ ? active_->version : want));
+    }
   }
+}
+
+absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t version) {
+  if (!PeerFailure(error)) return error;
+  // Closing the transport fails the ranks still blocked on this one, so the
+  // whole pipeline drops the step within one communication round.
+  active_.reset();
+  if (metrics_) metrics_->CountDroppedStep();
+  Emit(absl::StrCat("event=step_dropped job=", options_.job_id, " worker=", options_.worker_id,
+                    " step=", step_, " plan_version=", version,
+                    " code=", absl::StatusCodeToString(error.code()), " error=\"",
+                    absl::CHexEscape(error.message()), "\""));
+  // The planner replans without a lost device once its lease runs out; a
+  // peer that restarted in place comes back in this same version.
+  const absl::Time deadline = absl::Now() + 2 * state_.Lease() + absl::Seconds(1);
+  while (!stop_.load() && !state_.JobDeleted() && state_.Latest() <= version &&
+         absl::Now() < deadline) {
+    if (state_.SleepOrShutdown(absl::Milliseconds(50))) break;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_version) {
@@ -132,8 +166,7 @@ absl::Status StepLoop::RunOneStep() {
   }
   const StepResult& r = *run;
   const std::optional<double> loss = active_->executor->LastLoss();
-  const std::string report_result = SendStepReport(
-      planner_, options_, state_,
+  const std::string report_result = reports_.Add(
       MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes(), loss));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);
@@ -144,8 +177,18 @@ absl::Status StepLoop::RunOneStep() {
                     " seconds=", r.step_seconds, " report=", report_result,
                     loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
-  if (training_) return training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
-  return absl::OkStatus();
+  if (!training_) return absl::OkStatus();
+  absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
+  if (saved.code() == absl::StatusCode::kInternal ||
+      saved.code() == absl::StatusCode::kResourceExhausted) {
+    // Every rank saw the same failed shard or manifest (the checkpoint's
+    // barriers say so): training goes on and the next checkpoint tries again.
+    Emit(absl::StrCat("event=checkpoint_failed job=", options_.job_id,
+                      " worker=", options_.worker_id, " step=", step_,
+                      " code=", absl::StatusCodeToString(saved.code())));
+    return absl::OkStatus();
+  }
+  return saved;
 }
 
 }  // namespace pipeplan::worker

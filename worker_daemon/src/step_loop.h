@@ -7,7 +7,17 @@
 //   otherwise:              RunOneStep (run the rank's actions, report)
 //
 // Every rank runs the same sequence of boundaries, so all of them switch
-// plans, and stop, after the same step. Internal to libpipeplan_worker.
+// plans, and stop, after the same step.
+//
+// A peer that dies (kill -9, a lost host) fails the vote, the step, the
+// checkpoint barrier or the next rendezvous with a transport error. The
+// worker then drops the step and the running version (its in-memory state
+// may be half updated, so it never serves as a state source again), closes
+// its transport (so the ranks still blocked on it fail too) and waits for
+// the planner's next version, which leaves out the lost device; after two
+// leases without one it tries the same version again (a peer restarted in
+// place). Only a job failure, a deleted job or a stop ends the loop.
+// Internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
 #define PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
 
@@ -23,6 +33,7 @@
 #include "pipeplan/worker/metrics.h"
 #include "pipeplan/worker/rendezvous.h"
 #include "pipeplan/worker/worker_options.h"
+#include "report_sender.h"
 #include "training_session.h"
 
 namespace pipeplan::worker {
@@ -31,9 +42,11 @@ class StepLoop {
  public:
   // Everything passed in must outlive the loop; `metrics` may be null.
   // `training` (null unless --executor torch) builds the executors, moves
-  // state at switches, resumes from checkpoints and writes them.
+  // state at switches, resumes from checkpoints and writes them; `reports`
+  // delivers step reports.
   StepLoop(client::PlannerClient& planner, const WorkerOptions& options, ControlState& state,
-           const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training);
+           const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
+           ReportSender& reports);
 
   // Runs until `options.steps` steps are done, a stop is voted at a boundary
   // or requested while not connected (OK), the job is deleted (NOT_FOUND) or
@@ -41,7 +54,8 @@ class StepLoop {
   absl::Status Run();
   // Steps completed so far.
   int64_t steps() const { return step_; }
-  // True when Run returned because training reached its max_steps.
+  // True when Run returned because training reached its max_steps or the
+  // worker its --steps: the worker is done with the job.
   bool trained_to_the_end() const { return trained_to_the_end_; }
 
  private:
@@ -56,6 +70,11 @@ class StepLoop {
   void WaitForVersionAfter(int64_t version);
   absl::Status RunOneStep();
   bool ReachedMaxSteps() const;
+  // After `error` (a vote, step, switch or checkpoint that failed at
+  // `version`): returns `error` when no new version can fix it (a job
+  // failure, a bad plan), else drops the running version, waits as the
+  // header says and returns OK for the loop to switch.
+  absl::Status DropAfterFailure(const absl::Status& error, int64_t version);
 
   client::PlannerClient& planner_;
   const WorkerOptions& options_;
@@ -64,6 +83,7 @@ class StepLoop {
   WorkerMetrics* metrics_;
   PlannerKeyValue kv_;
   TrainingSession* training_;
+  ReportSender& reports_;
   std::unique_ptr<ActivePlan> active_;
   int64_t step_ = 0;
   bool trained_to_the_end_ = false;

@@ -1,8 +1,6 @@
 #include "step_report.h"
 
-#include "absl/time/clock.h"
 #include "pipeplan/core/schedule/action.h"
-#include "retryable.h"
 
 namespace pipeplan::worker {
 
@@ -23,31 +21,6 @@ v1::ReportStepRequest MakeStepReport(const WorkerOptions& options, int64_t versi
     at->set_seconds(t.seconds);
   }
   return report;
-}
-
-std::string SendStepReport(client::PlannerClient& planner, const WorkerOptions& options,
-                           ControlState& state, const v1::ReportStepRequest& report) {
-  std::string result = "ok";
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    absl::StatusOr<v1::ReportStepResponse> resp = planner.ReportStep(report);
-    if (resp.ok()) {
-      state.SawVersion(resp->current_plan_version());
-      break;
-    }
-    result = std::string(absl::StatusCodeToString(resp.status().code()));
-    if (resp.status().code() == absl::StatusCode::kFailedPrecondition) {
-      // Stale version: learn the current one; the next boundary switches.
-      // (Not registered: Heartbeat fails alike and the heartbeat thread
-      // registers again.)
-      absl::StatusOr<v1::HeartbeatResponse> hb =
-          planner.Heartbeat(options.job_id, options.worker_id);
-      if (hb.ok()) state.SawVersion(hb->current_plan_version());
-      break;
-    }
-    if (!Retryable(resp.status())) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  return result;
 }
 
 }  // namespace pipeplan::worker

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "event_log.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/model_package.h"
@@ -73,7 +74,7 @@ class TorchTraining final : public TrainingSession {
   absl::StatusOr<std::map<std::string, std::vector<std::string>>> HoldersByDevice(
       const StagePlan& plan);
   absl::StatusOr<int64_t> ResumeFromCheckpoint(TorchExecutor& executor, Transport& transport,
-                                               int rank);
+                                               int rank, const char* why);
 
   const WorkerOptions& options_;
   client::PlannerClient& planner_;
@@ -183,7 +184,7 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, T
   const int64_t mine = previous ? previous_plan->version : 0;
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source,
                             transport.AllReduceMax(mine, options_.comm_timeout));
-  if (source == 0) return ResumeFromCheckpoint(torch, transport, rank);
+  if (source == 0) return ResumeFromCheckpoint(torch, transport, rank, "start");
   // A plan switch: the previous version's holders send each piece of state
   // to its holders in this version, over this version's transport.
   std::map<std::string, std::vector<std::string>> before;
@@ -195,19 +196,23 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, T
                               StagePlanFromProto(vp.plan(), source, &vp.request().graph()));
     PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(old));
   }
+  // Some state has no live holder when a holder's device left the plan (a
+  // lost worker) or a holder dropped its state (a step cut short by a failed
+  // peer). Then every rank rolls back to the newest checkpoint, survivors
+  // included: mixing their newer state with the checkpoint's older one would
+  // train a model that no single step ever had.
+  bool lost = false;
   ParameterOwners from;
   for (const auto& [name, devices] : before) {
     for (const std::string& device : devices) {
       const int r = plan.RankOf(device);
-      if (r < 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("state \"", name, "\" is held by device ", device,
-                         ", which has no rank in plan version ", plan.version,
-                         "; restart the job's workers to resume from a checkpoint"));
-      }
-      from[name].push_back(r);
+      if (r < 0 || (device == options_.device_id && mine != source)) lost = true;
+      if (r >= 0) from[name].push_back(r);
     }
   }
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t any_lost,
+                            transport.AllReduceMax(lost ? 1 : 0, options_.comm_timeout));
+  if (any_lost != 0) return ResumeFromCheckpoint(torch, transport, rank, "lost_state");
   NamedState local;
   if (mine == source) {
     PIPEPLAN_ASSIGN_OR_RETURN(local, static_cast<TorchExecutor*>(previous)->ExportState());
@@ -217,13 +222,21 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, T
                                       static_cast<uint64_t>(plan.version), options_.comm_timeout));
   absl::Status imported = torch.ImportState(moved, /*complete=*/true);
   if (!imported.ok()) return FinalIfTrainingError(imported);
-  return transport.AllReduceMax(step, options_.comm_timeout);
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed,
+                            transport.AllReduceMax(step, options_.comm_timeout));
+  Emit(absl::StrCat("event=resume job=", options_.job_id, " worker=", options_.worker_id,
+                    " plan_version=", plan.version, " from=peers source_version=", source,
+                    " step=", agreed));
+  return agreed;
 }
 
-// A fresh start: the newest complete checkpoint, if any, on every rank.
+// The newest complete checkpoint, if any, on every rank (step 0 without
+// one): at a fresh start, and when some state has no live holder.
 absl::StatusOr<int64_t> TorchTraining::ResumeFromCheckpoint(TorchExecutor& executor,
-                                                            Transport& transport, int rank) {
+                                                            Transport& transport, int rank,
+                                                            const char* why) {
   int64_t resumed = 0;
+  std::string dir = "none";
   if (!spec_.checkpoint_dir().empty()) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> latest,
                               LatestCheckpoint(spec_.checkpoint_dir()));
@@ -231,6 +244,7 @@ absl::StatusOr<int64_t> TorchTraining::ResumeFromCheckpoint(TorchExecutor& execu
       absl::StatusOr<CheckpointMeta> meta = executor.LoadCheckpoint(*latest);
       if (!meta.ok()) return FinalIfTrainingError(meta.status());
       resumed = meta->step;
+      dir = *latest;
     }
   }
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed,
@@ -240,6 +254,8 @@ absl::StatusOr<int64_t> TorchTraining::ResumeFromCheckpoint(TorchExecutor& execu
         "rank ", rank, " resumes from step ", resumed, " but another rank from step ", agreed,
         ": every worker must see the same checkpoint directory ", spec_.checkpoint_dir())));
   }
+  Emit(absl::StrCat("event=resume job=", options_.job_id, " worker=", options_.worker_id,
+                    " from=checkpoint why=", why, " checkpoint=", dir, " step=", agreed));
   return agreed;
 }
 

@@ -44,10 +44,12 @@ class TrainingSession {
 
   // After a switch to `plan` (executor built, transport connected), every
   // rank of the new version calls this with the executor and plan it ran
-  // before (null when none): the ranks agree where the state comes from —
-  // the previous version's holders (over `transport`; every one of them must
-  // hold a rank in the new version) or, at a fresh start, the newest
-  // checkpoint — and on the step to continue from, which is returned.
+  // before (null when none, or when a failed step made its state
+  // unusable): the ranks agree where the state comes from — the previous
+  // version's holders over `transport`, or the newest checkpoint (step 0
+  // without one) for every rank, at a fresh start and whenever some state
+  // has no live holder (a lost device, a dropped step) — and on the step to
+  // continue from, which is returned.
   virtual absl::StatusOr<int64_t> Resume(const StagePlan& plan, int rank, Transport& transport,
                                          Executor& executor, Executor* previous,
                                          const StagePlan* previous_plan, int64_t step) = 0;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "active_plan.h"
 #include "control_state.h"
 #include "control_threads.h"
 #include "event_log.h"
@@ -13,6 +14,7 @@
 #include "pipeplan/worker/executor_factory.h"
 #include "pipeplan/worker/metrics.h"
 #include "pipeplan/worker/nccl_transport.h"
+#include "report_sender.h"
 #include "retryable.h"
 #include "step_loop.h"
 #include "training_session.h"
@@ -27,6 +29,7 @@ v1::WorkerInfo WorkerInfoFor(const WorkerOptions& o) {
   info.set_device_id(o.device_id);
   info.set_memory_bytes(o.memory_bytes);
   info.set_transport_address(absl::StrCat(o.transport, "://", o.listen_host));
+  info.set_run_id(ProcessRunId());
   return info;
 }
 
@@ -92,13 +95,22 @@ absl::Status Worker::Run() {
   std::unique_ptr<TrainingSession> training;
   if (o.executor == "torch") {
     PIPEPLAN_ASSIGN_OR_RETURN(training, StartTraining());
-    if (training->job_state() == v1::JOB_SUCCEEDED) return absl::OkStatus();
+    if (training->job_state() == v1::JOB_COMPLETED) return absl::OkStatus();
   }
+  ReportSender reports(*client_, o, state, metrics_.get(), ProcessRunId());
   ControlThreads threads(*client_, o, info, state);
-  StepLoop loop(*client_, o, state, stop_, metrics_.get(), training.get());
+  StepLoop loop(*client_, o, state, stop_, metrics_.get(), training.get(), reports);
   absl::Status result = loop.Run();
+  // Reports buffered during a planner outage go out before the worker says
+  // it is done (bounded: a planner that stays away does not hold the exit).
+  if (!state.JobDeleted() && !reports.Flush(2 * state.Lease() + absl::Seconds(5))) {
+    Emit(absl::StrCat("event=reports_undelivered job=", o.job_id, " worker=", o.worker_id,
+                      " reports=", reports.buffered()));
+  }
   threads.Stop();
-  if (training && (loop.trained_to_the_end() || IsJobFailure(result))) {
+  if (loop.trained_to_the_end() || (training && IsJobFailure(result))) {
+    // Done: the planner stops expecting heartbeats (it never reports this
+    // worker lost) and completes the job once every rank is done.
     result = Finish(loop.steps(), result);
   }
   if (result.ok()) {
@@ -132,7 +144,15 @@ absl::Status Worker::Finish(int64_t steps, absl::Status result) {
   request.set_worker_id(options_.worker_id);
   request.set_step(steps);
   if (!result.ok()) request.set_error(std::string(result.message()));
+  // Retried while the planner is away or cannot write (bounded).
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
   absl::StatusOr<v1::Job> job = client_->FinishWorker(request);
+  while (!job.ok() && Retryable(job.status()) && absl::Now() + backoff < deadline) {
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+    job = client_->FinishWorker(request);
+  }
   if (!job.ok()) {
     Emit(absl::StrCat("event=finish_unreported job=", options_.job_id,
                       " worker=", options_.worker_id,

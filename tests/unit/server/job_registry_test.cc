@@ -263,13 +263,13 @@ TEST_F(JobRegistryTest, JobSucceedsWhenEveryRankIsDoneAndDoneWorkersHoldNoLease)
   ASSERT_TRUE(registry_->RegisterWorker(id, Worker("idle", "gpu5")).ok());  // no rank
   auto job = registry_->FinishWorker(Finish(id, "w1", 10));
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->state(), v1::JOB_RUNNING);  // w2 still trains
+  EXPECT_EQ(job->state(), v1::JOB_PENDING);  // w2 still trains; no step reported yet
   EXPECT_EQ(job->workers(1).state(), v1::WORKER_DONE);
   clock_.Advance(absl::Seconds(11));
   EXPECT_EQ(registry_->CheckLeases(), 2);  // w2 and idle, not the done w1
   job = registry_->FinishWorker(Finish(id, "w2", 10));
   ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ(job->state(), v1::JOB_COMPLETED);
   EXPECT_TRUE(job->failure_message().empty());
   EXPECT_EQ(registry_->FinishWorker(Finish(id, "ghost", 1)).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -284,7 +284,7 @@ TEST_F(JobRegistryTest, WorkerErrorFailsTheJobAndSurvivesRecovery) {
   ASSERT_TRUE(created.ok());
   const std::string id = created->id();
   EXPECT_EQ(created->training().model_package(), "/pkg");
-  EXPECT_EQ(created->state(), v1::JOB_RUNNING);
+  EXPECT_EQ(created->state(), v1::JOB_PENDING);
   ASSERT_TRUE(registry_->RegisterWorker(id, Worker("w1", "gpu0")).ok());
   auto job = registry_->FinishWorker(Finish(id, "w1", 7, "loss is nan at step 7"));
   ASSERT_TRUE(job.ok());

@@ -278,13 +278,13 @@ TEST(SqliteStore, MigratesSchemaVersion1) {
   ASSERT_EQ(loaded->size(), 1u);
   EXPECT_EQ((*loaded)[0].job.name, "legacy");
   EXPECT_EQ((*loaded)[0].job.state, v1::JOB_RUNNING);
-  EXPECT_TRUE((*s)->SetJobState("old", v1::JOB_SUCCEEDED, "").ok());
+  EXPECT_TRUE((*s)->SetJobState("old", v1::JOB_COMPLETED, "").ok());
   s->reset();
   auto again = OpenSqliteStore(dir.path());  // now at version 2: opens as is
   ASSERT_TRUE(again.ok()) << again.status();
   auto reloaded = (*again)->Load();
   ASSERT_TRUE(reloaded.ok());
-  EXPECT_EQ((*reloaded)[0].job.state, v1::JOB_SUCCEEDED);
+  EXPECT_EQ((*reloaded)[0].job.state, v1::JOB_COMPLETED);
 }
 
 TEST(SqliteStore, UnwritableDirectoryIsAnError) {

@@ -1,6 +1,9 @@
 // The worker's Prometheus endpoint: pipeplan_worker_step_seconds
 // (histogram), pipeplan_worker_steps_total, pipeplan_worker_plan_version,
-// pipeplan_worker_loss (mlp executor, last stage). Labels: job, worker (one
+// pipeplan_worker_loss (mlp executor, last stage),
+// pipeplan_worker_dropped_steps_total (steps a failed peer cut short),
+// pipeplan_worker_buffered_reports (step reports waiting for the planner),
+// pipeplan_worker_dropped_reports_total (reports the full buffer let go). Labels: job, worker (one
 // series per daemon; no per-step or per-microbatch labels).
 #ifndef PIPEPLAN_WORKER_METRICS_H_
 #define PIPEPLAN_WORKER_METRICS_H_
@@ -23,6 +26,9 @@ class WorkerMetrics {
   void ObserveStep(double seconds);
   void SetPlanVersion(int64_t version);
   void SetLoss(double loss);
+  void CountDroppedStep();
+  void SetBufferedReports(int64_t n);
+  void CountDroppedReports(int64_t n);
 
  private:
   struct Impl;

@@ -10,8 +10,9 @@
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
 // Heartbeat or ReportStep; CheckLeases marks expired ones lost. A worker that
 // called FinishWorker is DONE and holds no lease until it heartbeats again. After
-// Recover every worker's lease restarts, so workers that reconnect after a
-// planner restart are never declared lost for the planner's downtime.
+// Recover every worker's lease restarts (for two leases, the grace
+// period), so workers that reconnect after a planner restart are never
+// declared lost for the planner's downtime.
 //
 // Thread safety: all methods may be called from any thread. PlanWatcher
 // callbacks run with the registry's lock held: they must only queue work and
@@ -88,9 +89,12 @@ class JobRegistry {
                                       const v1::Plan& plan, const std::string& reason,
                                       int64_t expected_version = 0);
 
-  // Registering again with the same worker id updates the registration (a
-  // reconnect). INVALID_ARGUMENT for a missing id or a device not in the
-  // job's cluster; NOT_FOUND for an unknown job.
+  // Registering again with the same worker id and device updates the
+  // registration (a reconnect, e.g. a restart in place). A worker id is bound
+  // to its device: ALREADY_EXISTS for the id of an ACTIVE worker from another
+  // device (a lost or done worker's id may move). INVALID_ARGUMENT for a
+  // missing id or a device not in the job's cluster; NOT_FOUND for an unknown
+  // job.
   absl::StatusOr<v1::Assignment> RegisterWorker(const std::string& job_id,
                                                 const v1::WorkerInfo& worker);
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
@@ -98,14 +102,17 @@ class JobRegistry {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
-  // does not know, or when the report's plan version is not the current one.
+  // does not know, or for a plan version the job never had. A report with a
+  // run_id and seq is stored once: one the worker resends (same run, seq not
+  // above the last stored) is answered OK and dropped. The first report
+  // moves a PENDING job to RUNNING.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
                                                                        int limit) const;
-  // The worker is done (state DONE, no lease). With an error the job becomes
-  // FAILED with that message; without, the job SUCCEEDED once every worker
-  // holding a rank of the current plan is done. NOT_FOUND for an unknown job,
-  // FAILED_PRECONDITION for an unregistered worker.
+  // The worker is done (state DONE, no lease: never declared lost). With an
+  // error the job becomes FAILED with that message; without, the job is
+  // COMPLETED once every worker holding a rank of the current plan is done. NOT_FOUND for an
+  // unknown job, FAILED_PRECONDITION for an unregistered worker.
   absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);
 
   // Rendezvous key-value space of a job (memory only, dropped with the job).
@@ -140,6 +147,10 @@ class JobRegistry {
   struct Worker {
     WorkerRecord record;
     absl::Time lease_expiry;
+    // The newest stored report's run and number: a resent report (same run,
+    // number not above) is answered OK and not stored again.
+    std::string report_run_id;
+    int64_t report_seq = 0;
   };
   struct WatchEntry {
     std::string worker_id;

@@ -10,10 +10,18 @@
 //   (SimulateFixedPlan). When the new plan's step time beats the current one
 //   by more than `min_gain` (relative), it is published with a reason such as
 //   "calibration: device gpu1 is 1.9x slower than modelled".
+// * Membership: every replan places stages only on devices with a live
+//   (ACTIVE) worker; devices without one are left out like lost ones (a job
+//   no worker has joined plans onto its whole cluster).
 // * Lost workers: when a worker whose device has a stage misses its lease,
 //   the policy replans without that device (reason "worker w3 lost"). If no
 //   plan fits, it logs `replan_failed` and keeps the current one (and does not
 //   retry the same set of lost devices for that version).
+// * Joined workers: when a live worker's device has no rank (a new worker,
+//   or a lost one back), the policy replans over the live devices and
+//   publishes when the predicted step improves by more than `min_gain`
+//   (reason "device cpu3 has a live worker again"); once per set of such
+//   devices and version.
 //
 // The stored request of a new version is the job's request unchanged; the
 // calibration used is recorded in Plan.calibration, and the plan's stage
@@ -62,7 +70,7 @@ struct ReplanPolicyOptions {
   GraphLimits limits;
 };
 
-enum class ReplanTrigger { kCalibration, kWorkerLost };
+enum class ReplanTrigger { kCalibration, kWorkerLost, kWorkerJoined };
 
 struct ReplanOutcome {
   bool published = false;
@@ -100,6 +108,8 @@ class ReplanPolicy {
     bool in_flight = false;
     // Lost devices already tried for this version.
     std::vector<std::string> lost_tried;
+    // Devices of live workers without a rank already tried for this version.
+    std::vector<std::string> joined_tried;
   };
 
   // Publishes `next` as the version after `current` with `reason`; ABORTED

@@ -3,9 +3,12 @@
 // default is SQLite in a data directory; tests may use the in-memory store.
 //
 // Contract: every mutating call is atomic (all or nothing) and durable
-// against a process crash once it returns OK. Errors: NOT_FOUND for a
-// missing job or version, ALREADY_EXISTS for a duplicate id or version,
-// INTERNAL/DATA_LOSS when the backing file fails or is corrupt.
+// against a process crash once it returns OK; a failed one changes nothing.
+// Errors: NOT_FOUND for a missing job or version, ALREADY_EXISTS for a
+// duplicate id or version, RESOURCE_EXHAUSTED when the disk is full,
+// UNAVAILABLE when the backing file cannot be written right now (an I/O
+// error, a read-only file system, a busy database): both may succeed when
+// retried; DATA_LOSS when the file is corrupt, INTERNAL otherwise.
 // Thread safety: implementations are safe to call from any thread.
 #ifndef PIPEPLAN_SERVER_STORE_H_
 #define PIPEPLAN_SERVER_STORE_H_
