@@ -133,16 +133,24 @@ void LogReplanFailed(const std::string& job_id, const std::string& version, Repl
                             {"error", std::string(error.message())}});
 }
 
-// The job's reports of plan `version`, as calibration samples.
-absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry,
-                                                  const std::string& job_id, int64_t version,
-                                                  int window) {
+// The job's reports of plan `version`, as calibration samples, each
+// attributed to its worker's device (a replica's device, not replica 0's).
+absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry, const v1::Job& job,
+                                                  int64_t version, int window) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry.RecentStepReports(job_id, window));
+                            registry.RecentStepReports(job.id(), window));
+  std::map<std::string, std::string> device_of;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    device_of[w.info().worker_id()] = w.info().device_id();
+  }
   std::vector<StepSample> samples;
   for (const v1::ReportStepRequest& r : reports) {
     if (r.plan_version() != version) continue;
-    StepSample s{.worker_id = r.worker_id(), .step = r.step(), .timings = {}};
+    auto device = device_of.find(r.worker_id());
+    StepSample s{.worker_id = r.worker_id(),
+                 .device_id = device == device_of.end() ? "" : device->second,
+                 .step = r.step(),
+                 .timings = {}};
     s.timings.reserve(r.timings_size());
     for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
     samples.push_back(std::move(s));
@@ -180,12 +188,12 @@ struct Estimate {
   std::string skip;
 };
 
-absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const std::string& job_id,
+absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const v1::Job& job,
                                          int64_t version, const DecodedPlan& current,
                                          const LostDevices& lost, bool calibrating,
                                          const ReplanPolicyOptions& options) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
-                            SamplesOf(registry, job_id, version, options.report_window));
+                            SamplesOf(registry, job, version, options.report_window));
   absl::StatusOr<CalibrationResult> est = EstimateDeviceFactors(
       samples, current.PlannedStages(),
       {.warmup_steps = options.warmup_steps, .min_samples = std::max(1, options.min_steps)});
@@ -429,7 +437,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const DecodedPlan current = readable ? *std::move(read) : DecodedPlan{};
 
   // Step 1: device factors from the reports of the current version.
-  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job_id, vp.version(), current,
+  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job, vp.version(), current,
                                                           lost, calibrating, options_));
   factors_text = FactorsText(est.result);
   if (metrics_) {
