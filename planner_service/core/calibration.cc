@@ -93,7 +93,7 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
           break;
       }
       if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) continue;
-      auto& [measured, modelled] = per_device[st.device_id];
+      auto& [measured, modelled] = per_device[r.device_id.empty() ? st.device_id : r.device_id];
       measured += t.seconds;
       modelled += predicted / st.time_factor;
     }

@@ -15,14 +15,6 @@
 namespace pipeplan::server {
 namespace {
 
-// Workers do not run data-parallel replicas yet (docs/planning.md, "What a
-// worker must do for replicas"): a job's plan is a single pipeline unless
-// the request asks for replicas explicitly. Stored with the job's request,
-// so its replans keep it.
-void OneReplicaUnlessAsked(v1::PlanOptions* options) {
-  if (options->num_replicas() == 0 && options->max_replicas() == 0) options->set_max_replicas(1);
-}
-
 int SolverThreads(int requested) {
   if (requested > 0) return requested;
   return std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
@@ -142,7 +134,6 @@ void PlannerHandlers::HandleCreateJob(const v1::CreateJobRequest& request, const
   if (absl::Status s = ApplyTrainingSpec(req->training(), req->mutable_request()); !s.ok()) {
     return done(s);
   }
-  OneReplicaUnlessAsked(req->mutable_request()->mutable_options());
   absl::Status admitted = pool_.Submit([this, req, ctx, done]() {
     absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
     if (!plan.ok()) return done(plan.status());
@@ -159,7 +150,6 @@ void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const
   auto req = std::make_shared<v1::PlanRequest>(current->request());
   if (request.has_options()) {
     *req->mutable_options() = request.options();
-    OneReplicaUnlessAsked(req->mutable_options());
   }
   auto job_id = std::make_shared<std::string>(request.job_id());
   auto reason = std::make_shared<std::string>(

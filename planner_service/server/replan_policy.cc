@@ -170,13 +170,18 @@ void LogReplanFailed(const std::string& job_id, const std::string& version, Repl
 
 // The job's reports of plan `version` from each worker's current run (a
 // restarted worker's earlier timings describe a process that is gone, e.g.
-// a straggler since fixed), as calibration samples.
+// a straggler since fixed), as calibration samples, each attributed to its
+// worker's device (a replica's device, not replica 0's).
 absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry, const v1::Job& job,
                                                   int64_t version, int window) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
                             registry.RecentStepReports(job.id(), window));
   std::map<std::string, std::string> run_of;
-  for (const v1::WorkerStatus& w : job.workers()) run_of[w.info().worker_id()] = w.info().run_id();
+  std::map<std::string, std::string> device_of;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    run_of[w.info().worker_id()] = w.info().run_id();
+    device_of[w.info().worker_id()] = w.info().device_id();
+  }
   std::vector<StepSample> samples;
   for (const v1::ReportStepRequest& r : reports) {
     if (r.plan_version() != version) continue;
@@ -184,7 +189,11 @@ absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry, c
         it != run_of.end() && !it->second.empty() && r.run_id() != it->second) {
       continue;
     }
-    StepSample s{.worker_id = r.worker_id(), .step = r.step(), .timings = {}};
+    auto device = device_of.find(r.worker_id());
+    StepSample s{.worker_id = r.worker_id(),
+                 .device_id = device == device_of.end() ? "" : device->second,
+                 .step = r.step(),
+                 .timings = {}};
     s.timings.reserve(r.timings_size());
     for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
     samples.push_back(std::move(s));

@@ -3,11 +3,14 @@
 // the job created with the CLI's training flags, the per-step losses read
 // back with `jobs reports --json` and compared with the single-process
 // reference trainer (pipeplan_reference_train.py) on the same package, data
-// and optimizer — across a replan that moves stages, and across a kill of
-// every worker followed by a restart from the newest checkpoint.
+// and optimizer — across a replan that moves stages, across a kill of every
+// worker followed by a restart from the newest checkpoint, and with four
+// workers running two data-parallel replicas of a two-rank pipeline (planned
+// so from the start, or reached by a replan from one replica).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -54,6 +57,11 @@ class TrainingTest : public ::testing::Test {
     std::ofstream(dir_.path() + "/cluster.json")
         << R"({"devices": [{"id": "cpu0", "host": "h0", "flops": 1e12, "memory_bytes": 8e9},
                           {"id": "cpu1", "host": "h0", "flops": 1e12, "memory_bytes": 8e9}]})";
+    std::ofstream(dir_.path() + "/cluster4.json")
+        << R"({"devices": [{"id": "cpu0", "host": "h0", "flops": 1e12, "memory_bytes": 8e9},
+                          {"id": "cpu1", "host": "h0", "flops": 1e12, "memory_bytes": 8e9},
+                          {"id": "cpu2", "host": "h0", "flops": 1e12, "memory_bytes": 8e9},
+                          {"id": "cpu3", "host": "h0", "flops": 1e12, "memory_bytes": 8e9}]})";
     auto planner = PlannerProcess::Start({"--replan=off"});
     ASSERT_TRUE(planner.ok()) << planner.status();
     planner_ = *std::move(planner);
@@ -64,7 +72,9 @@ class TrainingTest : public ::testing::Test {
 
   // `jobs create` with the training flags; returns the job id.
   std::string CreateJob(const std::string& model, const std::string& data,
-                        const std::vector<std::string>& extra, std::string* out) {
+                        const std::vector<std::string>& extra, std::string* out,
+                        const std::string& cluster = "cluster.json",
+                        const std::string& batch = "8") {
     std::vector<std::string> argv = {PIPEPLAN_CLI_BIN,
                                      "--planner",
                                      planner_->address(),
@@ -73,7 +83,7 @@ class TrainingTest : public ::testing::Test {
                                      "--graph",
                                      Path(model + ".json"),
                                      "--cluster",
-                                     Path("cluster.json"),
+                                     Path(cluster),
                                      "--ranks",
                                      "2",
                                      "--schedule",
@@ -87,7 +97,7 @@ class TrainingTest : public ::testing::Test {
                                      "--data",
                                      "tensors:" + Path(data),
                                      "--batch-size",
-                                     "8",
+                                     batch,
                                      "--optimizer",
                                      "adamw",
                                      "--lr",
@@ -118,12 +128,13 @@ class TrainingTest : public ::testing::Test {
   }
 
   // Losses of the single-process reference over `steps` steps.
-  std::map<int64_t, double> Reference(const std::string& model, int steps) {
+  std::map<int64_t, double> Reference(const std::string& model, int steps,
+                                      const std::string& batch = "8") {
     std::string out;
     const std::string losses = Path(model + "_reference.json");
     EXPECT_EQ(RunCommand({kPython, Source("client/python/pipeplan_reference_train.py"), "--package",
                           Path(model + ".ptpkg"), "--data", "tensors:" + Path(model + "_data.pt"),
-                          "--optimizer", "adamw", "--lr", "1e-3", "--batch-size", "8",
+                          "--optimizer", "adamw", "--lr", "1e-3", "--batch-size", batch,
                           "--microbatches", "4", "--steps", absl::StrCat(steps), "--out", losses},
                          &out, absl::Seconds(300)),
               0)
@@ -228,6 +239,78 @@ TEST_F(TrainingTest, KilledWorkersResumeFromTheNewestCheckpoint) {
   EXPECT_GT(first, 0) << w0->Output();
   EXPECT_EQ(first % kEvery, 0) << w0->Output();
   ExpectMatch(Reported(job), Reference("cnn", kSteps), 0, kSteps - 1);
+}
+
+// Two replicas of a two-rank pipeline on four worker processes: each
+// replica trains half of every batch of 16 rows, the gradients are averaged
+// over the replicas, and the losses are one process's on the whole batch.
+TEST_F(TrainingTest, FourWorkersRunTwoReplicasAsOneProcess) {
+  std::string out;
+  constexpr int kSteps = 40;
+  const std::string job =
+      CreateJob("gpt", "gpt_data.pt", {"--replicas", "2", "--max-steps", absl::StrCat(kSteps)},
+                &out, "cluster4.json", "16");
+  ASSERT_FALSE(job.empty()) << out;
+  auto plan = client_->GetPlan(job, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->plan().replicas_size(), 2) << out;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 4; ++r) workers.push_back(StartWorker(job, r));
+  for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(240)), 0) << w->Output();
+  // Every device ran a stage, and both replicas' last ranks report a loss.
+  int replica_one = 0;
+  for (auto& w : workers) {
+    EXPECT_NE(w->Output().find("event=step"), std::string::npos) << w->Output();
+    replica_one += w->Output().find("replica=1") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(replica_one, 2);
+  ExpectMatch(Reported(job), Reference("gpt", kSteps, "16"), 0, kSteps - 1);
+  if (HasFailure()) {
+    for (auto& w : workers) ADD_FAILURE() << w->Output();
+  }
+  auto state = client_->GetJob(job);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->state(), v1::JOB_SUCCEEDED) << state->failure_message();
+}
+
+// A replan from one pipeline to two replicas of it mid-run: the two idle
+// workers join, every holder of a stage in both replicas gets the
+// parameters and AdamW state, and the losses go on as one process's.
+TEST_F(TrainingTest, ReplanFromOneReplicaToTwoKeepsTheLosses) {
+  std::string out;
+  constexpr int kSteps = 60;
+  const std::string job =
+      CreateJob("gpt", "gpt_data.pt", {"--replicas", "1", "--max-steps", absl::StrCat(kSteps)},
+                &out, "cluster4.json", "16");
+  ASSERT_FALSE(job.empty()) << out;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 4; ++r) workers.push_back(StartWorker(job, r));
+  ASSERT_TRUE(WaitForStep(job, 2));
+  v1::ReplanJobRequest replan;
+  replan.set_job_id(job);
+  replan.mutable_options()->set_num_ranks(2);
+  replan.mutable_options()->set_num_replicas(2);
+  replan.mutable_options()->set_microbatches(4);
+  replan.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
+  replan.mutable_options()->set_method(v1::METHOD_DP);
+  auto v2 = client_->ReplanJob(replan);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_EQ(v2->plan().replicas_size(), 2);
+  for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(240)), 0) << w->Output();
+  const auto got = Reported(job);
+  ExpectMatch(got, Reference("gpt", kSteps, "16"), 0, kSteps - 1);
+  // The switch to version 2 (the last plan_switch) came mid-run.
+  int64_t switched_at = -1;
+  for (auto& w : workers) {
+    for (const std::string& step : w->Values("plan_switch", "step")) {
+      switched_at = std::max<int64_t>(switched_at, std::stoll(step));
+    }
+  }
+  EXPECT_GT(switched_at, 0);
+  EXPECT_LT(switched_at, kSteps);
+  if (HasFailure()) {
+    for (auto& w : workers) ADD_FAILURE() << w->Output();
+  }
 }
 
 TEST_F(TrainingTest, BadInputsFailAtCreateOrFailTheJob) {

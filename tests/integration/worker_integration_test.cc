@@ -24,11 +24,28 @@
 namespace pipeplan::testing {
 namespace {
 
-v1::PlanRequest JobRequest(int stages, int microbatches) {
+// `replicas` pipelines of `stages` ranks on the 8-device cluster (fixed, so
+// that the test starts a worker for every device of the plan).
+v1::PlanRequest JobRequest(int stages, int microbatches, int replicas = 1) {
   v1::PlanRequest r = SmallRequest();
   r.mutable_options()->set_num_ranks(stages);
+  r.mutable_options()->set_num_replicas(replicas);
   r.mutable_options()->set_microbatches(microbatches);
   return r;
+}
+
+// Every device of the plan, replica by replica (replica 0 first).
+std::vector<std::string> PlanDevices(const v1::Plan& plan) {
+  std::vector<std::string> d;
+  for (const v1::Replica& q : plan.replicas()) {
+    d.insert(d.end(), q.rank_device_ids().begin(), q.rank_device_ids().end());
+  }
+  if (d.empty()) {
+    for (const v1::Stage& s : plan.stages()) {
+      if (std::find(d.begin(), d.end(), s.device_id()) == d.end()) d.push_back(s.device_id());
+    }
+  }
+  return d;
 }
 
 std::vector<std::string> RankDevices(const v1::Plan& plan) {
@@ -48,7 +65,7 @@ struct Cluster {
 };
 
 void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string> extra,
-              int metrics_worker = -1) {
+              int metrics_worker = -1, int replicas = 1) {
   // The replanning policy is off: these tests publish versions themselves
   // (replan_integration_test.cc covers the policy).
   auto planner = PlannerProcess::Start({"--lease-seconds", "5", "--replan", "off"});
@@ -57,12 +74,13 @@ void StartJob(Cluster* c, int stages, int microbatches, std::vector<std::string>
   auto client = c->planner->Client();
   ASSERT_TRUE(client.ok());
   c->client = std::move(*client);
-  auto job = c->client->CreateJob("workers", JobRequest(stages, microbatches));
+  auto job = c->client->CreateJob("workers", JobRequest(stages, microbatches, replicas));
   ASSERT_TRUE(job.ok()) << job.status();
   c->job = *job;
-  const std::vector<std::string> devices = RankDevices(job->plan());
-  ASSERT_EQ(static_cast<int>(devices.size()), stages);
-  for (int r = 0; r < stages; ++r) {
+  ASSERT_EQ(static_cast<int>(RankDevices(job->plan()).size()), stages);
+  const std::vector<std::string> devices = PlanDevices(job->plan());
+  ASSERT_EQ(static_cast<int>(devices.size()), stages * replicas);
+  for (int r = 0; r < stages * replicas; ++r) {
     std::vector<std::string> args =
         WorkerArgs(c->planner->address(), job->id(), absl::StrCat("w", r), devices[r]);
     if (r == metrics_worker) {
@@ -126,6 +144,34 @@ TEST(WorkerIntegration, TwoWorkersRunStepsAndReportTimings) {
         EXPECT_EQ(kinds, (std::set<std::string>{"F", "B", "RECV_F", "SEND_B"}));
       }
     }
+  }
+}
+
+// Two replicas of a two-rank pipeline, synthetic executor: four workers
+// rendezvous as one, each replica runs the pipeline, and the gradient
+// all-reduce over each rank's replica group (a real buffer of the stages'
+// parameter bytes) is part of every step.
+TEST(WorkerIntegration, TwoReplicasOfTwoRanksRunTogether) {
+  Cluster c;
+  ASSERT_NO_FATAL_FAILURE(StartJob(&c, 2, 4, {"--steps", "4", "--time-scale", "0.2"},
+                                   /*metrics_worker=*/-1, /*replicas=*/2));
+  ASSERT_EQ(c.job.plan().replicas_size(), 2);
+  for (auto& w : c.workers) ASSERT_EQ(w->Wait(absl::Seconds(60)), 0) << w->Output();
+  auto by_worker = ReportsByWorker(c);
+  ASSERT_EQ(by_worker.size(), 4u);
+  for (auto& [id, reports] : by_worker) {
+    ASSERT_EQ(reports.size(), 4u) << id;
+    for (const auto& r : reports) {
+      EXPECT_EQ(r.timings_size(), 16) << id;  // each replica runs the whole 1F1B program
+      EXPECT_GT(r.step_seconds(), 0) << id;
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    const auto replica = c.workers[i]->Values("plan_switch", "replica");
+    const auto rank = c.workers[i]->Values("plan_switch", "rank");
+    ASSERT_EQ(replica.size(), 1u) << c.workers[i]->Output();
+    EXPECT_EQ(replica[0], absl::StrCat(i / 2));
+    EXPECT_EQ(rank[0], absl::StrCat(i % 2));
   }
 }
 

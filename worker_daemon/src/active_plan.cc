@@ -3,12 +3,14 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/worker/executor_factory.h"
 #include "pipeplan/worker/gloo_transport.h"
+#include "pipeplan/worker/group_transport.h"
 #include "pipeplan/worker/nccl_transport.h"
 #include "retryable.h"
 
@@ -26,35 +28,40 @@ absl::StatusOr<v1::VersionedPlan> FetchPlan(client::PlannerClient& planner,
   return vp;
 }
 
+// Ranks of the plan's one transport: every device, replica-major.
+int WorldSize(const StagePlan& plan) { return plan.ranks * plan.num_replicas; }
+
 // One rendezvous round under `prefix`.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
                                                        const ActivePlan& a,
                                                        const std::string& prefix) {
+  const int rank = a.plan.WorldRank(a.replica, a.rank);
+  const int size = WorldSize(a.plan);
   if (o.transport == "nccl") {
     return ConnectNccl(
-        {.rank = a.rank, .size = a.plan.ranks, .device_ordinal = -1, .timeout = o.connect_timeout},
-        kv, prefix);
+        {.rank = rank, .size = size, .device_ordinal = -1, .timeout = o.connect_timeout}, kv,
+        prefix);
   }
   GlooKeyValueStore store(&kv, prefix, o.connect_timeout);
-  return ConnectGloo(
-      {.rank = a.rank, .size = a.plan.ranks, .host = o.listen_host, .timeout = o.comm_timeout},
-      store);
+  return ConnectGloo({.rank = rank, .size = size, .host = o.listen_host, .timeout = o.comm_timeout},
+                     store);
 }
 
 // Workers that restart within a version (every worker of a job after a
 // crash) would find the previous run's addresses under that version's keys.
-// So each rank publishes its process nonce, and the round's keys live under
-// the nonces of all ranks: live processes meet in a namespace no earlier run
-// wrote. A rank that read a dead peer's nonce fails its round (timeout) and
-// tries again with the nonces as they are now.
+// So each device publishes its process nonce, and the round's keys live
+// under the nonces of all devices (every replica's): live processes meet in
+// a namespace no earlier run wrote. A device that read a dead peer's nonce
+// fails its round (timeout) and tries again with the nonces as they are now.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
                                                             const ActivePlan& a) {
   const std::string base = absl::StrCat("v", a.version, "/", o.transport, "/");
-  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", a.rank), ProcessRunId()));
+  const int me = a.plan.WorldRank(a.replica, a.rank);
+  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", me), ProcessRunId()));
   const absl::Time deadline = absl::Now() + 3 * o.connect_timeout;
   while (true) {
     std::string round;
-    for (int r = 0; r < a.plan.ranks; ++r) {
+    for (int r = 0; r < WorldSize(a.plan); ++r) {
       PIPEPLAN_ASSIGN_OR_RETURN(std::string nonce,
                                 kv.WaitGet(absl::StrCat(base, "nonce/", r), o.connect_timeout));
       absl::StrAppend(&round, r == 0 ? "" : "-", nonce);
@@ -63,6 +70,18 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const 
         ConnectOnce(kv, o, a, absl::StrCat(base, round, "/"));
     if (t.ok() || !Retryable(t.status()) || absl::Now() > deadline) return t;
   }
+}
+
+// This replica's pipeline and this rank's replica group, as groups of the
+// plan's transport.
+absl::Status MakeGroups(ActivePlan& a) {
+  std::vector<int> pipeline;
+  for (int r = 0; r < a.plan.ranks; ++r) pipeline.push_back(a.plan.WorldRank(a.replica, r));
+  std::vector<int> replicas;
+  for (int q = 0; q < a.plan.num_replicas; ++q) replicas.push_back(a.plan.WorldRank(q, a.rank));
+  PIPEPLAN_ASSIGN_OR_RETURN(a.pipeline, GroupTransport::Create(a.transport.get(), pipeline));
+  PIPEPLAN_ASSIGN_OR_RETURN(a.replica_group, GroupTransport::Create(a.transport.get(), replicas));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -85,17 +104,22 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClien
   a->version = version;
   PIPEPLAN_ASSIGN_OR_RETURN(a->plan, StagePlanFromProto(vp.plan(), version, &vp.request().graph()));
   a->rank = a->plan.RankOf(options.device_id);
+  a->replica = a->plan.ReplicaOf(options.device_id);
   if (a->rank < 0) return a;
   PIPEPLAN_ASSIGN_OR_RETURN(a->transport, ConnectTransport(kv, options, *a));
+  PIPEPLAN_RETURN_IF_ERROR(MakeGroups(*a));
   PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,
                             StageRuntime::ForRank(a->plan.lowered, a->rank, options.comm_timeout));
   a->runtime = std::make_unique<StageRuntime>(std::move(runtime));
+  const ExecutorPlace place{.rank = a->rank,
+                            .replica = a->replica,
+                            .pipeline = a->pipeline.get(),
+                            .replica_group = a->replica_group.get()};
   if (training) {
-    PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
-                              training->MakeExecutor(a->plan, a->rank, a->transport.get()));
+    PIPEPLAN_ASSIGN_OR_RETURN(a->executor, training->MakeExecutor(a->plan, place));
   } else {
     PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
-                              MakeExecutor(options, a->plan, vp.request().graph(), a->rank));
+                              MakeExecutor(options, a->plan, vp.request().graph(), place));
   }
   return a;
 }

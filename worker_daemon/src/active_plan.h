@@ -1,7 +1,8 @@
 // One plan version as this worker runs it: the decoded stage plan, this
-// device's rank, and, when the rank holds stages, the transport to its peers,
-// the stage runtime and the executor. Built at every plan switch, dropped at
-// the next. Internal to libpipeplan_worker.
+// device's (replica, rank), and, when the device holds stages, the transport
+// over every device of the plan with its two groups (this replica's pipeline,
+// this rank's replica group), the stage runtime and the executor. Built at
+// every plan switch, dropped at the next. Internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
 #define PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
 
@@ -26,12 +27,26 @@ struct ActivePlan {
   StagePlan plan;
   // -1 when the version gives this device no stage; then the rest is null.
   int rank = -1;
+  int replica = -1;
+  // Every device of the plan, rank plan.WorldRank(replica, rank): votes at
+  // step boundaries and state moves at switches.
   std::unique_ptr<Transport> transport;
+  // This replica's ranks (pipeline sends and receives, the executor's sums
+  // over ranks) and this rank's replicas (the gradient all-reduce; rank =
+  // the replica). Groups of `transport`.
+  std::unique_ptr<Transport> pipeline;
+  std::unique_ptr<Transport> replica_group;
   std::unique_ptr<StageRuntime> runtime;
   std::unique_ptr<Executor> executor;
 
   // Connected to its peers: can vote at a step boundary and run steps.
   bool connected() const { return transport != nullptr; }
+  // Drops the transports (the groups first: they point into `transport`).
+  void Disconnect() {
+    pipeline.reset();
+    replica_group.reset();
+    transport.reset();
+  }
 };
 
 // This process's run of the worker: random, new at every start. It names the
@@ -43,8 +58,8 @@ const std::string& ProcessRunId();
 // planner is unavailable), decodes it, and for a device with a rank connects
 // the transport (a rendezvous round through `kv` keyed by the version),
 // builds the stage runtime and the executor (MakeExecutor, or `training`'s
-// torch executor when not null). Every rank of the version must call it for
-// the rendezvous to complete.
+// torch executor when not null). Every device of the version (all replicas)
+// must call it for the rendezvous to complete.
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClient& planner,
                                                             KeyValue& kv,
                                                             const WorkerOptions& options,

@@ -10,7 +10,8 @@
 namespace pipeplan::worker {
 namespace {
 
-std::unique_ptr<Executor> MakeSynthetic(const WorkerOptions& o, const StagePlan& plan) {
+std::unique_ptr<Executor> MakeSynthetic(const WorkerOptions& o, const StagePlan& plan,
+                                        const ExecutorPlace& place) {
   SyntheticOptions so;
   so.forward_seconds = plan.forward_seconds;
   so.backward_seconds = plan.backward_seconds;
@@ -19,6 +20,14 @@ std::unique_ptr<Executor> MakeSynthetic(const WorkerOptions& o, const StagePlan&
   so.time_factor = plan.time_factor;
   so.slowdown = o.slowdown;
   so.max_message_bytes = o.max_message_bytes;
+  so.replica_group = place.replica_group;
+  so.comm_timeout = o.comm_timeout;
+  for (int s = 0; s < plan.num_stages; ++s) {
+    if (plan.lowered.stage_to_rank[s] == place.rank &&
+        s < static_cast<int>(plan.param_bytes.size())) {
+      so.gradient_bytes += plan.param_bytes[s];
+    }
+  }
   return std::make_unique<SyntheticExecutor>(std::move(so));
 }
 
@@ -61,13 +70,21 @@ absl::Status CheckExecutorOptions(const WorkerOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const WorkerOptions& options,
                                                        const StagePlan& plan,
-                                                       const v1::ModelGraph& graph, int rank) {
+                                                       const v1::ModelGraph& graph,
+                                                       const ExecutorPlace& place) {
   PIPEPLAN_RETURN_IF_ERROR(CheckExecutorOptions(options));
   if (options.executor == "torch") {
     return absl::FailedPreconditionError("the torch executor is built by the training session");
   }
-  if (options.executor == "mlp") return MakeMlp(options, plan, graph, rank);
-  return MakeSynthetic(options, plan);
+  if (options.executor == "mlp") {
+    if (plan.num_replicas > 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("plan version ", plan.version, " has ", plan.num_replicas,
+                       " replicas; the mlp executor runs one (use synthetic or torch)"));
+    }
+    return MakeMlp(options, plan, graph, place.rank);
+  }
+  return MakeSynthetic(options, plan, place);
 }
 
 }  // namespace pipeplan::worker

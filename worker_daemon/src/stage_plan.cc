@@ -35,8 +35,27 @@ void AddGraphLayout(const DecodedPlan& plan, const v1::ModelGraph& graph, StageP
 }  // namespace
 
 int StagePlan::RankOf(std::string_view device_id) const {
-  auto it = std::find(rank_devices.begin(), rank_devices.end(), device_id);
-  return it == rank_devices.end() ? -1 : static_cast<int>(it - rank_devices.begin());
+  // A plan assembled by hand may list rank_devices only: one replica.
+  if (replica_devices.empty()) {
+    auto it = std::find(rank_devices.begin(), rank_devices.end(), device_id);
+    return it == rank_devices.end() ? -1 : static_cast<int>(it - rank_devices.begin());
+  }
+  for (const std::vector<std::string>& devices : replica_devices) {
+    auto it = std::find(devices.begin(), devices.end(), device_id);
+    if (it != devices.end()) return static_cast<int>(it - devices.begin());
+  }
+  return -1;
+}
+
+int StagePlan::ReplicaOf(std::string_view device_id) const {
+  if (replica_devices.empty()) return RankOf(device_id) < 0 ? -1 : 0;
+  for (size_t q = 0; q < replica_devices.size(); ++q) {
+    const std::vector<std::string>& devices = replica_devices[q];
+    if (std::find(devices.begin(), devices.end(), device_id) != devices.end()) {
+      return static_cast<int>(q);
+    }
+  }
+  return -1;
 }
 
 absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t version,
@@ -50,10 +69,13 @@ absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t versi
   out.microbatches = decoded.microbatches;
   out.chunks_per_rank = decoded.chunks_per_rank;
   out.rank_devices = decoded.rank_devices;
+  out.num_replicas = decoded.num_replicas;
+  out.replica_devices = decoded.replica_devices;
   for (const DecodedStage& s : decoded.stages) {
     out.forward_seconds.push_back(s.forward_seconds);
     out.backward_seconds.push_back(s.backward_seconds);
     out.time_factor.push_back(s.time_factor);
+    out.param_bytes.push_back(s.param_bytes);
   }
   PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, schedule::InsertSendRecv(decoded.compute_schedule));
   if (graph != nullptr && graph->nodes_size() == static_cast<int>(decoded.node_stage.size())) {

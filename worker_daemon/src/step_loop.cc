@@ -111,13 +111,17 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
   // The previous version stays until training state has moved out of it.
   std::unique_ptr<ActivePlan> previous = std::move(active_);
-  if (previous) previous->transport.reset();
+  if (previous) previous->Disconnect();
   absl::StatusOr<std::unique_ptr<ActivePlan>> next =
       BuildActivePlan(planner_, kv_, options_, version, training_);
   if (next.ok() && training_ && (*next)->rank >= 0) {
     ActivePlan& a = **next;
     const bool held = previous && previous->executor;
-    absl::StatusOr<int64_t> step = training_->Resume(a.plan, a.rank, *a.transport, *a.executor,
+    const ExecutorPlace place{.rank = a.rank,
+                              .replica = a.replica,
+                              .pipeline = a.pipeline.get(),
+                              .replica_group = a.replica_group.get()};
+    absl::StatusOr<int64_t> step = training_->Resume(a.plan, place, *a.transport, *a.executor,
                                                      held ? previous->executor.get() : nullptr,
                                                      held ? &previous->plan : nullptr, step_);
     if (!step.ok())
@@ -138,7 +142,8 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   Emit(absl::StrCat(
       "event=plan_switch job=", options_.job_id, " worker=", options_.worker_id,
       " from_version=", from, " plan_version=", version, " rank=", active_->rank,
-      " ranks=", plan.ranks, " stages=", plan.num_stages, " microbatches=", plan.microbatches,
+      " replica=", active_->replica, " ranks=", plan.ranks, " replicas=", plan.num_replicas,
+      " stages=", plan.num_stages, " microbatches=", plan.microbatches,
       " schedule=", std::string(schedule::ScheduleKindName(plan.kind)), " step=", step_));
   if (active_->rank < 0) {
     WaitForVersionAfter(version);
@@ -155,7 +160,7 @@ void StepLoop::WaitForVersionAfter(int64_t version) {
 
 absl::Status StepLoop::RunOneStep() {
   absl::StatusOr<StepResult> run =
-      active_->runtime->RunStep(step_, *active_->transport, *active_->executor);
+      active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
   if (!run.ok()) {
     // A diverged loss is final for the job; anything else (a peer that went
     // away) a restart may fix.
@@ -174,10 +179,11 @@ absl::Status StepLoop::RunOneStep() {
   }
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,
                     " step=", step_, " plan_version=", active_->version, " rank=", active_->rank,
-                    " seconds=", r.step_seconds, " report=", report_result,
-                    loss ? absl::StrCat(" loss=", *loss) : std::string()));
+                    " replica=", active_->replica, " seconds=", r.step_seconds, " report=",
+                    report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
-  if (!training_) return absl::OkStatus();
+  // Replicas hold the same state: replica 0 alone writes checkpoints.
+  if (!training_ || active_->replica != 0) return absl::OkStatus();
   absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
   if (saved.code() == absl::StatusCode::kInternal ||
       saved.code() == absl::StatusCode::kResourceExhausted) {

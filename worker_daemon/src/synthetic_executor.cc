@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/worker/collectives.h"
 
 namespace pipeplan::worker {
 
@@ -20,7 +21,10 @@ void SpinFor(double seconds) {
   }
 }
 
-absl::Status SyntheticExecutor::BeginStep(int64_t) { return absl::OkStatus(); }
+absl::Status SyntheticExecutor::BeginStep(int64_t step) {
+  step_ = step;
+  return absl::OkStatus();
+}
 
 double SyntheticExecutor::ComputeSeconds(const Action& a) const {
   auto at = [](const std::vector<double>& v, int s) {
@@ -97,6 +101,23 @@ absl::StatusOr<std::span<std::byte>> SyntheticExecutor::RecvBuffer(const Action&
 absl::Status SyntheticExecutor::EndStep() {
   buffers_.clear();
   held_bytes_ = 0;
+  Transport* group = options_.replica_group;
+  if (group == nullptr || group->size() < 2) return absl::OkStatus();
+  if (gradients_.empty()) {
+    const double bytes =
+        std::min(options_.gradient_bytes, static_cast<double>(options_.max_message_bytes));
+    gradients_.assign(std::max<size_t>(1, static_cast<size_t>(bytes) / sizeof(float)), 1.0f);
+    peak_bytes_ = std::max(peak_bytes_, static_cast<double>(gradients_.size() * sizeof(float)));
+  }
+  absl::Status s =
+      RingAllReduceSum(*group, gradients_, static_cast<uint64_t>(step_), options_.comm_timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("step ", step_, ": gradient all-reduce over ",
+                                               group->size(), " replicas: ", s.message()));
+  }
+  // Keep the values bounded: the mean, as the real all-reduce leaves them.
+  const float scale = 1.0f / static_cast<float>(group->size());
+  for (float& g : gradients_) g *= scale;
   return absl::OkStatus();
 }
 

@@ -192,11 +192,18 @@ std::string DTypeName(torch::ScalarType type) {
 
 absl::StatusOr<TrainingData> TrainingData::Open(const std::string& spec,
                                                 const ModelPackage& package,
-                                                const std::string& loss, int64_t batch_size) {
+                                                const std::string& loss, int64_t batch_size,
+                                                int replica, int replicas) {
+  if (replicas < 1 || replica < 0 || replica >= replicas || batch_size % replicas != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("replica ", replica, " of ", replicas,
+                                                   " of a batch of ", batch_size, " rows"));
+  }
   TrainingData data;
   data.package_ = &package;
   data.loss_ = loss;
   data.batch_size_ = batch_size;
+  data.replica_ = replica;
+  data.replicas_ = replicas;
   if (spec.rfind("tensors:", 0) == 0 && spec.size() > 8) {
     const std::string where = absl::StrCat("data ", spec);
     PIPEPLAN_ASSIGN_OR_RETURN(FileData file, ReadTensorsFile(spec.substr(8), where));
@@ -254,20 +261,26 @@ void TrainingData::LoadBatch(int64_t step) {
   batch_step_ = step;
 }
 
+std::pair<int64_t, int64_t> TrainingData::Rows(int m, int microbatches) const {
+  const int64_t slice = batch_size_ / replicas_;
+  const int64_t b = slice / microbatches;
+  return {replica_ * slice + m * b, b};
+}
+
 std::vector<torch::Tensor> TrainingData::Inputs(int64_t step, int m, int microbatches) {
   LoadBatch(step);
-  const int64_t b = batch_size_ / microbatches;
+  const auto [first, rows] = Rows(m, microbatches);
   std::vector<torch::Tensor> out;
   for (const torch::Tensor& x : batch_inputs_) {
-    out.push_back(x.narrow(package_->batch_dim, m * b, b));
+    out.push_back(x.narrow(package_->batch_dim, first, rows));
   }
   return out;
 }
 
 torch::Tensor TrainingData::Targets(int64_t step, int m, int microbatches) {
   LoadBatch(step);
-  const int64_t b = batch_size_ / microbatches;
-  return batch_targets_.narrow(0, m * b, b);
+  const auto [first, rows] = Rows(m, microbatches);
+  return batch_targets_.narrow(0, first, rows);
 }
 
 }  // namespace pipeplan::worker

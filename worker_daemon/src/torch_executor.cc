@@ -137,6 +137,17 @@ absl::Status CheckOptions(const TorchExecutorOptions& o) {
   if (o.num_microbatches < 1) {
     return absl::InvalidArgumentError("num_microbatches must be >= 1");
   }
+  if (o.num_replicas < 1 || o.replica < 0 || o.replica >= o.num_replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica ", o.replica, " is not one of ", o.num_replicas));
+  }
+  if (o.num_replicas > 1 &&
+      (o.replica_group == nullptr || o.replica_group->size() != o.num_replicas ||
+       o.replica_group->rank() != o.replica)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica ", o.replica, " of ", o.num_replicas,
+                     " needs a replica group transport of that size with that rank"));
+  }
   if (!o.stages.package_digest.empty() && o.stages.package_digest != o.package.digest) {
     return absl::InvalidArgumentError(absl::StrCat("the compiled stages in ", o.stages.dir,
                                                    " are for package ", o.stages.package_digest,
@@ -295,9 +306,11 @@ static absl::Status OpenData(TorchExecutor::Impl& impl) {
                                                    o.stages.stages[impl.last_stage].outputs.size(),
                                                    " tensors; the loss needs one"));
   }
-  PIPEPLAN_ASSIGN_OR_RETURN(TrainingData data,
-                            TrainingData::Open(o.data, o.package, impl.loss,
-                                               o.stages.microbatch_size * o.num_microbatches));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      TrainingData data,
+      TrainingData::Open(o.data, o.package, impl.loss,
+                         o.stages.microbatch_size * o.num_microbatches * o.num_replicas, o.replica,
+                         o.num_replicas));
   impl.data = std::move(data);
   return absl::OkStatus();
 }
@@ -664,6 +677,61 @@ absl::Status WaitAll(std::vector<std::unique_ptr<PendingOp>>& ops, absl::Duratio
   return absl::OkStatus();
 }
 
+// Averages every gradient of this rank over the data-parallel replicas: one
+// flat host buffer (parameters in name order, the same on every replica;
+// float64 when a parameter is), a ring all-reduce over the replica group,
+// divided by the replicas. Every replica gets the same bits.
+absl::Status AverageOverReplicas(TorchExecutor::Impl& impl) {
+  Transport* group = impl.options.replica_group;
+  const int d = impl.options.num_replicas;
+  if (d < 2 || group == nullptr || impl.params.empty()) return absl::OkStatus();
+  torch::ScalarType type = torch::kFloat32;
+  for (const auto& [name, p] : impl.params) {
+    if (p.scalar_type() == torch::kFloat64) type = torch::kFloat64;
+  }
+  std::vector<torch::Tensor> parts;
+  for (const auto& [name, p] : impl.params) {
+    parts.push_back(p.grad().defined() ? p.grad().detach().to(torch::kCPU, type).reshape({-1})
+                                       : torch::zeros({p.numel()}, torch::dtype(type)));
+  }
+  torch::Tensor flat = torch::cat(parts).contiguous();
+  const uint64_t epoch = static_cast<uint64_t>(impl.step);
+  absl::Status s =
+      type == torch::kFloat64
+          ? RingAllReduceSum(*group, std::span<double>(flat.data_ptr<double>(), flat.numel()),
+                             epoch, impl.options.comm_timeout)
+          : RingAllReduceSum(*group, std::span<float>(flat.data_ptr<float>(), flat.numel()), epoch,
+                             impl.options.comm_timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("step ", impl.step, ": gradient all-reduce over ", d,
+                                               " replicas: ", s.message()));
+  }
+  flat.div_(d);
+  int64_t offset = 0;
+  for (auto& [name, p] : impl.params) {
+    p.mutable_grad() =
+        flat.narrow(0, offset, p.numel()).view(p.sizes()).to(p.device(), p.scalar_type()).clone();
+    offset += p.numel();
+  }
+  return absl::OkStatus();
+}
+
+// The mean of the replicas' losses (each its slice's mean), on the last
+// stage's rank of every replica.
+absl::StatusOr<double> MeanOverReplicas(TorchExecutor::Impl& impl, double loss) {
+  Transport* group = impl.options.replica_group;
+  const int d = impl.options.num_replicas;
+  if (d < 2 || group == nullptr) return loss;
+  double value[1] = {loss};
+  absl::Status s =
+      SumOverRanks(*group, value, static_cast<uint64_t>(impl.step), impl.options.comm_timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("step ", impl.step, ": the loss over ", d,
+                                               " replicas: ", s.message()));
+  }
+  return value[0] / d;
+}
+
 // Sums the gradient of every parameter held by several ranks over those
 // ranks, in rank order, so that every copy gets the same bits.
 absl::Status SumTiedGradients(TorchExecutor::Impl& impl) {
@@ -754,6 +822,8 @@ absl::StatusOr<bool> AgreeAndClip(TorchExecutor::Impl& impl, std::optional<doubl
 }
 
 absl::Status ApplyUpdate(TorchExecutor::Impl& impl, std::optional<double> loss) {
+  // Replicas first: the tied sums then add identical values on every rank.
+  PIPEPLAN_RETURN_IF_ERROR(AverageOverReplicas(impl));
   PIPEPLAN_RETURN_IF_ERROR(SumTiedGradients(impl));
   std::string why;
   PIPEPLAN_ASSIGN_OR_RETURN(bool finite, AgreeAndClip(impl, loss, &why));
@@ -783,10 +853,14 @@ absl::Status TorchExecutor::EndStep() {
   Impl& impl = *impl_;
   impl.last_skipped = false;
   std::optional<double> loss;
+  absl::Status status = absl::OkStatus();
   if (impl.IsLocal(impl.last_stage)) {
-    loss = impl.step_loss.defined() ? impl.step_loss.item<double>() : 0.0;
+    absl::StatusOr<double> mean =
+        MeanOverReplicas(impl, impl.step_loss.defined() ? impl.step_loss.item<double>() : 0.0);
+    if (mean.ok()) loss = *mean;
+    status = mean.status();
   }
-  const absl::Status status = ApplyUpdate(impl, loss);
+  if (status.ok()) status = ApplyUpdate(impl, loss);
   ClearStep(impl);
   if (loss) impl.last_loss = loss;
   return status;

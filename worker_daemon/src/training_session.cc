@@ -1,5 +1,6 @@
 #include "training_session.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,42 @@ std::vector<int> NodeStage(const StagePlan& plan) {
   return node_stage;
 }
 
+// Where each parameter's state comes from at a switch to `plan`: the
+// previous version's holders (`before`, by device) that are devices of
+// `plan`, as ranks of its transport over all devices, lowest first (the
+// lowest sends; replicas and tied copies hold the same state). A holder not
+// in `plan` takes no part; a parameter without any holder left cannot move.
+absl::StatusOr<ParameterOwners> SourcesIn(
+    const StagePlan& plan, const std::map<std::string, std::vector<std::string>>& before) {
+  ParameterOwners from;
+  for (const auto& [name, devices] : before) {
+    std::vector<int>& ranks = from[name];
+    for (const std::string& device : devices) {
+      const int r = plan.RankOf(device);
+      if (r >= 0) ranks.push_back(plan.WorldRank(plan.ReplicaOf(device), r));
+    }
+    if (ranks.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "state \"", name, "\" is held only by devices without a rank in plan version ",
+          plan.version, "; restart the job's workers to resume from a checkpoint"));
+    }
+    std::sort(ranks.begin(), ranks.end());
+  }
+  return from;
+}
+
+// `owners` (ranks of one replica) as ranks of the plan's transport over all
+// devices: every replica holds them.
+ParameterOwners InEveryReplica(const StagePlan& plan, const ParameterOwners& owners) {
+  ParameterOwners out;
+  for (const auto& [name, ranks] : owners) {
+    for (int q = 0; q < plan.num_replicas; ++q) {
+      for (int r : ranks) out[name].push_back(plan.WorldRank(q, r));
+    }
+  }
+  return out;
+}
+
 OptimizerOptions OptimizerOf(const v1::TrainingSpec& spec) {
   OptimizerOptions o;
   o.kind = spec.optimizer();
@@ -62,10 +99,10 @@ class TorchTraining final : public TrainingSession {
 
   const v1::TrainingSpec& spec() const override { return spec_; }
   v1::JobState job_state() const override { return job_state_; }
-  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan, int rank,
-                                                         Transport* transport) override;
-  absl::StatusOr<int64_t> Resume(const StagePlan& plan, int rank, Transport& transport,
-                                 Executor& executor, Executor* previous,
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan,
+                                                         const ExecutorPlace& place) override;
+  absl::StatusOr<int64_t> Resume(const StagePlan& plan, const ExecutorPlace& place,
+                                 Transport& world, Executor& executor, Executor* previous,
                                  const StagePlan* previous_plan, int64_t step) override;
   absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) override;
 
@@ -117,11 +154,13 @@ absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
   if (auto it = compiled_.find(plan.version); it != compiled_.end()) {
     return it->second;
   }
+  // Each replica trains batch / replicas rows, cut into its microbatches.
   const int64_t batch = spec_.batch_size();
-  if (plan.microbatches < 1 || batch % plan.microbatches != 0) {
-    return JobFailure(absl::FailedPreconditionError(
-        absl::StrCat("training.batch_size ", batch, " is not divisible by plan version ",
-                     plan.version, "'s ", plan.microbatches, " microbatches")));
+  const int64_t cuts = int64_t{plan.microbatches} * plan.num_replicas;
+  if (plan.microbatches < 1 || plan.num_replicas < 1 || batch % cuts != 0) {
+    return JobFailure(absl::FailedPreconditionError(absl::StrCat(
+        "training.batch_size ", batch, " is not divisible by plan version ", plan.version, "'s ",
+        plan.num_replicas, " replicas x ", plan.microbatches, " microbatches")));
   }
   StageCompileRequest r;
   r.python = options_.python;
@@ -129,7 +168,7 @@ absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
   r.package_dir = spec_.model_package();
   r.package_digest = package_.digest;
   r.node_stage = NodeStage(plan);
-  r.microbatch_size = batch / plan.microbatches;
+  r.microbatch_size = batch / cuts;
   r.cache_dir = options_.stage_cache;
   if (r.node_stage.size() != package_.nodes.size()) {
     return JobFailure(absl::FailedPreconditionError(
@@ -143,8 +182,7 @@ absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const StagePlan& plan,
-                                                                      int rank,
-                                                                      Transport* transport) {
+                                                                      const ExecutorPlace& place) {
   PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan));
   absl::StatusOr<CompiledStages> stages = ReadCompiledStages(dir);
   if (!stages.ok()) return FinalIfTrainingError(stages.status());
@@ -152,13 +190,16 @@ absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const Stag
   o.package = package_;
   o.stages = *std::move(stages);
   o.stage_to_rank = plan.lowered.stage_to_rank;
-  o.rank = rank;
+  o.rank = place.rank;
+  o.replica = place.replica;
+  o.num_replicas = plan.num_replicas;
   o.num_microbatches = plan.microbatches;
   o.data = spec_.data();
   o.loss = spec_.loss();
   o.optimizer = OptimizerOf(spec_);
   o.skip_nonfinite_steps = spec_.skip_nonfinite_steps();
-  o.transport = transport;
+  o.transport = place.pipeline;
+  o.replica_group = place.replica_group;
   o.comm_timeout = options_.comm_timeout;
   absl::StatusOr<std::unique_ptr<TorchExecutor>> executor = TorchExecutor::Create(std::move(o));
   if (!executor.ok()) return FinalIfTrainingError(executor.status());
@@ -172,21 +213,24 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> TorchTraining::H
   if (!stages.ok()) return FinalIfTrainingError(stages.status());
   std::map<std::string, std::vector<std::string>> out;
   for (const auto& [name, ranks] : OwnersOf(*stages, plan.lowered.stage_to_rank)) {
-    for (int r : ranks) out[name].push_back(plan.rank_devices[r]);
+    for (const std::vector<std::string>& devices : plan.replica_devices) {
+      for (int r : ranks) out[name].push_back(devices[r]);
+    }
   }
   return out;
 }
 
-absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, Transport& transport,
-                                              Executor& executor, Executor* previous,
-                                              const StagePlan* previous_plan, int64_t step) {
+absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, const ExecutorPlace& place,
+                                              Transport& world, Executor& executor,
+                                              Executor* previous, const StagePlan* previous_plan,
+                                              int64_t step) {
   auto& torch = static_cast<TorchExecutor&>(executor);
   const int64_t mine = previous ? previous_plan->version : 0;
-  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source,
-                            transport.AllReduceMax(mine, options_.comm_timeout));
-  if (source == 0) return ResumeFromCheckpoint(torch, transport, rank, "start");
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source, world.AllReduceMax(mine, options_.comm_timeout));
+  if (source == 0) return ResumeFromCheckpoint(torch, world, place.rank, "start");
   // A plan switch: the previous version's holders send each piece of state
-  // to its holders in this version, over this version's transport.
+  // to its holders in this version (in every replica), over this version's
+  // transport.
   std::map<std::string, std::vector<std::string>> before;
   if (mine == source) {
     PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(*previous_plan));
@@ -196,34 +240,36 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, int rank, T
                               StagePlanFromProto(vp.plan(), source, &vp.request().graph()));
     PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(old));
   }
-  // Some state has no live holder when a holder's device left the plan (a
-  // lost worker) or a holder dropped its state (a step cut short by a failed
-  // peer). Then every rank rolls back to the newest checkpoint, survivors
-  // included: mixing their newer state with the checkpoint's older one would
-  // train a model that no single step ever had.
+  // Some state has no live holder when every device that held it left the
+  // plan (a lost worker), or when a holder dropped its state (a step cut
+  // short by a failed peer). Then every device rolls back to the newest
+  // checkpoint, survivors included: mixing their newer state with the
+  // checkpoint's older one would train a model that no single step ever had.
+  // A replica's device lost while another replica still holds the state is
+  // not a loss: the state moves from the survivor.
   bool lost = false;
-  ParameterOwners from;
   for (const auto& [name, devices] : before) {
+    bool live = false;
     for (const std::string& device : devices) {
-      const int r = plan.RankOf(device);
-      if (r < 0 || (device == options_.device_id && mine != source)) lost = true;
-      if (r >= 0) from[name].push_back(r);
+      if (device == options_.device_id && mine != source) lost = true;
+      live |= plan.RankOf(device) >= 0;
     }
+    lost |= !live;
   }
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t any_lost,
-                            transport.AllReduceMax(lost ? 1 : 0, options_.comm_timeout));
-  if (any_lost != 0) return ResumeFromCheckpoint(torch, transport, rank, "lost_state");
+                            world.AllReduceMax(lost ? 1 : 0, options_.comm_timeout));
+  if (any_lost != 0) return ResumeFromCheckpoint(torch, world, place.rank, "lost_state");
+  PIPEPLAN_ASSIGN_OR_RETURN(const ParameterOwners from, SourcesIn(plan, before));
   NamedState local;
   if (mine == source) {
     PIPEPLAN_ASSIGN_OR_RETURN(local, static_cast<TorchExecutor*>(previous)->ExportState());
   }
   PIPEPLAN_ASSIGN_OR_RETURN(NamedState moved,
-                            MoveState(transport, local, from, torch.owners(),
+                            MoveState(world, local, from, InEveryReplica(plan, torch.owners()),
                                       static_cast<uint64_t>(plan.version), options_.comm_timeout));
   absl::Status imported = torch.ImportState(moved, /*complete=*/true);
   if (!imported.ok()) return FinalIfTrainingError(imported);
-  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed,
-                            transport.AllReduceMax(step, options_.comm_timeout));
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed, world.AllReduceMax(step, options_.comm_timeout));
   Emit(absl::StrCat("event=resume job=", options_.job_id, " worker=", options_.worker_id,
                     " plan_version=", plan.version, " from=peers source_version=", source,
                     " step=", agreed));

@@ -21,6 +21,7 @@
 #include "pipeplan/client/planner_client.h"
 #include "pipeplan/v1/planner_service.pb.h"
 #include "pipeplan/worker/executor.h"
+#include "pipeplan/worker/executor_factory.h"
 #include "pipeplan/worker/stage_plan.h"
 #include "pipeplan/worker/transport.h"
 #include "pipeplan/worker/worker.h"
@@ -37,25 +38,30 @@ class TrainingSession {
   virtual const v1::TrainingSpec& spec() const = 0;
   virtual v1::JobState job_state() const = 0;
 
-  // The executor of `rank` in `plan`, compiling its stages first (cached).
-  // `transport` carries the executor's reductions and must outlive it.
-  virtual absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan, int rank,
-                                                                 Transport* transport) = 0;
+  // The executor of `place` in `plan`, compiling its stages first
+  // (cached). The place's transports carry the executor's reductions (its
+  // replica's ranks) and gradient all-reduce (its rank's replicas) and must
+  // outlive it.
+  virtual absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan,
+                                                                 const ExecutorPlace& place) = 0;
 
-  // After a switch to `plan` (executor built, transport connected), every
-  // rank of the new version calls this with the executor and plan it ran
-  // before (null when none, or when a failed step made its state
-  // unusable): the ranks agree where the state comes from — the previous
-  // version's holders over `transport`, or the newest checkpoint (step 0
-  // without one) for every rank, at a fresh start and whenever some state
-  // has no live holder (a lost device, a dropped step) — and on the step to
+  // After a switch to `plan` (executor built, transports connected), every
+  // device of the new version (every replica) calls this with the executor
+  // and plan it ran before (null when none, or when a failed step made its
+  // state unusable): the devices agree where the state comes from — the
+  // previous version's holders that are still in the plan (over `world`, the
+  // version's transport over all its devices; every replica's holder of a
+  // stage gets its state), or the newest checkpoint (step 0 without one) for
+  // every device, at a fresh start and whenever some state has no live
+  // holder (every holder's device lost, a dropped step) — and on the step to
   // continue from, which is returned.
-  virtual absl::StatusOr<int64_t> Resume(const StagePlan& plan, int rank, Transport& transport,
-                                         Executor& executor, Executor* previous,
+  virtual absl::StatusOr<int64_t> Resume(const StagePlan& plan, const ExecutorPlace& place,
+                                         Transport& world, Executor& executor, Executor* previous,
                                          const StagePlan* previous_plan, int64_t step) = 0;
 
   // Writes a checkpoint after `steps` completed steps when the spec asks for
-  // one at this step (all ranks of the version call it).
+  // one at this step (all ranks of replica 0 call it; the other replicas
+  // hold the same state and write none).
   virtual absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) = 0;
 };
 

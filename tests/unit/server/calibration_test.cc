@@ -56,6 +56,27 @@ std::vector<StepSample> Reports(int steps, std::map<std::string, double> truth, 
   return out;
 }
 
+// A second data-parallel replica runs replica 0's stages on its own
+// devices: its reports, attributed to those devices, calibrate them (a slow
+// replica device is found) and leave replica 0's devices alone.
+TEST(Calibration, ReportsOfAReplicaCountForItsOwnDevices) {
+  const auto stages = Stages();
+  auto reports = Reports(6, {}, 0.02, stages);
+  auto replica = Reports(6, {{"gpu1", 3.0}}, 0.02, stages, 7);
+  for (StepSample& r : replica) {
+    r.device_id = absl::StrCat("gpu", 4 + (r.worker_id.back() - '0'));  // gpu4..gpu7
+    r.worker_id += "-replica1";
+    reports.push_back(std::move(r));
+  }
+  auto got = EstimateDeviceFactors(reports, stages, {.warmup_steps = 0, .min_samples = 3});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->devices.size(), 8u);
+  for (const DeviceFactor& f : got->devices) {
+    EXPECT_EQ(f.samples, 6) << f.device_id;
+    EXPECT_NEAR(f.time_factor, f.device_id == "gpu5" ? 3.0 : 1.0, 0.1) << f.device_id;
+  }
+}
+
 TEST(Calibration, StragglerTwiceSlowerIsDetected) {
   const auto stages = Stages();
   auto reports = Reports(8, {{"gpu2", 2.0}}, 0.05, stages);

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/collectives.h"
+#include "pipeplan/worker/group_transport.h"
 #include "pipeplan/worker/in_memory_transport.h"
 #include "pipeplan/worker/state_transfer.h"
 
@@ -199,6 +200,74 @@ TEST(Collectives, SumOverRanksIsTheSameEverywhere) {
   EXPECT_DOUBLE_EQ(results[0][0], 0.1 + 0.2 + 0.30000000000000004);
   EXPECT_EQ(results[0][1], 1.0);
   for (int r = 1; r < 3; ++r) EXPECT_EQ(results[r], results[0]);  // bit-identical
+}
+
+// The ring sums every element over the ranks, bit-identically everywhere,
+// for any number of ranks and buffers shorter or longer than the ring.
+TEST(Collectives, RingAllReduceSumsEveryElement) {
+  for (int n : {1, 2, 3, 5}) {
+    for (size_t len : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}}) {
+      std::vector<std::vector<float>> results(n);
+      OnRanks(n, [&](int r, Transport& t) {
+        std::vector<float> v(len);
+        for (size_t i = 0; i < len; ++i) v[i] = 0.1f * static_cast<float>(r + 1) + i;
+        for (uint64_t epoch = 0; epoch < 2; ++epoch) {  // two calls: the sum of sums
+          ASSERT_TRUE(RingAllReduceSum(t, v, epoch, absl::Seconds(10)).ok());
+        }
+        results[r] = v;
+      });
+      for (size_t i = 0; i < len; ++i) {
+        float once = 0;
+        for (int r = 0; r < n; ++r) once += 0.1f * static_cast<float>(r + 1) + i;
+        EXPECT_NEAR(results[0][i], n * once, 1e-4 * n * once) << n << " ranks, element " << i;
+      }
+      for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]) << n << " ranks";
+    }
+  }
+}
+
+// A 2 x 3 grid of ranks: rows and columns as groups, as a plan's replicas'
+// pipelines and its ranks' replica groups are carved out of one transport.
+TEST(GroupTransport, RowsAndColumnsOfOneTransport) {
+  constexpr int kRows = 2, kCols = 3;
+  std::vector<int64_t> row_max(kRows * kCols), col_max(kRows * kCols);
+  std::vector<std::vector<double>> col_sums(kRows * kCols);
+  OnRanks(kRows * kCols, [&](int me, Transport& t) {
+    const int row = me / kCols, col = me % kCols;
+    std::vector<int> row_members, col_members;
+    for (int c = 0; c < kCols; ++c) row_members.push_back(row * kCols + c);
+    for (int r = 0; r < kRows; ++r) col_members.push_back(r * kCols + col);
+    auto rows = GroupTransport::Create(&t, row_members);
+    auto cols = GroupTransport::Create(&t, col_members);
+    ASSERT_TRUE(rows.ok() && cols.ok()) << rows.status() << cols.status();
+    EXPECT_EQ((*rows)->rank(), col);
+    EXPECT_EQ((*cols)->rank(), row);
+    auto rmax = (*rows)->AllReduceMax(me, absl::Seconds(10));
+    auto cmax = (*cols)->AllReduceMax(me, absl::Seconds(10));
+    ASSERT_TRUE(rmax.ok() && cmax.ok()) << rmax.status() << cmax.status();
+    row_max[me] = *rmax;
+    col_max[me] = *cmax;
+    std::vector<double> v = {static_cast<double>(me), 1.0};
+    ASSERT_TRUE(RingAllReduceSum(**cols, v, 0, absl::Seconds(10)).ok());
+    col_sums[me] = v;
+    auto world = t.AllReduceMax(me, absl::Seconds(10));  // the base still works
+    ASSERT_TRUE(world.ok());
+    EXPECT_EQ(*world, kRows * kCols - 1);
+  });
+  for (int me = 0; me < kRows * kCols; ++me) {
+    const int row = me / kCols, col = me % kCols;
+    EXPECT_EQ(row_max[me], row * kCols + kCols - 1);
+    EXPECT_EQ(col_max[me], (kRows - 1) * kCols + col);
+    EXPECT_EQ(col_sums[me], (std::vector<double>{static_cast<double>(col + kCols + col), 2.0}));
+  }
+  MemoryHub hub(2);
+  auto t = hub.Connect(0);
+  EXPECT_EQ(GroupTransport::Create(t.get(), {1}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // without this rank
+  EXPECT_EQ(GroupTransport::Create(t.get(), {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GroupTransport::Create(t.get(), {0, 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 std::vector<std::byte> Blob(const std::string& s) {

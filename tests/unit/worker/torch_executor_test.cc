@@ -5,8 +5,11 @@
 // relative: one rank and two (threads over the in-memory transport, one run
 // over Gloo on 127.0.0.1), GPipe, 1F1B, Interleaved1F1B, ZB-H1 and ZBV (two
 // stages per rank, local hops). State moves to a different split, and
-// checkpoints load under another split, without changing the losses. Bad
-// data files and non-finite losses get their errors.
+// checkpoints load under another split, without changing the losses. Data
+// parallel x pipeline (2 replicas x 2 ranks and x 1 rank, over Gloo on
+// 127.0.0.1) trains as one process on the replicas' whole batch, its
+// replicas stay bit-identical, and state moves between one replica and two.
+// Bad data files and non-finite losses get their errors.
 //
 // Fixtures (packages, compiled stages, reference losses) are built at test
 // time by /usr/bin/python3 with the repository's Python tools.
@@ -26,6 +29,7 @@
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/worker/gloo_transport.h"
+#include "pipeplan/worker/group_transport.h"
 #include "pipeplan/worker/in_memory_transport.h"
 #include "pipeplan/worker/runtime.h"
 
@@ -167,12 +171,14 @@ std::string OptimizerFlags(const OptimizerOptions& o) {
   return s.str();
 }
 
-// pipeplan_reference_train.py's per-step losses.
+// pipeplan_reference_train.py's per-step losses (one process, batches of
+// `batch` rows cut into `microbatches`).
 std::vector<double> Reference(const std::string& model, const std::string& data,
-                              const OptimizerOptions& o, int steps) {
+                              const OptimizerOptions& o, int steps, int batch = kBatch,
+                              int microbatches = kMicrobatches) {
   const std::string args = " --package " + Package(model) + " --data " + data + " " +
-                           OptimizerFlags(o) + " --batch-size " + std::to_string(kBatch) +
-                           " --microbatches " + std::to_string(kMicrobatches) + " --steps " +
+                           OptimizerFlags(o) + " --batch-size " + std::to_string(batch) +
+                           " --microbatches " + std::to_string(microbatches) + " --steps " +
                            std::to_string(steps);
   auto it = F().references.find(args);
   if (it != F().references.end()) return it->second;
@@ -206,47 +212,55 @@ struct JobSpec {
   std::string data;
   OptimizerOptions optimizer;
   bool skip_nonfinite = false;
-  int chunks = 1;  // stages per rank of the interleaved schedules
+  int chunks = 1;                    // stages per rank of the interleaved schedules
+  int replicas = 1;                  // data-parallel copies of the pipeline
+  int microbatches = kMicrobatches;  // per replica
 };
 
 class Job {
  public:
-  // `transports[r]` is rank r's; they must outlive the job.
+  // `transports[i]` is device i's: rank i of one transport over every
+  // device, replica-major (replica q's rank r is device q * ranks + r). They
+  // must outlive the job. With one replica on a transport of its own size
+  // they serve as they are; else the job carves each replica's pipeline and
+  // each rank's replica group out of them, as the worker does.
   static std::unique_ptr<Job> Create(const JobSpec& spec, std::vector<Transport*> transports) {
     auto job = std::unique_ptr<Job>(new Job());
-    auto lowered = schedule::InsertSendRecv(
-        *schedule::BuildSchedule(spec.kind, spec.ranks, kMicrobatches, spec.chunks));
+    const int m = spec.microbatches;
+    auto lowered =
+        schedule::InsertSendRecv(*schedule::BuildSchedule(spec.kind, spec.ranks, m, spec.chunks));
     EXPECT_TRUE(lowered.ok()) << lowered.status();
     auto package = ReadModelPackage(Package(spec.model));
     auto stages = ReadCompiledStages(spec.stages_dir);
     EXPECT_TRUE(package.ok() && stages.ok()) << package.status() << stages.status();
     if (!lowered.ok() || !package.ok() || !stages.ok()) return nullptr;
-    for (int r = 0; r < spec.ranks; ++r) {
-      TorchExecutorOptions o;
-      o.package = *package;
-      o.stages = *stages;
-      o.stage_to_rank = lowered->stage_to_rank;
-      o.rank = r;
-      o.num_microbatches = kMicrobatches;
-      o.data = spec.data;
-      o.optimizer = spec.optimizer;
-      o.skip_nonfinite_steps = spec.skip_nonfinite;
-      o.transport = transports[r];
-      o.comm_timeout = absl::Seconds(30);
-      auto ex = TorchExecutor::Create(std::move(o));
-      EXPECT_TRUE(ex.ok()) << "rank " << r << ": " << ex.status();
-      if (!ex.ok()) return nullptr;
-      job->executors.push_back(std::move(*ex));
-      RuntimeOptions ro;
-      ro.rank = r;
-      ro.num_stages = lowered->num_stages;
-      ro.num_microbatches = kMicrobatches;
-      ro.stage_to_rank = lowered->stage_to_rank;
-      ro.comm_timeout = absl::Seconds(30);
-      auto rt = StageRuntime::Create(ro, lowered->programs[r]);
-      EXPECT_TRUE(rt.ok()) << rt.status();
-      if (!rt.ok()) return nullptr;
-      job->runtimes.push_back(std::move(*rt));
+    if (!job->MakeGroups(spec, transports)) return nullptr;
+    for (int q = 0; q < spec.replicas; ++q) {
+      for (int r = 0; r < spec.ranks; ++r) {
+        const int i = q * spec.ranks + r;
+        TorchExecutorOptions o;
+        o.package = *package;
+        o.stages = *stages;
+        o.stage_to_rank = lowered->stage_to_rank;
+        o.rank = r;
+        o.replica = q;
+        o.num_replicas = spec.replicas;
+        o.num_microbatches = m;
+        o.data = spec.data;
+        o.optimizer = spec.optimizer;
+        o.skip_nonfinite_steps = spec.skip_nonfinite;
+        o.transport = job->pipelines[i];
+        o.replica_group = job->replica_groups[i];
+        o.comm_timeout = absl::Seconds(30);
+        auto ex = TorchExecutor::Create(std::move(o));
+        EXPECT_TRUE(ex.ok()) << "replica " << q << " rank " << r << ": " << ex.status();
+        if (!ex.ok()) return nullptr;
+        job->executors.push_back(std::move(*ex));
+        auto rt = StageRuntime::ForRank(*lowered, r, absl::Seconds(30));
+        EXPECT_TRUE(rt.ok()) << rt.status();
+        if (!rt.ok()) return nullptr;
+        job->runtimes.push_back(std::move(*rt));
+      }
     }
     for (const auto& program : lowered->programs) {
       for (const auto& a : program) {
@@ -255,29 +269,36 @@ class Job {
     }
     job->transports = std::move(transports);
     job->last_rank = lowered->stage_to_rank.back();
+    job->ranks = spec.ranks;
     return job;
   }
 
-  // Runs steps [first, first + steps) on one thread per rank; the losses of
-  // the last stage's rank, and each rank's status.
+  // Runs steps [first, first + steps) on one thread per device; the losses
+  // of replica 0's last stage rank (every replica's must be the same: the
+  // mean over replicas), and each device's status.
   std::vector<double> Run(int64_t first, int steps) {
     status.assign(executors.size(), absl::OkStatus());
-    std::vector<double> losses;
+    std::vector<std::vector<double>> losses(executors.size());
     std::vector<std::thread> threads;
-    for (size_t r = 0; r < executors.size(); ++r) {
-      threads.emplace_back([&, r] {
+    for (size_t i = 0; i < executors.size(); ++i) {
+      threads.emplace_back([&, i] {
         for (int64_t s = first; s < first + steps; ++s) {
-          auto result = runtimes[r].RunStep(s, *transports[r], *executors[r]);
+          auto result = runtimes[i].RunStep(s, *pipelines[i], *executors[i]);
           if (!result.ok()) {
-            status[r] = result.status();
+            status[i] = result.status();
             return;
           }
-          if (static_cast<int>(r) == last_rank) losses.push_back(*executors[r]->LastLoss());
+          if (static_cast<int>(i) % ranks == last_rank) {
+            losses[i].push_back(*executors[i]->LastLoss());
+          }
         }
       });
     }
     for (auto& t : threads) t.join();
-    return losses;
+    for (size_t i = last_rank + ranks; i < executors.size(); i += ranks) {
+      EXPECT_EQ(losses[i], losses[last_rank]) << "device " << i << " reports another loss";
+    }
+    return losses[last_rank];
   }
 
   bool AllOk() const {
@@ -287,12 +308,43 @@ class Job {
     return true;
   }
 
-  std::vector<std::unique_ptr<TorchExecutor>> executors;
+  std::vector<std::unique_ptr<TorchExecutor>> executors;  // by device
   std::vector<StageRuntime> runtimes;
   std::vector<Transport*> transports;
+  // Per device, its replica's pipeline and its rank's replica group.
+  std::vector<Transport*> pipelines;
+  std::vector<Transport*> replica_groups;
   std::vector<absl::Status> status;
   int last_rank = 0;
+  int ranks = 1;
   int split_backwards = 0;  // I actions: the backward runs split into I and W
+
+ private:
+  bool MakeGroups(const JobSpec& spec, const std::vector<Transport*>& world) {
+    if (spec.replicas == 1 && world[0]->size() == spec.ranks) {
+      pipelines = world;
+      replica_groups.assign(world.size(), nullptr);
+      return true;
+    }
+    for (int q = 0; q < spec.replicas; ++q) {
+      for (int r = 0; r < spec.ranks; ++r) {
+        std::vector<int> pipeline, group;
+        for (int k = 0; k < spec.ranks; ++k) pipeline.push_back(q * spec.ranks + k);
+        for (int k = 0; k < spec.replicas; ++k) group.push_back(k * spec.ranks + r);
+        Transport* base = world[q * spec.ranks + r];
+        auto p = GroupTransport::Create(base, pipeline);
+        auto g = GroupTransport::Create(base, group);
+        EXPECT_TRUE(p.ok() && g.ok()) << p.status() << g.status();
+        if (!p.ok() || !g.ok()) return false;
+        pipelines.push_back(p->get());
+        replica_groups.push_back(g->get());
+        owned_groups_.push_back(std::move(*p));
+        owned_groups_.push_back(std::move(*g));
+      }
+    }
+    return true;
+  }
+  std::vector<std::unique_ptr<GroupTransport>> owned_groups_;
 };
 
 struct Hub {
@@ -494,6 +546,166 @@ TEST_F(TorchExecutorTest, StateMovesToADifferentSplit) {
   ASSERT_TRUE(after->AllOk()) << after->status[0] << after->status[1];
   got.insert(got.end(), rest.begin(), rest.end());
   ExpectLossesMatch(got, want);
+}
+
+// ---------------------------------------------------------------------------
+// Data parallel x pipeline: replicas over Gloo on 127.0.0.1
+
+constexpr int kDpSteps = 30;
+
+// `n` connected Gloo transports on 127.0.0.1, one per device.
+std::vector<std::unique_ptr<Transport>> GlooWorld(int n) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::unique_ptr<Transport>> owned(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto t = ConnectGloo(
+          {.rank = r, .size = n, .host = "127.0.0.1", .timeout = absl::Seconds(30)}, store);
+      EXPECT_TRUE(t.ok()) << t.status();
+      if (t.ok()) owned[r] = std::move(*t);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return owned;
+}
+
+std::vector<Transport*> Raw(const std::vector<std::unique_ptr<Transport>>& owned) {
+  std::vector<Transport*> out;
+  for (const auto& t : owned) out.push_back(t.get());
+  return out;
+}
+
+struct DpCase {
+  std::string model;
+  ScheduleKind kind;
+  int replicas;
+  int ranks;
+};
+
+void PrintTo(const DpCase& c, std::ostream* os) {
+  *os << c.model << " " << schedule::ScheduleKindName(c.kind) << " " << c.replicas << "x"
+      << c.ranks;
+}
+
+class DataParallel : public TorchExecutorTest, public ::testing::WithParamInterface<DpCase> {};
+
+// d replicas of m microbatches each train what one process trains on a
+// batch d times as large (d * m microbatches): the same losses, step after
+// step, and replicas that stay bit-identical.
+TEST_P(DataParallel, MatchesSingleProcess) {
+  const DpCase& c = GetParam();
+  const OptimizerOptions opt = OptimizerFor(c.model);
+  const std::string data = "tensors:" + DataFile(c.model);
+  JobSpec spec{
+      c.model, Stages(c.model, EvenSplit(NumNodes(c.model), c.ranks)), c.kind, c.ranks, data, opt};
+  spec.replicas = c.replicas;
+  const auto world = GlooWorld(c.replicas * c.ranks);
+  for (const auto& t : world) ASSERT_NE(t, nullptr);
+  auto job = Job::Create(spec, Raw(world));
+  ASSERT_NE(job, nullptr);
+  const std::vector<double> got = job->Run(0, kDpSteps);
+  for (size_t i = 0; i < job->status.size(); ++i) {
+    ASSERT_TRUE(job->status[i].ok()) << "device " << i << ": " << job->status[i];
+  }
+  ExpectLossesMatch(got, Reference(c.model, data, opt, kDpSteps, kBatch * c.replicas,
+                                   kMicrobatches * c.replicas));
+  EXPECT_LT(got.back(), got.front());  // it learns
+  for (int r = 0; r < c.ranks; ++r) {
+    auto first = job->executors[r]->ExportState();
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (int q = 1; q < c.replicas; ++q) {
+      auto other = job->executors[q * c.ranks + r]->ExportState();
+      ASSERT_TRUE(other.ok()) << other.status();
+      EXPECT_TRUE(*other == *first) << "replica " << q << " rank " << r << " drifted";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Replicas, DataParallel,
+    ::testing::Values(DpCase{"gpt", ScheduleKind::k1F1B, 2, 2},
+                      DpCase{"gpt", ScheduleKind::kInterleavedZeroBubble, 2, 2},
+                      DpCase{"cnn", ScheduleKind::k1F1B, 2, 2},
+                      DpCase{"cnn", ScheduleKind::kInterleavedZeroBubble, 2, 2},
+                      DpCase{"gpt", ScheduleKind::k1F1B, 2, 1},
+                      DpCase{"cnn", ScheduleKind::kGPipe, 2, 1}),
+    [](const ::testing::TestParamInfo<DpCase>& info) {
+      return info.param.model + "_" + std::string(schedule::ScheduleKindName(info.param.kind)) +
+             "_" + std::to_string(info.param.replicas) + "x" + std::to_string(info.param.ranks);
+    });
+
+// `owners` (ranks of one replica) as devices of every one of `replicas`.
+ParameterOwners InReplicas(const ParameterOwners& owners, int replicas, int ranks) {
+  ParameterOwners out;
+  for (const auto& [name, held] : owners) {
+    for (int q = 0; q < replicas; ++q) {
+      for (int r : held) out[name].push_back(q * ranks + r);
+    }
+  }
+  return out;
+}
+
+// Moves state from `from` to `to` over `world` (one transport per device of
+// the larger job), as the worker does at a plan switch.
+void MoveAcross(Job& from, Job& to, const JobSpec& a, const JobSpec& b,
+                const std::vector<Transport*>& world) {
+  const ParameterOwners sources = InReplicas(from.executors[0]->owners(), a.replicas, a.ranks);
+  const ParameterOwners dests = InReplicas(to.executors[0]->owners(), b.replicas, b.ranks);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < world.size(); ++i) {
+    threads.emplace_back([&, i] {
+      NamedState mine;
+      if (i < from.executors.size()) {
+        auto exported = from.executors[i]->ExportState();
+        ASSERT_TRUE(exported.ok()) << exported.status();
+        mine = *exported;
+      }
+      auto moved = MoveState(*world[i], mine, sources, dests, 1, absl::Seconds(20));
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      if (i < to.executors.size()) {
+        absl::Status s = to.executors[i]->ImportState(*moved);
+        ASSERT_TRUE(s.ok()) << s;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// A switch between one replica and two (both ways, the global batch kept):
+// every new holder of a stage, in every replica, gets its parameters and
+// Adam moments, and the losses go on as one process's.
+TEST_F(TorchExecutorTest, StateMovesBetweenOneReplicaAndTwo) {
+  OptimizerOptions opt;
+  opt.kind = "adam";
+  opt.lr = 1e-2;
+  const std::string data = "tensors:" + DataFile("gpt");
+  const int n = NumNodes("gpt");
+  const std::vector<double> want =
+      Reference("gpt", data, opt, kSteps, 2 * kBatch, 2 * kMicrobatches);
+  JobSpec one{"gpt", Stages("gpt", CutAt(n, {n / 3})), ScheduleKind::k1F1B, 2, data, opt};
+  one.microbatches = 2 * kMicrobatches;
+  JobSpec two{"gpt", Stages("gpt", EvenSplit(n, 2)), ScheduleKind::kInterleavedZeroBubble, 2, data,
+              opt};
+  two.replicas = 2;
+  for (bool grow : {true, false}) {
+    SCOPED_TRACE(grow ? "1 -> 2 replicas" : "2 -> 1 replica");
+    const JobSpec& a = grow ? one : two;
+    const JobSpec& b = grow ? two : one;
+    const auto world = GlooWorld(4);
+    for (const auto& t : world) ASSERT_NE(t, nullptr);
+    const std::vector<Transport*> all = Raw(world);
+    auto before = Job::Create(a, {all.begin(), all.begin() + a.replicas * a.ranks});
+    auto after = Job::Create(b, {all.begin(), all.begin() + b.replicas * b.ranks});
+    ASSERT_TRUE(before && after);
+    std::vector<double> got = before->Run(0, kSteps / 2);
+    ASSERT_TRUE(before->AllOk()) << before->status[0] << " " << before->status[1];
+    MoveAcross(*before, *after, a, b, all);
+    const std::vector<double> rest = after->Run(kSteps / 2, kSteps / 2);
+    ASSERT_TRUE(after->AllOk()) << after->status[0] << " " << after->status[1];
+    got.insert(got.end(), rest.begin(), rest.end());
+    ExpectLossesMatch(got, want);
+  }
 }
 
 TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {

@@ -1,10 +1,13 @@
-// Small collectives the torch executor builds from a Transport's
-// point-to-point Send/Recv: a sum over ranks (global gradient norm, NaN
-// agreement, checkpoint barriers) and the tag space they use.
+// Collectives the executors build from a Transport's point-to-point
+// Send/Recv, so they run alike over Gloo, NCCL and the in-memory hub: a sum
+// over ranks of a few values (global gradient norm, NaN agreement,
+// checkpoint barriers), a ring all-reduce of gradient buffers (over a
+// replica group), and the tag space they use.
 //
 // Every rank of the transport must make the same calls in the same order
-// with the same epoch. Results are bit-identical on every rank: rank 0 adds
-// the ranks' values in rank order and sends the one result back.
+// with the same epoch. Results are bit-identical on every rank: SumOverRanks
+// has rank 0 add the ranks' values in rank order and send the one result
+// back; the ring sums each chunk on one rank and passes that sum on.
 #ifndef PIPEPLAN_WORKER_COLLECTIVES_H_
 #define PIPEPLAN_WORKER_COLLECTIVES_H_
 
@@ -23,6 +26,7 @@ enum class TagPurpose : uint64_t {
   kTiedGradient = 2,
   kStateSize = 3,
   kStateData = 4,
+  kRingSum = 5,
 };
 
 // Tags the executor uses: at or above 1 << 62, so they never meet the
@@ -38,6 +42,15 @@ inline uint64_t ExecutorTag(TagPurpose purpose, uint64_t epoch, uint64_t index) 
 // from the transport.
 absl::Status SumOverRanks(Transport& transport, std::span<double> values, uint64_t epoch,
                           absl::Duration timeout);
+
+// values[i] <- sum over ranks of values[i], by a ring (reduce-scatter, then
+// all-gather): each rank sends and receives 2 (n - 1) / n of the buffer,
+// whatever n. Every rank passes a buffer of the same length. Errors as
+// SumOverRanks.
+absl::Status RingAllReduceSum(Transport& transport, std::span<float> values, uint64_t epoch,
+                              absl::Duration timeout);
+absl::Status RingAllReduceSum(Transport& transport, std::span<double> values, uint64_t epoch,
+                              absl::Duration timeout);
 
 }  // namespace pipeplan::worker
 

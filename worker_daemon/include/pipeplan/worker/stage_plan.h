@@ -25,14 +25,21 @@ struct StagePlan {
   int num_stages = 0;
   int microbatches = 0;
   int chunks_per_rank = 1;
-  // Device id of every rank: the plan's distinct devices in stage order
-  // (DecodedPlan::rank_devices).
+  // Device id of every rank of replica 0: the plan's distinct devices in
+  // stage order (DecodedPlan::rank_devices).
   std::vector<std::string> rank_devices;
+  // Data-parallel replicas of the pipeline, each on its own devices:
+  // replica_devices[q][r] (replica_devices[0] == rank_devices).
+  int num_replicas = 1;
+  std::vector<std::vector<std::string>> replica_devices;
   // BuildSchedule + InsertSendRecv.
   schedule::PipelineSchedule lowered;
   // Per stage, seconds per microbatch as the plan predicts them.
   std::vector<double> forward_seconds;
   std::vector<double> backward_seconds;
+  // Per stage, bytes of its parameters (what its gradient all-reduce over
+  // the replicas carries).
+  std::vector<double> param_bytes;
   // Per stage, the plan's calibration factor of the stage's device
   // (Plan.calibration: measured / modelled time; 1 when the plan models the
   // request's cluster as given). forward_seconds / factor is the time the
@@ -46,8 +53,14 @@ struct StagePlan {
   // without a graph.
   std::vector<std::vector<int>> stage_nodes;
 
-  // -1 when the plan gives the device no stage.
+  // The device's rank within its replica; -1 when the plan gives the device
+  // no stage.
   int RankOf(std::string_view device_id) const;
+  // The device's replica; -1 when the plan does not use it.
+  int ReplicaOf(std::string_view device_id) const;
+  // The index of (replica, rank) among all replicas x ranks devices of the
+  // plan: replica-major, so replica 0's ranks come first.
+  int WorldRank(int replica, int rank) const { return replica * ranks + rank; }
 };
 
 // `graph` (the plan's request graph) may be null. INVALID_ARGUMENT naming the

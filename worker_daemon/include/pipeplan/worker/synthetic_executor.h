@@ -3,6 +3,9 @@
 // divided by the plan's calibration factor) times `slowdown` times
 // `time_scale`, and SEND/RECV
 // buffers have the byte size of the tensors that cross the boundary (capped).
+// With data-parallel replicas, EndStep all-reduces (ring, over the rank's
+// replica group) a real buffer of the rank's gradient bytes (capped), so the
+// step's time carries the all-reduce's cost too.
 // It reproduces a plan's timing shape on CPU-only machines.
 #ifndef PIPEPLAN_WORKER_SYNTHETIC_EXECUTOR_H_
 #define PIPEPLAN_WORKER_SYNTHETIC_EXECUTOR_H_
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "pipeplan/worker/executor.h"
+#include "pipeplan/worker/transport.h"
 
 namespace pipeplan::worker {
 
@@ -36,6 +40,11 @@ struct SyntheticOptions {
   size_t max_message_bytes = size_t{64} << 20;
   // Share of a full backward that W takes (I takes the rest).
   double weight_fraction = 0.5;
+  // This rank's replica group (null or size 1: no all-reduce) and the bytes
+  // of the gradients of the stages it holds (capped at max_message_bytes).
+  Transport* replica_group = nullptr;
+  double gradient_bytes = 0;
+  absl::Duration comm_timeout = absl::Seconds(60);
 };
 
 class SyntheticExecutor final : public Executor {
@@ -57,6 +66,8 @@ class SyntheticExecutor final : public Executor {
   size_t MessageBytes(int boundary) const;
 
   SyntheticOptions options_;
+  int64_t step_ = 0;
+  std::vector<float> gradients_;  // the all-reduce's buffer, kept across steps
   std::map<std::tuple<int, int, int>, std::vector<std::byte>> buffers_;  // (type, stage, mb)
   double held_bytes_ = 0;
   double peak_bytes_ = 0;

@@ -14,10 +14,19 @@
 // zero-bubble schedules (I: input gradients only, W: parameter gradients). A
 // stage whose graph cannot be split runs the full backward at I and nothing
 // at W, and says so once on stderr. Parameter gradients accumulate over the
-// microbatches; EndStep sums the gradients of tied parameters over the ranks
-// holding them (in rank order, so copies stay bit-identical), clips by the
-// global norm over all ranks (each parameter counted once), steps the
-// optimizer, zeroes the gradients and frees the step's tensors.
+// microbatches; EndStep averages the gradients over the data-parallel
+// replicas (a ring all-reduce over the rank's replica group, divided by the
+// replicas), sums the gradients of tied parameters over the ranks holding
+// them (in rank order, so copies stay bit-identical), clips by the global
+// norm over all ranks (each parameter counted once), steps the optimizer,
+// zeroes the gradients and frees the step's tensors. Replicas so stay
+// identical, modulo nothing: every replica gets the same sums.
+//
+// Data with replicas: the step's batch is training.batch_size rows (as one
+// replica would train); replica q of d takes rows [q*B/d, (q+1)*B/d) of it
+// and cuts them into its microbatches. Its loss is its slice's mean; the
+// step's loss (LastLoss) is the mean over the replicas, so it equals the
+// full batch's mean loss.
 //
 // A non-finite loss (or gradient norm, with clipping): EndStep returns
 // OUT_OF_RANGE naming the step on every rank, or, with
@@ -62,7 +71,10 @@ struct TorchExecutorOptions {
   // The plan's placement: stage s runs on rank stage_to_rank[s].
   std::vector<int> stage_to_rank;
   int rank = 0;
-  int num_microbatches = 1;
+  // This executor's data-parallel replica and the plan's replicas.
+  int replica = 0;
+  int num_replicas = 1;
+  int num_microbatches = 1;  // per replica
   // "tensors:FILE" or "synthetic:seed=N"; only the ranks of the first and
   // last stage read it.
   std::string data;
@@ -74,6 +86,9 @@ struct TorchExecutorOptions {
   // Carries EndStep's reductions and checkpoint barriers; may be null with a
   // single rank. Must outlive the executor (or be replaced by set_transport).
   Transport* transport = nullptr;
+  // This rank in every replica (group rank = replica): the gradient
+  // all-reduce and the loss's mean. Needed with several replicas.
+  Transport* replica_group = nullptr;
   absl::Duration comm_timeout = absl::Seconds(60);
 };
 
@@ -96,7 +111,8 @@ class TorchExecutor final : public Executor {
   // An estimate: parameters, their gradients and the boundary tensors held
   // at once (autograd's saved activations are not counted).
   double PeakMemoryBytes() const override;
-  // The step's loss (the batch's mean loss) on the rank of the last stage.
+  // The step's loss (the batch's mean loss, over every replica's slice) on
+  // the rank of the last stage.
   std::optional<double> LastLoss() const override;
   // True when the last EndStep skipped a non-finite step.
   bool LastStepSkipped() const;

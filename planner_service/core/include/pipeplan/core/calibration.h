@@ -45,6 +45,11 @@ struct TimingSample {
 // One worker's report of one step.
 struct StepSample {
   std::string worker_id;
+  // The device that ran the step; empty: each stage's planned device. A
+  // worker of a data-parallel replica q > 0 runs replica 0's stages on its
+  // own device, so its timings are that device's (compared with the stage's
+  // times as planned for replica 0's device).
+  std::string device_id;
   int64_t step = 0;
   std::vector<TimingSample> timings;
 };
