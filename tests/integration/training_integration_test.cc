@@ -270,7 +270,7 @@ TEST_F(TrainingTest, FourWorkersRunTwoReplicasAsOneProcess) {
   }
   auto state = client_->GetJob(job);
   ASSERT_TRUE(state.ok());
-  EXPECT_EQ(state->state(), v1::JOB_SUCCEEDED) << state->failure_message();
+  EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
 }
 
 // A replan from one pipeline to two replicas of it mid-run: the two idle
