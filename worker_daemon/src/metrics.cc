@@ -20,7 +20,20 @@ struct WorkerMetrics::Impl {
   prometheus::Counter* steps = nullptr;
   prometheus::Gauge* version = nullptr;
   prometheus::Gauge* loss = nullptr;
+  prometheus::Gauge* compute_seconds = nullptr;
+  prometheus::Gauge* comm_seconds = nullptr;
+  prometheus::Gauge* bubble_ratio = nullptr;
+  prometheus::Gauge* peak_memory_bytes = nullptr;
 };
+
+namespace {
+
+prometheus::Gauge* AddGauge(prometheus::Registry& registry, const char* name, const char* help,
+                            const prometheus::Labels& labels) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+}  // namespace
 
 WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 WorkerMetrics::~WorkerMetrics() = default;
@@ -52,6 +65,16 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                     .Help("Loss of the last step (mlp and torch executors, last stage only).")
                     .Register(*impl->registry)
                     .Add(labels);
+  prometheus::Registry& r = *impl->registry;
+  impl->compute_seconds = AddGauge(r, "pipeplan_worker_compute_seconds",
+                                   "Compute (F, I, W, B) seconds of the last step.", labels);
+  impl->comm_seconds = AddGauge(r, "pipeplan_worker_comm_seconds",
+                                "Seconds the last step blocked on SEND/RECV.", labels);
+  impl->bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
+                                "Idle share of the last step: 1 - compute / step.", labels);
+  impl->peak_memory_bytes =
+      AddGauge(r, "pipeplan_worker_peak_memory_bytes",
+               "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();
@@ -70,5 +93,12 @@ void WorkerMetrics::SetPlanVersion(int64_t version) {
   impl_->version->Set(static_cast<double>(version));
 }
 void WorkerMetrics::SetLoss(double loss) { impl_->loss->Set(loss); }
+void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds,
+                                     double bubble_ratio, double peak_memory_bytes) {
+  impl_->compute_seconds->Set(compute_seconds);
+  impl_->comm_seconds->Set(comm_seconds);
+  impl_->bubble_ratio->Set(bubble_ratio);
+  impl_->peak_memory_bytes->Set(peak_memory_bytes);
+}
 
 }  // namespace pipeplan::worker

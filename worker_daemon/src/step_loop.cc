@@ -132,11 +132,12 @@ absl::Status StepLoop::RunOneStep() {
   }
   const StepResult& r = *run;
   const std::optional<double> loss = active_->executor->LastLoss();
+  const double peak_memory = active_->executor->PeakMemoryBytes();
   const std::string report_result = SendStepReport(
-      planner_, options_, state_,
-      MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes(), loss));
+      planner_, options_, state_, MakeStepReport(options_, active_->version, r, peak_memory, loss));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);
+    metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
     if (loss) metrics_->SetLoss(*loss);
   }
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,

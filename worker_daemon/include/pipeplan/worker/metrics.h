@@ -1,7 +1,10 @@
 // The worker's Prometheus endpoint: pipeplan_worker_step_seconds
 // (histogram), pipeplan_worker_steps_total, pipeplan_worker_plan_version,
-// pipeplan_worker_loss (mlp executor, last stage). Labels: job, worker (one
-// series per daemon; no per-step or per-microbatch labels).
+// pipeplan_worker_loss (mlp executor, last stage), and of the last step
+// pipeplan_worker_compute_seconds, pipeplan_worker_comm_seconds (blocked on
+// SEND/RECV), pipeplan_worker_bubble_ratio (idle share) and
+// pipeplan_worker_peak_memory_bytes (executor's peak so far). Labels: job,
+// worker (one series per daemon; no per-step or per-microbatch labels).
 #ifndef PIPEPLAN_WORKER_METRICS_H_
 #define PIPEPLAN_WORKER_METRICS_H_
 
@@ -23,6 +26,9 @@ class WorkerMetrics {
   void ObserveStep(double seconds);
   void SetPlanVersion(int64_t version);
   void SetLoss(double loss);
+  // The last step's measurements of this rank.
+  void SetStepBreakdown(double compute_seconds, double comm_seconds, double bubble_ratio,
+                        double peak_memory_bytes);
 
  private:
   struct Impl;
