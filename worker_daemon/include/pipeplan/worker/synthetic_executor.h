@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -58,6 +59,7 @@ class SyntheticExecutor final : public Executor {
 
   SyntheticOptions options_;
   std::map<std::tuple<int, int, int>, std::vector<std::byte>> buffers_;  // (type, stage, mb)
+  std::set<std::tuple<int, int, int>> live_;  // buffers the current step uses
   double held_bytes_ = 0;
   double peak_bytes_ = 0;
 };
