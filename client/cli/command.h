@@ -40,6 +40,7 @@ Command PlanCommand();
 Command SimulateCommand();
 std::vector<Command> JobLifecycleCommands();  // create, list, show, cancel, delete
 std::vector<Command> JobHistoryCommands();    // reports, versions, replan
+Command JobsTraceCommand();                   // jobs trace
 
 }  // namespace pipeplan::cli
 

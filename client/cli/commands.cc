@@ -7,6 +7,7 @@ const std::vector<Command>& AllCommands() {
     auto* all = new std::vector<Command>{PlanCommand(), SimulateCommand()};
     for (Command& c : JobLifecycleCommands()) all->push_back(std::move(c));
     for (Command& c : JobHistoryCommands()) all->push_back(std::move(c));
+    all->push_back(JobsTraceCommand());
     return all;
   }();
   return *commands;

@@ -37,6 +37,35 @@ std::string FormatTraining(const v1::TrainingSpec& t) {
       "\n");
 }
 
+// Measured against predicted (GetJob's observation), per job and per rank.
+std::string FormatObservation(const v1::JobObservation& o) {
+  std::string out = absl::StrFormat(
+      "  version %d measured over %d steps: step %s, bubble %.1f%%\n"
+      "    predicted (calibrated, as run) step %s, bubble %.1f%%; error %.1f%% "
+      "(planned step %s)\n",
+      o.plan_version(), o.steps(), HumanSeconds(o.measured_step_seconds()),
+      100 * o.measured_bubble_ratio(), HumanSeconds(o.predicted_step_seconds()),
+      100 * o.predicted_bubble_ratio(), 100 * o.prediction_error_ratio(),
+      HumanSeconds(o.planned_step_seconds()));
+  if (o.ranks_size() > 0) {
+    absl::StrAppendFormat(&out, "    %4s %-20s %-10s %10s %10s %10s %7s %12s\n", "RANK", "WORKER",
+                          "DEVICE", "STEP", "COMPUTE", "COMM", "BUBBLE", "PEAK MEM");
+  }
+  for (const v1::RankObservation& r : o.ranks()) {
+    absl::StrAppendFormat(&out, "    %4d %-20s %-10s %10s %10s %10s %6.1f%% %12.4g\n", r.rank(),
+                          r.worker_id(), r.device_id(), HumanSeconds(r.step_seconds()),
+                          HumanSeconds(r.compute_seconds()), HumanSeconds(r.comm_seconds()),
+                          100 * r.bubble_ratio(), r.peak_memory_bytes());
+  }
+  for (const v1::LinkFit& l : o.links()) {
+    absl::StrAppendFormat(&out, "    link %s: latency %s, bandwidth %.4g B/s (%d transfers)\n",
+                          l.scope() == "pair" ? l.src_device() + "->" + l.dst_device() : l.scope(),
+                          HumanSeconds(l.latency_seconds()), l.bandwidth_bytes_per_second(),
+                          l.samples());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string JobStateName(v1::JobState s) {
@@ -82,6 +111,7 @@ std::string FormatJob(const v1::Job& job) {
                           w.info().worker_id(), w.info().device_id(), w.rank(),
                           WorkerStateName(w.state()), w.info().host(), w.last_step());
   }
+  if (job.has_observation()) absl::StrAppend(&out, FormatObservation(job.observation()));
   absl::StrAppend(&out, "\n", FormatPlanTable(job.plan()));
   return out;
 }

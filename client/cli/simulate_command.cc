@@ -15,6 +15,7 @@
 #include "pipeplan/cmdline/exit_code.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/chrome_trace.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
@@ -46,6 +47,14 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan) {
   PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(plan));
@@ -201,13 +210,25 @@ absl::Status RunSimulate(const CommandContext& ctx) {
     out << schedule::ScheduleToCsv(lowered);
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", *path));
   }
+  const std::optional<std::string> trace = flags.Get("trace");
+  const bool ascii = flags.Has("ascii");
   schedule::SimulateOptions options;
-  options.record_timeline = !unit_time && !json;
+  options.record_timeline = (!unit_time && !json) || trace || ascii;
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
                             schedule::Simulate(lowered, sc.costs, options));
   std::optional<schedule::UnitTimeResult> unit;
   if (unit_time) {
     PIPEPLAN_ASSIGN_OR_RETURN(unit, schedule::SimulateUnitTime(lowered));
+  }
+  const std::vector<TraceSpan> spans = SpansOfSimulation(sim);
+  if (trace) {
+    PIPEPLAN_RETURN_IF_ERROR(WriteTextFile(
+        *trace,
+        FormatChromeTrace(spans, lowered.num_ranks, absl::StrCat("predicted: ", sc.source))));
+  }
+  if (ascii) {
+    std::cout << FormatGantt(spans, lowered.num_ranks, 100);
+    return absl::OkStatus();
   }
   std::cout << (json ? ReportJson(sc, lowered, sim, unit) : ReportTable(sc, lowered, sim, unit));
   return absl::OkStatus();
@@ -230,7 +251,11 @@ Command SimulateCommand() {
       .Value("plan", "FILE", "a Plan (JSON) to simulate with its stage times")
       .Value("csv", "FILE", "a schedule in PyTorch's CSV layout")
       .Switch("unit-time", "PyTorch's unit-time simulator (every action one step)")
-      .Value("save-csv", "FILE", "write the simulated (lowered) schedule as CSV");
+      .Value("save-csv", "FILE", "write the simulated (lowered) schedule as CSV")
+      .Value("trace", "FILE",
+             "write the predicted timeline as Chrome trace JSON (Perfetto; compare with\n"
+             "`jobs trace`)")
+      .Switch("ascii", "print the timeline as a terminal Gantt chart instead of the table");
   c.flags.Include(PlanOptionFlags()).Include(PlanInputFlags());
   c.run = RunSimulate;
   return c;

@@ -5,13 +5,18 @@
 //   pipeplan simulate --plan plan.json
 //   pipeplan simulate --graph model.json --cluster cluster.json [plan flags]
 //
-// Prints the timeline and the bubble ratio, or a JSON report with -o json.
+// Prints the timeline and the bubble ratio, or a JSON report with -o json;
+// --trace FILE also writes the timeline as Chrome trace JSON (the format
+// `jobs trace` writes measured timelines in), --ascii prints a Gantt chart.
 // See docs/schedules.md ("Command line") for the stage times each source uses.
 // SimulateCommand() (command.h) is the command; this header is what tests
 // call directly.
 #ifndef PIPEPLAN_CLIENT_CLI_SIMULATE_COMMAND_H_
 #define PIPEPLAN_CLIENT_CLI_SIMULATE_COMMAND_H_
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/stage_costs.h"
@@ -33,6 +38,9 @@ struct Scenario {
 // (half on the forward, half on the backward-input); the Plan does not carry
 // the weight-gradient share, so W is taken as half of the backward.
 absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan);
+
+// Writes `text` to `path`; PERMISSION_DENIED when it cannot.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace pipeplan::cli
 

@@ -437,6 +437,13 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   return r;
 }
 
+absl::StatusOr<double> JobRegistry::PlannedStepSeconds(const std::string& job_id) const {
+  absl::ReaderMutexLock l(&mu_);
+  const Job* job = FindLocked(job_id);
+  if (!job) return JobNotFound(job_id);
+  return job->current ? job->current->plan().step_seconds() : 0.0;
+}
+
 absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
     const v1::ReportStepRequest& report) {
   if (report.timings_size() > 1'000'000) {

@@ -59,6 +59,11 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
                "least time between calibration replans of a job (30)")
         .Value("replan-min-steps", "N", "reports per device of a version before calibrating (5)")
         .Value("replan-warmup-steps", "N", "first steps of each worker ignored (1)")
+        .Value("replan-min-gain-seconds", "S",
+               "and only if it is more than S seconds per step better (0.002)")
+        .Value("replan-horizon-steps", "N",
+               "and only if the gain over N steps pays for the measured switch (1000)")
+        .Value("replan-switch-seconds", "S", "switch cost assumed before one was measured (1)")
         .Switch("version", "print the version and exit");
     return f;
   }();
@@ -126,6 +131,10 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "replan-min-interval-seconds", &h.replan.min_interval));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-min-steps", &h.replan.min_steps));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-warmup-steps", &h.replan.warmup_steps));
+  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-min-gain-seconds", &h.replan.min_gain_seconds));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-horizon-steps", &h.replan.horizon_steps));
+  PIPEPLAN_RETURN_IF_ERROR(
+      NonNegative(f, "replan-switch-seconds", &h.replan.assumed_switch_seconds));
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 
 #include <exception>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,6 +34,10 @@ struct Metrics::Families {
   prometheus::Counter* cache_misses;
   prometheus::Family<prometheus::Counter>* replans;
   prometheus::Family<prometheus::Gauge>* calibration_factor;
+  prometheus::Family<prometheus::Gauge>* job_step;
+  prometheus::Family<prometheus::Gauge>* job_bubble;
+  prometheus::Family<prometheus::Gauge>* job_error;
+  prometheus::Family<prometheus::Counter>* rejected_reports;
 };
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new Families) {
@@ -91,6 +96,25 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new
       &BuildGauge()
            .Name("pipeplan_calibration_factor")
            .Help("Measured compute time / time modelled from the job's cluster, per device")
+           .Register(r);
+  f_->job_step = &BuildGauge()
+                      .Name("pipeplan_job_step_seconds")
+                      .Help(
+                          "Step time of a job's current plan: kind=measured (median makespan "
+                          "over the reported steps) or predicted (calibrated, as run)")
+                      .Register(r);
+  f_->job_bubble = &BuildGauge()
+                        .Name("pipeplan_job_bubble_ratio")
+                        .Help("Idle share of the ranks over the step, measured or predicted")
+                        .Register(r);
+  f_->job_error = &BuildGauge()
+                       .Name("pipeplan_job_prediction_error_ratio")
+                       .Help("|predicted - measured| / measured step time of a job's plan")
+                       .Register(r);
+  f_->rejected_reports =
+      &BuildCounter()
+           .Name("pipeplan_rejected_reports_total")
+           .Help("Step reports refused for a non-finite, negative or absurd timing, by field")
            .Register(r);
   BuildGauge()
       .Name("pipeplan_build_info")
@@ -162,8 +186,54 @@ void Metrics::SetPlan(const std::string& job_id, int64_t version, double step_se
   it->second.bubble->Set(bubble_ratio);
 }
 
+void Metrics::SetJobObservation(const std::string& job_id, const JobFigures& figures) {
+  absl::MutexLock l(&mu_);
+  auto set = [&](prometheus::Family<prometheus::Gauge>* family, const std::string& kind,
+                 double value) {
+    auto key = std::make_tuple(job_id, family, kind);
+    auto it = job_gauges_.find(key);
+    if (it == job_gauges_.end()) {
+      prometheus::Labels labels = {{"job", job_id}};
+      if (!kind.empty()) labels["kind"] = kind;
+      it = job_gauges_.emplace(key, &family->Add(labels)).first;
+    }
+    it->second->Set(value);
+  };
+  if (figures.measured_step_seconds > 0) {
+    set(f_->job_step, "measured", figures.measured_step_seconds);
+    set(f_->job_bubble, "measured", figures.measured_bubble_ratio);
+    set(f_->job_error, "", figures.prediction_error_ratio);
+  }
+  set(f_->job_step, "predicted", figures.predicted_step_seconds);
+  set(f_->job_bubble, "predicted", figures.predicted_bubble_ratio);
+}
+
+void Metrics::CountRejectedReport(std::string_view field) {
+  prometheus::Counter* c;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = rejected_.find(std::string(field));
+    if (it == rejected_.end()) {
+      it = rejected_
+               .emplace(std::string(field),
+                        &f_->rejected_reports->Add({{"field", std::string(field)}}))
+               .first;
+    }
+    c = it->second;
+  }
+  c->Increment();
+}
+
 void Metrics::RemoveJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
+  for (auto g = job_gauges_.begin(); g != job_gauges_.end();) {
+    if (std::get<0>(g->first) == job_id) {
+      std::get<1>(g->first)->Remove(g->second);
+      g = job_gauges_.erase(g);
+    } else {
+      ++g;
+    }
+  }
   for (auto f = factors_.lower_bound({job_id, ""});
        f != factors_.end() && f->first.first == job_id;) {
     f_->calibration_factor->Remove(f->second);

@@ -8,8 +8,10 @@
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/job_observer.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
+#include "pipeplan/server/report_guard.h"
 #include "pipeplan/server/training_spec.h"
 
 namespace pipeplan::server {
@@ -167,7 +169,16 @@ void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const
 }
 
 absl::StatusOr<v1::Job> PlannerHandlers::GetJob(const v1::GetJobRequest& request) {
-  return registry_.GetJob(request.job_id());
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, registry_.GetJob(request.job_id()));
+  // Measured against predicted; a plan that cannot be read has none.
+  absl::StatusOr<v1::JobObservation> seen =
+      ObserveJob(registry_, job.id(),
+                 {.warmup_steps = options_.replan.warmup_steps, .limits = options_.limits});
+  if (seen.ok()) {
+    if (metrics_) metrics_->SetJobObservation(job.id(), JobFiguresOf(*seen));
+    *job.mutable_observation() = *std::move(seen);
+  }
+  return job;
 }
 
 absl::StatusOr<v1::ListJobsResponse> PlannerHandlers::ListJobs(const v1::ListJobsRequest&) {
@@ -206,6 +217,16 @@ absl::StatusOr<v1::Job> PlannerHandlers::FinishWorker(const v1::FinishWorkerRequ
 
 absl::StatusOr<v1::ReportStepResponse> PlannerHandlers::ReportStep(
     const v1::ReportStepRequest& request) {
+  // An unknown job falls through to the registry's NOT_FOUND.
+  if (absl::StatusOr<double> predicted = registry_.PlannedStepSeconds(request.job_id());
+      predicted.ok()) {
+    std::string field;
+    const absl::Status valid = CheckStepReport(request, *predicted, registry_.lease(), &field);
+    if (!valid.ok()) {
+      if (metrics_) metrics_->CountRejectedReport(field);
+      return valid;
+    }
+  }
   return registry_.ReportStep(request);
 }
 

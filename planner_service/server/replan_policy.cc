@@ -13,9 +13,12 @@
 #include "absl/strings/str_join.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/planner.h"
+#include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/calibrated_model.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
 
@@ -33,51 +36,6 @@ double MedianOf(std::vector<double> v) {
 
 std::string Ratio(double rel) {
   return rel >= 1 ? absl::StrFormat("%.1fx slower", rel) : absl::StrFormat("%.1fx faster", 1 / rel);
-}
-
-// The job's request with the calibrated cluster: flops divided by the
-// factors, `excluded` devices (and their links) removed, measured node
-// seconds rescaled to the new fastest device. The options stay as requested
-// (Evaluate caps the ranks at the devices left).
-absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal,
-                                                  const std::map<std::string, double>& factors,
-                                                  double default_factor,
-                                                  const std::vector<std::string>& excluded) {
-  const ClusterSpec spec = ClusterSpecFromProto(nominal.cluster());
-  PIPEPLAN_ASSIGN_OR_RETURN(ClusterSpec calibrated,
-                            CalibratedClusterSpec(spec, factors, default_factor, excluded));
-  std::map<std::string, double> flops;
-  double nominal_max = 0, calibrated_max = 0;
-  for (const DeviceSpec& d : spec.devices) nominal_max = std::max(nominal_max, d.flops);
-  for (const DeviceSpec& d : calibrated.devices) {
-    flops[d.id] = d.flops;
-    calibrated_max = std::max(calibrated_max, d.flops);
-  }
-  const std::set<std::string> gone(excluded.begin(), excluded.end());
-  v1::PlanRequest out = nominal;
-  v1::ClusterTopology* c = out.mutable_cluster();
-  c->clear_devices();
-  for (const v1::Device& d : nominal.cluster().devices()) {
-    auto it = flops.find(d.id());
-    if (it == flops.end()) continue;
-    v1::Device* nd = c->add_devices();
-    *nd = d;
-    nd->set_flops(it->second);
-  }
-  c->clear_links();
-  for (const v1::Link& l : nominal.cluster().links()) {
-    if (!gone.contains(l.src()) && !gone.contains(l.dst())) *c->add_links() = l;
-  }
-  // Measured node times refer to the fastest device (cost_model.h); keep
-  // them meaning the same seconds when the fastest device changes.
-  if (nominal_max > 0 && calibrated_max > 0 && nominal_max != calibrated_max) {
-    const double scale = nominal_max / calibrated_max;
-    for (v1::Node& n : *out.mutable_graph()->mutable_nodes()) {
-      if (n.has_forward_seconds()) n.set_forward_seconds(n.forward_seconds() * scale);
-      if (n.has_backward_seconds()) n.set_backward_seconds(n.backward_seconds() * scale);
-    }
-  }
-  return out;
 }
 
 // Who can run a stage: a replan places stages only on devices with a live
@@ -168,39 +126,6 @@ void LogReplanFailed(const std::string& job_id, const std::string& version, Repl
                             {"error", std::string(error.message())}});
 }
 
-// The job's reports of plan `version` from each worker's current run (a
-// restarted worker's earlier timings describe a process that is gone, e.g.
-// a straggler since fixed), as calibration samples, each attributed to its
-// worker's device (a replica's device, not replica 0's).
-absl::StatusOr<std::vector<StepSample>> SamplesOf(const JobRegistry& registry, const v1::Job& job,
-                                                  int64_t version, int window) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry.RecentStepReports(job.id(), window));
-  std::map<std::string, std::string> run_of;
-  std::map<std::string, std::string> device_of;
-  for (const v1::WorkerStatus& w : job.workers()) {
-    run_of[w.info().worker_id()] = w.info().run_id();
-    device_of[w.info().worker_id()] = w.info().device_id();
-  }
-  std::vector<StepSample> samples;
-  for (const v1::ReportStepRequest& r : reports) {
-    if (r.plan_version() != version) continue;
-    if (auto it = run_of.find(r.worker_id());
-        it != run_of.end() && !it->second.empty() && r.run_id() != it->second) {
-      continue;
-    }
-    auto device = device_of.find(r.worker_id());
-    StepSample s{.worker_id = r.worker_id(),
-                 .device_id = device == device_of.end() ? "" : device->second,
-                 .step = r.step(),
-                 .timings = {}};
-    s.timings.reserve(r.timings_size());
-    for (const v1::ActionTiming& t : r.timings()) s.timings.push_back({t.action(), t.seconds()});
-    samples.push_back(std::move(s));
-  }
-  return samples;
-}
-
 // "gpu0:1.000,gpu1:2.010": what a replan_skipped log line carries.
 std::string FactorsText(const CalibrationResult& est) {
   std::string text;
@@ -231,12 +156,9 @@ struct Estimate {
   std::string skip;
 };
 
-absl::StatusOr<Estimate> EstimateFactors(const JobRegistry& registry, const v1::Job& job,
-                                         int64_t version, const DecodedPlan& current,
-                                         const LostDevices& lost, bool calibrating,
-                                         const ReplanPolicyOptions& options) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
-                            SamplesOf(registry, job, version, options.report_window));
+absl::StatusOr<Estimate> EstimateFactors(const std::vector<StepSample>& samples,
+                                         const DecodedPlan& current, const LostDevices& lost,
+                                         bool calibrating, const ReplanPolicyOptions& options) {
   absl::StatusOr<CalibrationResult> est = EstimateDeviceFactors(
       samples, current.PlannedStages(),
       {.warmup_steps = options.warmup_steps, .min_samples = std::max(1, options.min_steps)});
@@ -283,11 +205,12 @@ DeviceFactors MergeFactors(const std::map<std::string, double>& prior,
 // and replicas capped at the devices left, the solve time capped by the
 // policy.
 absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
-                                            const DeviceFactors& factors, const LostDevices& lost,
+                                            const DeviceFactors& factors,
+                                            const LinkCalibration& links, const LostDevices& lost,
                                             const ReplanPolicyOptions& options) {
   PIPEPLAN_ASSIGN_OR_RETURN(
       v1::PlanRequest calibrated,
-      CalibratedRequest(request, factors.by_device, factors.default_factor, lost.devices));
+      CalibratedRequest(request, factors.by_device, factors.default_factor, lost.devices, links));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options.limits));
   in.options.num_ranks = std::min(in.options.num_ranks, in.cluster->num_devices());
   if (in.options.num_replicas > 0) {
@@ -301,16 +224,41 @@ absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
   return in;
 }
 
-// Step seconds of the current plan under the calibrated model: infinite when
-// it cannot run there (unreadable, or a stage on a device that is gone).
+// Step seconds of a plan under the calibrated model, simulated as the
+// workers run it (transfers overlap compute), so the current and the new
+// plan compare as they will be measured: infinite when it cannot run there
+// (unreadable, or a stage on a device that is gone).
 absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in) {
   if (!readable) return kInf;
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
   if (!fixed.ok() && fixed.status().code() == absl::StatusCode::kNotFound) return kInf;
   PIPEPLAN_RETURN_IF_ERROR(fixed.status());
-  PIPEPLAN_ASSIGN_OR_RETURN(FixedPlanScore score,
-                            SimulateFixedPlan(*in.graph, *in.cluster, *fixed));
-  return score.step_seconds;
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunResult score, SimulateAsRun(*in.graph, *in.cluster, *fixed));
+  return score.simulation.step_seconds;
+}
+
+// Seconds the job's workers paused at the switch into `version`: per worker,
+// the gap between the end of its last step of an earlier version and the
+// start of its first step of `version`, the largest over workers; 0 when
+// no switch is in the reports.
+double MeasuredSwitchSeconds(const std::vector<v1::ReportStepRequest>& reports, int64_t version) {
+  std::map<std::string, std::pair<int64_t, int64_t>> ends;  // worker -> (last old end, first new)
+  for (const v1::ReportStepRequest& r : reports) {
+    if (r.start_unix_us() <= 0) continue;
+    auto& [old_end, new_start] = ends[r.worker_id()];
+    if (r.plan_version() < version) {
+      old_end = std::max(old_end, r.start_unix_us() + static_cast<int64_t>(r.step_seconds() * 1e6));
+    } else if (r.plan_version() == version) {
+      new_start = new_start == 0 ? r.start_unix_us() : std::min(new_start, r.start_unix_us());
+    }
+  }
+  double out = 0;
+  for (const auto& [worker, e] : ends) {
+    if (e.first > 0 && e.second > e.first) {
+      out = std::max(out, static_cast<double>(e.second - e.first) * 1e-6);
+    }
+  }
+  return out;
 }
 
 double PredictedGain(const ReplanOutcome& o) {
@@ -358,8 +306,10 @@ std::string CalibrationReason(const CalibrationResult& est) {
 
 // `next` with the calibration it was planned under (Plan.calibration).
 v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFactors& factors,
-                         const LostDevices& lost, const ReplanOutcome& outcome) {
+                         const LinkCalibration& links, const LostDevices& lost,
+                         const ReplanOutcome& outcome) {
   v1::PlanCalibration* cal = next.mutable_calibration();
+  for (const FittedLink& l : links.links) *cal->add_links() = LinkFitToProto(l);
   for (int d = 0; d < cluster.num_devices(); ++d) {
     const std::string& id = cluster.device(d).id;
     v1::DeviceFactor* f = cal->add_devices();
@@ -377,6 +327,12 @@ v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFact
 }
 
 }  // namespace
+
+double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds) {
+  const double switch_seconds =
+      measured_switch_seconds > 0 ? measured_switch_seconds : options.assumed_switch_seconds;
+  return std::max(options.min_gain_seconds, switch_seconds / std::max(1, options.horizon_steps));
+}
 
 ReplanPolicy::ReplanPolicy(JobRegistry* registry, SolvePool* pool, const Clock* clock,
                            ReplanPolicyOptions options, Metrics* metrics)
@@ -504,9 +460,16 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const bool readable = read.ok();
   const DecodedPlan current = readable ? *std::move(read) : DecodedPlan{};
 
-  // Step 1: device factors from the reports of the current version.
-  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est, EstimateFactors(*registry_, job, vp.version(), current,
-                                                          lost, calibrating, options_));
+  // Step 1: device factors and links from the reports of the current version.
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
+                            registry_->RecentStepReports(job_id, options_.report_window));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
+                            ReportSamples(*registry_, job, vp.version(), options_.report_window));
+  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est,
+                            EstimateFactors(samples, current, lost, calibrating, options_));
+  const LinkCalibration links =
+      CalibrateLinks(AfterWarmup(samples, options_.warmup_steps),
+                     ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()));
   factors_text = FactorsText(est.result);
   if (metrics_) {
     for (const DeviceFactor& f : est.result.devices) {
@@ -517,14 +480,21 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const DeviceFactors factors = MergeFactors(current.time_factors, est.result);
 
   // Step 2: a new plan under the calibrated model, without lost devices.
-  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, CalibratedInputs(vp.request(), factors, lost, options_));
+  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in,
+                            CalibratedInputs(vp.request(), factors, links, lost, options_));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
   if (!result.ok()) {
     LogReplanFailed(job_id, version, trigger, result.status());
     outcome.reason = absl::StrCat("no plan: ", result.status().message());
     return outcome;
   }
+  v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
   outcome.new_step_seconds = result->step_seconds;
+  if (absl::StatusOr<DecodedPlan> decoded = DecodePlan(next); decoded.ok()) {
+    if (absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in); as_run.ok()) {
+      outcome.new_step_seconds = *as_run;
+    }
+  }
 
   // Step 3: the current plan under the same model; publish when it pays.
   absl::StatusOr<double> cur = ScoreUnder(current, readable, in);
@@ -538,14 +508,27 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
                                      gain * 100, outcome.current_step_seconds,
                                      outcome.new_step_seconds, options_.min_gain * 100));
   }
+  if (calibrating || trigger == ReplanTrigger::kWorkerJoined) {
+    // Absolute floor: a few percent of a tiny step does not pay for the
+    // switch (workers pause to reconnect and move state).
+    const double seconds = outcome.current_step_seconds - outcome.new_step_seconds;
+    const double measured = MeasuredSwitchSeconds(reports, vp.version());
+    const double floor = MinGainSeconds(options_, measured);
+    if (!(seconds > floor)) {
+      return no_change(absl::StrFormat(
+          "predicted gain %.4g s per step is not above %.4g s (the floor, or a %.3g s switch "
+          "over %d steps)",
+          seconds, floor, measured > 0 ? measured : options_.assumed_switch_seconds,
+          options_.horizon_steps));
+    }
+  }
   const std::string why = calibrating                               ? CalibrationReason(est.result)
                           : trigger == ReplanTrigger::kWorkerJoined ? JoinedReason(joined)
                                                                     : LostReason(lost);
   const std::string reason =
       absl::StrCat(why, absl::StrFormat("; predicted step %.4g s -> %.4g s",
                                         outcome.current_step_seconds, outcome.new_step_seconds));
-  const v1::Plan next = WithCalibration(PlanToProto(*in.graph, *in.cluster, *result), *in.cluster,
-                                        factors, lost, outcome);
+  next = WithCalibration(std::move(next), *in.cluster, factors, links, lost, outcome);
   absl::StatusOr<ReplanOutcome> published = Publish(job_id, vp, next, reason, trigger, outcome);
   if (!published.ok() && published.status().code() == absl::StatusCode::kAborted) {
     return no_change(std::string(published.status().message()));

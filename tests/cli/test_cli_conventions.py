@@ -37,7 +37,8 @@ class HelpTest(unittest.TestCase):
     def test_command_list_is_complete(self):
         self.assertEqual(commands(), [
             "plan", "simulate", "jobs create", "jobs list", "jobs show", "jobs cancel",
-            "jobs delete", "jobs reports", "jobs versions", "jobs replan"])
+            "jobs delete", "jobs reports", "jobs versions", "jobs replan",
+             "jobs trace"])
 
     def test_every_command_has_help(self):
         for words in commands() + ["jobs"]:

@@ -23,7 +23,20 @@ struct WorkerMetrics::Impl {
   prometheus::Counter* dropped_steps = nullptr;
   prometheus::Gauge* buffered_reports = nullptr;
   prometheus::Counter* dropped_reports = nullptr;
+  prometheus::Gauge* compute_seconds = nullptr;
+  prometheus::Gauge* comm_seconds = nullptr;
+  prometheus::Gauge* bubble_ratio = nullptr;
+  prometheus::Gauge* peak_memory_bytes = nullptr;
 };
+
+namespace {
+
+prometheus::Gauge* AddGauge(prometheus::Registry& registry, const char* name, const char* help,
+                            const prometheus::Labels& labels) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+}  // namespace
 
 WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 WorkerMetrics::~WorkerMetrics() = default;
@@ -70,6 +83,16 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                                .Help("Step reports dropped because the report buffer was full.")
                                .Register(*impl->registry)
                                .Add(labels);
+  prometheus::Registry& r = *impl->registry;
+  impl->compute_seconds = AddGauge(r, "pipeplan_worker_compute_seconds",
+                                   "Compute (F, I, W, B) seconds of the last step.", labels);
+  impl->comm_seconds = AddGauge(r, "pipeplan_worker_comm_seconds",
+                                "Seconds the last step blocked on SEND/RECV.", labels);
+  impl->bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
+                                "Idle share of the last step: 1 - compute / step.", labels);
+  impl->peak_memory_bytes =
+      AddGauge(r, "pipeplan_worker_peak_memory_bytes",
+               "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();
@@ -94,6 +117,12 @@ void WorkerMetrics::SetBufferedReports(int64_t n) {
 }
 void WorkerMetrics::CountDroppedReports(int64_t n) {
   impl_->dropped_reports->Increment(static_cast<double>(n));
-}
+  void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds,
+                                       double bubble_ratio, double peak_memory_bytes) {
+    impl_->compute_seconds->Set(compute_seconds);
+    impl_->comm_seconds->Set(comm_seconds);
+    impl_->bubble_ratio->Set(bubble_ratio);
+    impl_->peak_memory_bytes->Set(peak_memory_bytes);
+  }
 
 }  // namespace pipeplan::worker

@@ -17,6 +17,14 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// System clock: comparable across the processes of one host (and across
+// hosts as far as their clocks are synchronized).
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // Key of a pending RECV: (backward?, stage, microbatch).
 uint64_t RecvKey(bool backward, int stage, int microbatch) {
   return (static_cast<uint64_t>(backward) << 62) | (static_cast<uint64_t>(stage) << 31) |
@@ -102,15 +110,17 @@ class StepRun {
   StepRun(const StageRuntime& runtime, int64_t step, Transport& transport, Executor& executor)
       : runtime_(runtime), step_(step), transport_(transport), executor_(executor) {
     result_.step = step;
+    result_.rank = runtime.options().rank;
   }
 
   absl::StatusOr<StepResult> Run(const std::vector<Action>& actions) && {
-    const auto step_start = Clock::now();
+    step_start_ = Clock::now();
+    result_.start_unix_us = UnixMicros();
     result_.timings.reserve(actions.size());
     PIPEPLAN_RETURN_IF_ERROR(executor_.BeginStep(step_));
     for (const Action& a : actions) {
       const size_t index = result_.timings.size();
-      result_.timings.push_back({a, 0});
+      result_.timings.push_back({.action = a, .start_seconds = Since(step_start_)});
       if (IsTransfer(a)) {
         PIPEPLAN_RETURN_IF_ERROR(Post(a, index));
       } else {
@@ -119,7 +129,14 @@ class StepRun {
     }
     PIPEPLAN_RETURN_IF_ERROR(WaitForPosted());
     PIPEPLAN_RETURN_IF_ERROR(executor_.EndStep());
-    result_.step_seconds = Since(step_start);
+    result_.step_seconds = Since(step_start_);
+    for (const ActionTime& t : result_.timings) {
+      if (IsTransfer(t.action)) {
+        result_.comm_seconds += t.wait_seconds;
+      } else {
+        result_.compute_seconds += t.seconds;
+      }
+    }
     return std::move(result_);
   }
 
@@ -145,17 +162,23 @@ class StepRun {
     const uint64_t tag =
         StageRuntime::Tag(backward, boundary, a.microbatch, runtime_.options().num_microbatches);
     std::unique_ptr<PendingOp> op;
+    ActionTime& timing = result_.timings[index];
+    timing.peer_rank = runtime_.PeerOf(a);
     if (send) {
       PIPEPLAN_ASSIGN_OR_RETURN(std::span<const std::byte> data, executor_.SendBuffer(a));
       const auto t0 = Clock::now();
-      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Send(runtime_.PeerOf(a), tag, data));
-      result_.timings[index].seconds = Since(t0);
+      timing.post_unix_us = UnixMicros();
+      timing.bytes = static_cast<double>(data.size());
+      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Send(timing.peer_rank, tag, data));
+      timing.seconds = Since(t0);
       sends_.push_back({std::move(op), index});
     } else {
       PIPEPLAN_ASSIGN_OR_RETURN(std::span<std::byte> data, executor_.RecvBuffer(a));
       const auto t0 = Clock::now();
-      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Recv(runtime_.PeerOf(a), tag, data));
-      result_.timings[index].seconds = Since(t0);
+      timing.post_unix_us = UnixMicros();
+      timing.bytes = static_cast<double>(data.size());
+      PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Recv(timing.peer_rank, tag, data));
+      timing.seconds = Since(t0);
       recvs_[RecvKey(backward, a.stage, a.microbatch)] = Pending{std::move(op), index};
     }
     return absl::OkStatus();
@@ -227,7 +250,11 @@ class StepRun {
   absl::Status Wait(Pending& pending) {
     const auto t0 = Clock::now();
     const absl::Status s = pending.op->Wait(runtime_.options().comm_timeout);
-    result_.timings[pending.timing_index].seconds += Since(t0);
+    const double waited = Since(t0);
+    ActionTime& timing = result_.timings[pending.timing_index];
+    timing.seconds += waited;
+    timing.wait_seconds = waited;
+    timing.complete_unix_us = UnixMicros();
     return s;
   }
 
@@ -236,6 +263,7 @@ class StepRun {
   Transport& transport_;
   Executor& executor_;
   StepResult result_;
+  Clock::time_point step_start_;
   absl::flat_hash_map<uint64_t, Pending> recvs_;
   std::vector<Pending> sends_;
 };

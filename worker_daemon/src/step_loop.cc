@@ -171,10 +171,12 @@ absl::Status StepLoop::RunOneStep() {
   }
   const StepResult& r = *run;
   const std::optional<double> loss = active_->executor->LastLoss();
-  const std::string report_result = reports_.Add(
-      MakeStepReport(options_, active_->version, r, active_->executor->PeakMemoryBytes(), loss));
+  const double peak_memory = active_->executor->PeakMemoryBytes();
+  const std::string report_result =
+      reports_.Add(MakeStepReport(options_, active_->version, r, peak_memory, loss));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);
+    metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
     if (loss) metrics_->SetLoss(*loss);
   }
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,

@@ -16,6 +16,9 @@
 
 namespace pipeplan::worker {
 
+// The rank's idle share of the step: 1 - compute / step, in [0, 1].
+double BubbleRatio(const StepResult& result);
+
 v1::ReportStepRequest MakeStepReport(const WorkerOptions& options, int64_t version,
                                      const StepResult& result, double peak_memory_bytes,
                                      std::optional<double> loss = std::nullopt);

@@ -210,6 +210,19 @@ TEST_F(ReplanPolicyTest, RespectsMinGain) {
   EXPECT_EQ(Current().version(), 1);
 }
 
+TEST_F(ReplanPolicyTest, AbsoluteFloorBlocksASmallGain) {
+  ReplanPolicyOptions o = Fast();
+  o.min_gain_seconds = 1e3;  // the straggler plan gains ~40%, far below 1000 s
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(6, {{"gpu2", 2.0}});
+  auto outcome = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->published);
+  EXPECT_GT(outcome->current_step_seconds, 1.05 * outcome->new_step_seconds);
+  EXPECT_NE(outcome->reason.find("per step is not above"), std::string::npos) << outcome->reason;
+  EXPECT_EQ(Current().version(), 1);
+}
+
 TEST_F(ReplanPolicyTest, WaitsForMinStepsAndMinInterval) {
   ASSERT_NO_FATAL_FAILURE(Start(Fast()));
   Report(3, {{"gpu2", 2.0}});  // warm-up + 2 < 1 + 3

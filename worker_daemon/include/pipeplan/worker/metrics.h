@@ -3,8 +3,12 @@
 // pipeplan_worker_loss (mlp executor, last stage),
 // pipeplan_worker_dropped_steps_total (steps a failed peer cut short),
 // pipeplan_worker_buffered_reports (step reports waiting for the planner),
-// pipeplan_worker_dropped_reports_total (reports the full buffer let go). Labels: job, worker (one
-// series per daemon; no per-step or per-microbatch labels).
+// pipeplan_worker_dropped_reports_total (reports the full buffer let go), and
+// of the last step pipeplan_worker_compute_seconds,
+// pipeplan_worker_comm_seconds (blocked on SEND/RECV),
+// pipeplan_worker_bubble_ratio (idle share) and
+// pipeplan_worker_peak_memory_bytes (executor's peak so far). Labels: job,
+// worker (one series per daemon; no per-step or per-microbatch labels).
 #ifndef PIPEPLAN_WORKER_METRICS_H_
 #define PIPEPLAN_WORKER_METRICS_H_
 
@@ -29,6 +33,9 @@ class WorkerMetrics {
   void CountDroppedStep();
   void SetBufferedReports(int64_t n);
   void CountDroppedReports(int64_t n);
+  // The last step's measurements of this rank.
+  void SetStepBreakdown(double compute_seconds, double comm_seconds, double bubble_ratio,
+                        double peak_memory_bytes);
 
  private:
   struct Impl;

@@ -9,7 +9,9 @@
 //
 // Timings: a compute action's wall time; a SEND's posting time plus its final
 // wait at the end of the step; a RECV's posting time plus the time the rank
-// blocked on it.
+// blocked on it. SEND/RECV also carry their wall-clock post and completion
+// times (system clock), so the planner can pair the two ends of a transfer
+// across processes and time the link itself.
 #ifndef PIPEPLAN_WORKER_RUNTIME_H_
 #define PIPEPLAN_WORKER_RUNTIME_H_
 
@@ -29,11 +31,27 @@ namespace pipeplan::worker {
 struct ActionTime {
   schedule::Action action;
   double seconds = 0;
+  // When the rank reached the action, seconds after the step's start.
+  double start_seconds = 0;
+  // SEND/RECV only: message size, the rank on the other end, the wall clock
+  // (microseconds since the Unix epoch) when posted and when its wait
+  // returned, and the seconds the rank blocked in that wait.
+  double bytes = 0;
+  int peer_rank = -1;
+  int64_t post_unix_us = 0;
+  int64_t complete_unix_us = 0;
+  double wait_seconds = 0;
 };
 
 struct StepResult {
   int64_t step = 0;
+  int rank = 0;
   double step_seconds = 0;
+  // Wall clock at the step's start (microseconds since the Unix epoch).
+  int64_t start_unix_us = 0;
+  // Sum of compute actions' seconds, and of the time blocked on SEND/RECV.
+  double compute_seconds = 0;
+  double comm_seconds = 0;
   // In program order, one per action.
   std::vector<ActionTime> timings;
 };

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -69,6 +70,7 @@ class SyntheticExecutor final : public Executor {
   int64_t step_ = 0;
   std::vector<float> gradients_;  // the all-reduce's buffer, kept across steps
   std::map<std::tuple<int, int, int>, std::vector<std::byte>> buffers_;  // (type, stage, mb)
+  std::set<std::tuple<int, int, int>> live_;  // buffers the current step uses
   double held_bytes_ = 0;
   double peak_bytes_ = 0;
 };

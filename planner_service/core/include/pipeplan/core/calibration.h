@@ -9,9 +9,10 @@
 // whose factor is 2 runs twice as long as modelled; dividing its flops by 2
 // (CalibratedFlops) makes the cost model predict what was measured.
 //
-// SEND/RECV timings are not used: a SEND's time includes waiting for the peer
-// to post the matching RECV, and a RECV's time includes the producer's
-// compute, so neither isolates the link. Links keep their modelled bandwidth.
+// SEND/RECV timings are not used here: a SEND's time includes waiting for the
+// peer to post the matching RECV, and a RECV's time includes the producer's
+// compute, so neither isolates the link. Links are calibrated from the
+// wall-clock post and completion times of both ends (link_calibration.h).
 //
 // SimulateFixedPlan scores an existing split (node -> stage, stage -> device,
 // schedule) under a possibly calibrated cluster, the same way MakePlan scores
@@ -40,6 +41,15 @@ namespace pipeplan {
 struct TimingSample {
   std::string action;  // "1F3", "0SEND_F2", ...
   double seconds = 0;
+  // When the rank reached the action, seconds after its step's start.
+  double start_seconds = 0;
+  // SEND/RECV only (0 when the worker did not report them): message bytes,
+  // wall-clock post and wait-return times (microseconds since the epoch),
+  // seconds the rank blocked in the wait.
+  double bytes = 0;
+  int64_t post_unix_us = 0;
+  int64_t complete_unix_us = 0;
+  double wait_seconds = 0;
 };
 
 // One worker's report of one step.
@@ -52,6 +62,15 @@ struct StepSample {
   std::string device_id;
   int64_t step = 0;
   std::vector<TimingSample> timings;
+  // Optional (link calibration, measured metrics): the worker's rank, the
+  // step's wall-clock start and its measured breakdown.
+  int rank = -1;
+  int64_t start_unix_us = 0;
+  double step_seconds = 0;
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+  double bubble_ratio = 0;
+  double peak_memory_bytes = 0;
 };
 
 // What the plan that produced the reports predicted for one pipeline stage.

@@ -109,6 +109,9 @@ class JobRegistry {
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
                                                                        int limit) const;
+  // The current plan's predicted step seconds (cheap: no plan copy).
+  // NOT_FOUND for an unknown job.
+  absl::StatusOr<double> PlannedStepSeconds(const std::string& job_id) const;
   // The worker is done (state DONE, no lease: never declared lost). With an
   // error the job becomes FAILED with that message; without, the job is
   // COMPLETED once every worker holding a rank of the current plan is done. NOT_FOUND for an

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -17,6 +18,8 @@
 
 namespace prometheus {
 class Counter;
+template <typename T>
+class Family;
 class Exposer;
 class Family_Counter;
 class Gauge;
@@ -54,6 +57,22 @@ class Metrics {
   // time. Only devices of live jobs: RemoveJob drops a job's devices.
   void SetCalibrationFactor(const std::string& job_id, const std::string& device_id, double factor);
 
+  // A job's current plan measured and predicted (job_observer.h):
+  // pipeplan_job_step_seconds{job, kind="measured"|"predicted"},
+  // pipeplan_job_bubble_ratio{job, kind}, pipeplan_job_prediction_error_ratio
+  // {job}. Measured series appear once there are measured steps.
+  struct JobFigures {
+    double measured_step_seconds = 0;
+    double measured_bubble_ratio = 0;
+    double predicted_step_seconds = 0;
+    double predicted_bubble_ratio = 0;
+    double prediction_error_ratio = 0;
+  };
+  void SetJobObservation(const std::string& job_id, const JobFigures& figures);
+  // pipeplan_rejected_reports_total{field}: a step report refused
+  // (report_guard.h); `field` is the offending field's name.
+  void CountRejectedReport(std::string_view field);
+
   prometheus::Registry& registry() { return *registry_; }
 
  private:
@@ -75,6 +94,11 @@ class Metrics {
   std::map<std::string, PlanGauges> plans_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Counter*> replans_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> factors_ ABSL_GUARDED_BY(mu_);
+  // (job, family, kind) -> gauge.
+  std::map<std::tuple<std::string, prometheus::Family<prometheus::Gauge>*, std::string>,
+           prometheus::Gauge*>
+      job_gauges_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> rejected_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::server

@@ -6,9 +6,11 @@
 //   `min_interval` per job, the policy estimates per-device time factors
 //   (EstimateDeviceFactors: median of measured / modelled compute), divides
 //   the devices' flops by them, re-runs MakePlan on the job's request with
-//   that cluster, and scores the current plan under the same model
-//   (SimulateFixedPlan). When the new plan's step time beats the current one
-//   by more than `min_gain` (relative), it is published with a reason such as
+//   that cluster (links fitted from paired SEND/RECV timings applied too),
+//   and scores the current and the new plan under the same model as the
+//   workers run them (SimulateAsRun). When the new plan's step time beats the
+//   current one by more than `min_gain` (relative) and by more than
+//   MinGainSeconds (absolute), it is published with a reason such as
 //   "calibration: device gpu1 is 1.9x slower than modelled".
 // * Membership: every replan places stages only on devices with a live
 //   (ACTIVE) worker; devices without one are left out like lost ones (a job
@@ -56,6 +58,14 @@ struct ReplanPolicyOptions {
   // Publish only when the new plan's predicted step time is this much
   // (relative) below the current plan's, both under the calibrated model.
   double min_gain = 0.05;
+  // And (calibration replans) when it is this many seconds per step below,
+  // and below by more than the cost of a switch spread over
+  // `horizon_steps` steps. The switch cost is measured from the reports
+  // around the job's last switch (the workers' pause); before any switch
+  // `assumed_switch_seconds` stands in.
+  double min_gain_seconds = 2e-3;
+  int horizon_steps = 1'000;
+  double assumed_switch_seconds = 1.0;
   // Least time between two calibration evaluations of one job (and so
   // between two calibration replans).
   absl::Duration min_interval = absl::Seconds(30);
@@ -71,6 +81,11 @@ struct ReplanPolicyOptions {
 };
 
 enum class ReplanTrigger { kCalibration, kWorkerLost, kWorkerJoined };
+
+// The absolute gain per step a calibration replan must beat:
+// max(min_gain_seconds, switch seconds / horizon_steps), the switch seconds
+// measured when positive, else assumed.
+double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds);
 
 struct ReplanOutcome {
   bool published = false;

@@ -1,0 +1,113 @@
+#include "pipeplan/core/chrome_trace.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pipeplan {
+namespace {
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void AppendMetadata(std::string* out, int pid, int tid, std::string_view what,
+                    std::string_view name) {
+  absl::StrAppend(out, out->empty() ? "" : ",\n", "{\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
+                  ",\"name\":\"", std::string(what), "\",\"args\":{\"name\":", JsonString(name),
+                  "}}");
+}
+
+char GanttLetter(schedule::ActionType type) {
+  switch (type) {
+    case schedule::ActionType::kForward:
+      return 'F';
+    case schedule::ActionType::kBackwardInput:
+      return 'I';
+    case schedule::ActionType::kBackwardWeight:
+      return 'W';
+    case schedule::ActionType::kFullBackward:
+      return 'B';
+    case schedule::ActionType::kOverlapFB:
+      return 'O';
+    default:
+      return '.';
+  }
+}
+
+}  // namespace
+
+std::string FormatChromeTrace(std::span<const TraceSpan> spans, int num_ranks,
+                              std::string_view title) {
+  std::string events;
+  int ranks = num_ranks;
+  for (const TraceSpan& s : spans) ranks = std::max(ranks, s.rank + 1);
+  for (int r = 0; r < ranks; ++r) {
+    AppendMetadata(&events, r, 0, "process_name", absl::StrCat("rank ", r));
+    AppendMetadata(&events, r, 0, "thread_name", "compute");
+    AppendMetadata(&events, r, 1, "thread_name", "comm");
+  }
+  for (const TraceSpan& s : spans) {
+    const bool compute = schedule::IsCompute(s.action.type);
+    absl::StrAppendFormat(
+        &events,
+        ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":%s,\"cat\":\"%s\",\"ts\":%.3f,"
+        "\"dur\":%.3f,\"args\":{\"stage\":%d,\"microbatch\":%d}}",
+        s.rank, compute ? 0 : 1, JsonString(SpanName(s.action)),
+        std::string(schedule::ActionTypeName(s.action.type)), s.start * 1e6,
+        std::max(0.0, s.end - s.start) * 1e6, static_cast<int>(s.action.stage),
+        s.action.microbatch);
+  }
+  return absl::StrCat("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"pipeplan_title\":",
+                      JsonString(title), "},\n\"traceEvents\":[\n", events, "\n]}\n");
+}
+
+std::string FormatGantt(std::span<const TraceSpan> spans, int num_ranks, int width) {
+  width = std::max(width, 10);
+  double t0 = 0, t1 = 0;
+  bool any = false;
+  for (const TraceSpan& s : spans) {
+    if (!schedule::IsCompute(s.action.type)) continue;
+    t0 = any ? std::min(t0, s.start) : s.start;
+    t1 = any ? std::max(t1, s.end) : s.end;
+    any = true;
+  }
+  const double span = t1 > t0 ? t1 - t0 : 1;
+  std::vector<std::string> rows(std::max(0, num_ranks), std::string(width, '.'));
+  for (const TraceSpan& s : spans) {
+    if (!schedule::IsCompute(s.action.type) || s.rank < 0 || s.rank >= num_ranks) continue;
+    const int a = static_cast<int>(std::floor((s.start - t0) / span * width));
+    const int b = static_cast<int>(std::ceil((s.end - t0) / span * width));
+    for (int c = std::max(0, a); c < std::min(width, std::max(b, a + 1)); ++c) {
+      rows[s.rank][c] = GanttLetter(s.action.type);
+    }
+  }
+  std::string out;
+  for (int r = 0; r < num_ranks; ++r) absl::StrAppendFormat(&out, "rank %2d |%s|\n", r, rows[r]);
+  absl::StrAppendFormat(&out, "        0%*s\n", width, absl::StrFormat("%.4g s", span));
+  return out;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,50 @@
+// A plan simulated the way the workers run it.
+//
+// The planner's search folds each stage's communication into its compute
+// (SimulatorCosts): a cheap, conservative score for comparing candidates.
+// Workers instead run the lowered schedule (InsertSendRecv): SEND and RECV
+// are posted without blocking, the transfer runs once both ends are posted,
+// and only the consuming compute waits for it. SimulateAsRun simulates
+// exactly that, with pure compute per stage and one transfer time per stage
+// boundary (relay: bytes of every edge that crosses the boundary, over the
+// link between the two stages' devices), so its step time and bubble ratio
+// are what a calibrated cluster predicts the workers will measure, and its
+// timeline lines up action by action with the workers' reports.
+//
+// Reentrant; no I/O.
+#ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_
+#define PIPEPLAN_CORE_RUNTIME_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/core/calibration.h"
+#include "pipeplan/core/cluster.h"
+#include "pipeplan/core/graph.h"
+#include "pipeplan/core/schedule/simulator.h"
+
+namespace pipeplan {
+
+struct AsRunResult {
+  schedule::SimulationResult simulation;  // on the lowered schedule
+  // Bytes that cross boundary b (stage b -> b + 1) per microbatch.
+  std::vector<double> boundary_bytes;
+};
+
+struct AsRunOptions {
+  bool record_timeline = false;
+  // Bytes per boundary the workers were measured to ship (a boundary with 0
+  // or beyond the vector keeps the modelled bytes): executors may ship
+  // another size than the cost model's (the synthetic one ships the graph's
+  // bytes at the graph's precision).
+  std::vector<double> shipped_bytes;
+};
+
+// `plan` under `cluster`'s costs, transfers as the runtime does them.
+// Errors: as SimulateFixedPlan.
+absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& cluster,
+                                          const FixedPlan& plan, const AsRunOptions& options = {});
+
+}  // namespace pipeplan
+
+#endif  // PIPEPLAN_CORE_RUNTIME_MODEL_H_

@@ -1,0 +1,76 @@
+#include "pipeplan/core/runtime_model.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/planner.h"
+#include "pipeplan/core/schedule/build.h"
+#include "pipeplan/core/schedule/lowering.h"
+#include "pipeplan/core/status_macros.h"
+
+namespace pipeplan {
+namespace {
+
+// Per boundary, the bytes of every edge that crosses it: what the worker's
+// stage plan ships (worker_daemon/src/stage_plan.cc), scaled as the cost
+// model scales tensors.
+std::vector<double> BoundaryBytes(const CostModel& cost, const std::vector<int>& node_stage,
+                                  int num_stages) {
+  std::vector<double> bytes(std::max(0, num_stages - 1), 0.0);
+  const Graph& g = cost.graph();
+  for (int e = 0; e < g.num_edges(); ++e) {
+    const int a = node_stage[g.edge(e).src];
+    const int b = node_stage[g.edge(e).dst];
+    for (int boundary = a; boundary < b; ++boundary) bytes[boundary] += cost.edge_bytes(e);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& cluster,
+                                          const FixedPlan& plan, const AsRunOptions& as_run) {
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
+                            schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
+                                                    std::max(1, plan.chunks_per_rank)));
+  const int num_stages = static_cast<int>(plan.stage_device.size());
+  if (sched.num_stages != num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the schedule has ", sched.num_stages, " stages, the plan ", num_stages));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule lowered, schedule::InsertSendRecv(sched));
+  const PlanOptions options{.global_batch = plan.global_batch,
+                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
+                            .optimizer = plan.optimizer,
+                            .precision = plan.precision,
+                            .comm_model = plan.comm_model};
+  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
+                            cost.Evaluate(plan.node_stage, plan.stage_device));
+  schedule::StageCosts c;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (s < plan.stage_recompute.size() && plan.stage_recompute[s]) ApplyRecompute(stages[s]);
+    c.forward.push_back(stages[s].forward_seconds);
+    c.backward_input.push_back(stages[s].backward_seconds - stages[s].weight_grad_seconds);
+    c.backward_weight.push_back(stages[s].weight_grad_seconds);
+    c.param_bytes.push_back(stages[s].param_state_bytes);
+    c.activation_bytes.push_back(stages[s].activation_bytes);
+  }
+  AsRunResult out;
+  out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
+  for (int b = 0; b + 1 < num_stages; ++b) {
+    const int from = plan.stage_device[b], to = plan.stage_device[b + 1];
+    if (b < static_cast<int>(as_run.shipped_bytes.size()) && as_run.shipped_bytes[b] > 0) {
+      out.boundary_bytes[b] = as_run.shipped_bytes[b];
+    }
+    const double bytes = out.boundary_bytes[b];
+    c.forward_transfer.push_back(cluster.TransferSeconds(from, to, bytes));
+    c.backward_transfer.push_back(cluster.TransferSeconds(to, from, bytes));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      out.simulation, schedule::Simulate(lowered, c, {.record_timeline = as_run.record_timeline}));
+  return out;
+}
+
+}  // namespace pipeplan

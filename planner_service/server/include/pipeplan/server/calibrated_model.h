@@ -1,0 +1,61 @@
+// A job's cost model calibrated from its workers' step reports: per-device
+// compute factors (calibration.h) and fitted links (link_calibration.h),
+// applied to the job's request. The replan policy plans and scores under
+// it; the job observer predicts the running plan under it.
+//
+// Only reports of the job's current plan version are read; each worker's
+// first `warmup_steps` steps in the window are skipped.
+//
+// Thread safety: the functions are reentrant (the registry is thread-safe).
+#ifndef PIPEPLAN_SERVER_CALIBRATED_MODEL_H_
+#define PIPEPLAN_SERVER_CALIBRATED_MODEL_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/convert/plan_decoder.h"
+#include "pipeplan/core/calibration.h"
+#include "pipeplan/core/link_calibration.h"
+#include "pipeplan/core/runtime_model.h"
+#include "pipeplan/server/job_registry.h"
+#include "pipeplan/v1/planner_service.pb.h"
+
+namespace pipeplan::server {
+
+// The job's reports of plan `version` with their workers' devices, oldest
+// first, at most `window` read.
+absl::StatusOr<std::vector<StepSample>> ReportSamples(const JobRegistry& registry,
+                                                      const v1::Job& job, int64_t version,
+                                                      int window);
+
+// Drops each worker's first `warmup_steps` steps of `samples`.
+std::vector<StepSample> AfterWarmup(std::vector<StepSample> samples, int warmup_steps);
+
+// Links fitted from the samples' paired transfers, over `prior` (the plan's
+// own fits): a fresh fit replaces the prior one of the same pair or class.
+LinkCalibration CalibrateLinks(const std::vector<StepSample>& samples, const ClusterSpec& nominal,
+                               const LinkCalibration& prior, const LinkFitOptions& options = {});
+
+// The plan's recorded link fits (Plan.calibration.links); unreadable ones are
+// skipped.
+LinkCalibration PlanLinks(const v1::Plan& plan);
+
+// The request with the calibrated cluster: flops divided by the factors
+// (devices without one get `default_factor`), `excluded` devices (and their
+// links) removed, fitted links applied, measured node seconds rescaled to
+// the new fastest device. The options stay as requested.
+absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal,
+                                                  const std::map<std::string, double>& factors,
+                                                  double default_factor,
+                                                  const std::vector<std::string>& excluded,
+                                                  const LinkCalibration& links = {});
+
+// Median bytes the workers shipped per boundary (SEND_F of stage b), 0 where
+// none was reported; sized num_stages - 1.
+std::vector<double> ShippedBytes(const std::vector<StepSample>& samples, int num_stages);
+
+}  // namespace pipeplan::server
+
+#endif  // PIPEPLAN_SERVER_CALIBRATED_MODEL_H_
