@@ -6,9 +6,9 @@ namespace pipeplan {
 
 StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string& device_id) {
   StepSample s{.worker_id = r.worker_id(),
+               .device_id = device_id,
                .step = r.step(),
                .timings = {},
-               .device_id = device_id,
                .rank = r.rank(),
                .start_unix_us = r.start_unix_us(),
                .step_seconds = r.step_seconds(),

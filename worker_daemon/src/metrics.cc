@@ -117,12 +117,13 @@ void WorkerMetrics::SetBufferedReports(int64_t n) {
 }
 void WorkerMetrics::CountDroppedReports(int64_t n) {
   impl_->dropped_reports->Increment(static_cast<double>(n));
-  void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds,
-                                       double bubble_ratio, double peak_memory_bytes) {
-    impl_->compute_seconds->Set(compute_seconds);
-    impl_->comm_seconds->Set(comm_seconds);
-    impl_->bubble_ratio->Set(bubble_ratio);
-    impl_->peak_memory_bytes->Set(peak_memory_bytes);
-  }
+}
+void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds,
+                                     double bubble_ratio, double peak_memory_bytes) {
+  impl_->compute_seconds->Set(compute_seconds);
+  impl_->comm_seconds->Set(comm_seconds);
+  impl_->bubble_ratio->Set(bubble_ratio);
+  impl_->peak_memory_bytes->Set(peak_memory_bytes);
+}
 
 }  // namespace pipeplan::worker

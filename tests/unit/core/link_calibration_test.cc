@@ -92,13 +92,13 @@ TEST(LinkCalibration, PairsThenClassesAndApply) {
 TEST(LinkCalibration, PairsBlockedReceivesWithTheirSends) {
   // Rank 0 (device a) sends stage 0's output of microbatch 1 at t=1000 us;
   // rank 1 (device b) posted its RECV at t=900 us and blocked until 1600 us.
-  StepSample s0{.worker_id = "w0", .step = 4, .timings = {}, .device_id = "a", .rank = 0};
+  StepSample s0{.worker_id = "w0", .device_id = "a", .step = 4, .timings = {}, .rank = 0};
   s0.timings.push_back({.action = "0SEND_F1",
                         .bytes = 1e6,
                         .post_unix_us = 1000,
                         .complete_unix_us = 5000,
                         .wait_seconds = 0});
-  StepSample s1{.worker_id = "w1", .step = 4, .timings = {}, .device_id = "b", .rank = 1};
+  StepSample s1{.worker_id = "w1", .device_id = "b", .step = 4, .timings = {}, .rank = 1};
   s1.timings.push_back({.action = "1RECV_F1",
                         .bytes = 1e6,
                         .post_unix_us = 900,
