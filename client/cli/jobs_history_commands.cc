@@ -47,7 +47,8 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
   const char* sep = "";
   for (const auto& [step, row] : rows) {
     absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
-                    ", \"loss\": ", row.loss ? absl::StrCat(*row.loss) : "null",
+                    // Every digit: float64 runs are compared to 1e-9 and better.
+                    ", \"loss\": ", row.loss ? absl::StrFormat("%.17g", *row.loss) : "null",
                     ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
                     ", \"reports\": ", row.reports, "}");
     sep = ",";

@@ -20,6 +20,9 @@ struct WorkerMetrics::Impl {
   prometheus::Counter* steps = nullptr;
   prometheus::Gauge* version = nullptr;
   prometheus::Gauge* loss = nullptr;
+  prometheus::Gauge* samples_per_second = nullptr;
+  prometheus::Histogram* compile_seconds = nullptr;
+  prometheus::Histogram* switch_seconds = nullptr;
 };
 
 WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,6 +55,28 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                     .Help("Loss of the last step (mlp and torch executors, last stage only).")
                     .Register(*impl->registry)
                     .Add(labels);
+  impl->samples_per_second =
+      &prometheus::BuildGauge()
+           .Name("pipeplan_worker_samples_per_second")
+           .Help("Samples (rows of the global batch) per second of the last step.")
+           .Register(*impl->registry)
+           .Add(labels);
+  const prometheus::Histogram::BucketBoundaries switch_buckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
+                                                                  2.5,  5,    10,  30,   60,  300};
+  impl->compile_seconds =
+      &prometheus::BuildHistogram()
+           .Name("pipeplan_worker_stage_compile_seconds")
+           .Help("Compiling a plan version's stages (in the background, before the switch).")
+           .Register(*impl->registry)
+           .Add(labels, switch_buckets);
+  impl->switch_seconds =
+      &prometheus::BuildHistogram()
+           .Name("pipeplan_worker_switch_seconds")
+           .Help(
+               "Training paused for a plan switch: waiting for the compile, connecting, "
+               "moving state.")
+           .Register(*impl->registry)
+           .Add(labels, switch_buckets);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();
@@ -70,5 +95,12 @@ void WorkerMetrics::SetPlanVersion(int64_t version) {
   impl_->version->Set(static_cast<double>(version));
 }
 void WorkerMetrics::SetLoss(double loss) { impl_->loss->Set(loss); }
+void WorkerMetrics::SetSamplesPerSecond(double samples_per_second) {
+  impl_->samples_per_second->Set(samples_per_second);
+}
+void WorkerMetrics::ObserveSwitch(double compile_seconds, double switch_seconds) {
+  impl_->compile_seconds->Observe(compile_seconds);
+  impl_->switch_seconds->Observe(switch_seconds);
+}
 
 }  // namespace pipeplan::worker

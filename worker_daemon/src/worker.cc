@@ -93,6 +93,8 @@ absl::Status Worker::Run() {
   if (o.executor == "torch") {
     PIPEPLAN_ASSIGN_OR_RETURN(training, StartTraining());
     if (training->job_state() == v1::JOB_SUCCEEDED) return absl::OkStatus();
+    // A new version's stages compile while the running version trains.
+    state.OnNewVersion([t = training.get()](int64_t version) { t->Prepare(version); });
   }
   ControlThreads threads(*client_, o, info, state);
   StepLoop loop(*client_, o, state, stop_, metrics_.get(), training.get());

@@ -1,7 +1,10 @@
 // The worker's Prometheus endpoint: pipeplan_worker_step_seconds
 // (histogram), pipeplan_worker_steps_total, pipeplan_worker_plan_version,
-// pipeplan_worker_loss (mlp executor, last stage). Labels: job, worker (one
-// series per daemon; no per-step or per-microbatch labels).
+// pipeplan_worker_loss (mlp and torch executors, last stage),
+// pipeplan_worker_samples_per_second (last step), and per plan switch
+// pipeplan_worker_stage_compile_seconds and pipeplan_worker_switch_seconds
+// (histograms). Labels: job, worker (one series per daemon; no per-step or
+// per-microbatch labels).
 #ifndef PIPEPLAN_WORKER_METRICS_H_
 #define PIPEPLAN_WORKER_METRICS_H_
 
@@ -23,6 +26,10 @@ class WorkerMetrics {
   void ObserveStep(double seconds);
   void SetPlanVersion(int64_t version);
   void SetLoss(double loss);
+  void SetSamplesPerSecond(double samples_per_second);
+  // One plan switch: compiling the new version's stages (mostly before the
+  // switch, in the background) and the time training paused for it.
+  void ObserveSwitch(double compile_seconds, double switch_seconds);
 
  private:
   struct Impl;
