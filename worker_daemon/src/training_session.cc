@@ -1,6 +1,7 @@
 #include "training_session.h"
 
 #include <atomic>
+#include <filesystem>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -330,8 +331,20 @@ absl::Status TorchTraining::MaybeCheckpoint(Executor& executor, int64_t plan_ver
   if (every <= 0 || spec_.checkpoint_dir().empty() || steps % every != 0) return absl::OkStatus();
   CheckpointMeta meta{
       .step = steps, .plan_version = plan_version, .data_position = steps * spec_.batch_size()};
-  return static_cast<TorchExecutor&>(executor).WriteCheckpoint(
-      CheckpointDir(spec_.checkpoint_dir(), steps), meta);
+  const std::string dir = CheckpointDir(spec_.checkpoint_dir(), steps);
+  const absl::Time start = absl::Now();
+  PIPEPLAN_RETURN_IF_ERROR(static_cast<TorchExecutor&>(executor).WriteCheckpoint(dir, meta));
+  // Every shard is written once WriteCheckpoint returns (it ends with a
+  // barrier): the checkpoint's size, for write MB/s.
+  std::error_code ec;
+  uintmax_t bytes = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+  }
+  Emit(absl::StrCat("event=checkpoint job=", options_.job_id, " worker=", options_.worker_id,
+                    " step=", steps, " seconds=", absl::ToDoubleSeconds(absl::Now() - start),
+                    " checkpoint_bytes=", bytes));
+  return absl::OkStatus();
 }
 
 }  // namespace pipeplan::worker
