@@ -14,7 +14,7 @@ receives included). The planner logs that prediction (`event=replan_skipped
 `predicted step A s -> B s`); A is compared with the median step time the
 workers measured for the same plan version (its steps after the first two).
 
-  /usr/bin/python3 bench/calibration_bench.py [--steps 30]
+  /usr/bin/python3 bench/calibration_bench.py [--model gpt256|gpt]
 """
 
 import argparse
@@ -86,18 +86,24 @@ def run(planner, fx, work, label, schedule, chunks):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--model", choices=("gpt256", "gpt"), default="gpt256",
+                        help="gpt: tests/models' tiny gpt (faster, step dominated by overhead)")
+    args = parser.parse_args()
     if not planner_binary():
         sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
                  "pipeplan")
     work = tempfile.mkdtemp(prefix="pipeplan-calibration-bench-")
-    fx = train_bench.gpt256_fixture(work)
+    if args.model == "gpt256":
+        fx = train_bench.gpt256_fixture(work)
+    else:
+        fx = dict(train_bench.make_fixtures.make_fixture("gpt", work, rows=64),
+                  loss="cross_entropy")
     rows = []
     with PlannerProcess(planner_binary(), ["--replan=on", "--replan-min-interval-seconds=600",
                                            "--replan-min-steps=10"]) as planner:
         for label, schedule, chunks in SCHEDULES:
             rows.append(run(planner, fx, work, label, schedule, chunks))
-    print("gpt256 on 2 workers, batch 8 in 4 microbatches; step seconds")
+    print("%s on 2 workers, batch 8 in 4 microbatches; step seconds" % args.model)
     print("%-16s %10s %10s %8s" % ("schedule", "predicted", "measured", "error"))
     for label, predicted, measured, _ in rows:
         print("%-16s %10.4f %10.4f %+7.1f%%" % (label, predicted, measured,

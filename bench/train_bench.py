@@ -149,7 +149,12 @@ def main():
         sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
                  "pipeplan pipeplan-libtorch-train-loop")
     work = tempfile.mkdtemp(prefix="pipeplan-train-bench-")
-    rows = []
+    print("samples/s (batch %d, %d microbatches, AdamW, CPU; --steps %d)" % (
+        BATCH, MICROBATCHES, args.steps))
+    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
+        "model", "LibTorch", "eager", "1 rank", "1 rank", "overhead", "overhead", "2 ranks"))
+    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
+        "", "loop", "PyTorch", "(step)", "(wall)", "(step)", "(wall)", "(step)"), flush=True)
     with PlannerProcess(planner_binary(), ["--replan=off"]) as planner:
         for name in args.model or ["gpt", "cnn", "gpt256"]:
             if name == "gpt256":
@@ -162,16 +167,10 @@ def main():
             one = pipelined_step_seconds(planner, fx, work, 1, args.steps)
             one_wall = pipelined_wall_step_seconds(planner, fx, work, args.steps)
             two = pipelined_step_seconds(planner, fx, work, 2, args.steps)
-            rows.append((name, BATCH / libtorch, BATCH / eager, BATCH / one, BATCH / one_wall,
-                         one / libtorch - 1, one_wall / libtorch - 1, BATCH / two))
-    print("samples/s (batch %d, %d microbatches, AdamW, CPU)" % (BATCH, MICROBATCHES))
-    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
-        "model", "LibTorch", "eager", "1 rank", "1 rank", "overhead", "overhead", "2 ranks"))
-    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
-        "", "loop", "PyTorch", "(step)", "(wall)", "(step)", "(wall)", "(step)"))
-    for name, lt, eager, one, one_wall, over, over_wall, two in rows:
-        print("%-7s %9.1f %9.1f %11.1f %11.1f %12.1f%% %12.1f%% %11.1f" % (
-            name, lt, eager, one, one_wall, 100 * over, 100 * over_wall, two))
+            print("%-7s %9.1f %9.1f %11.1f %11.1f %12.1f%% %12.1f%% %11.1f" % (
+                name, BATCH / libtorch, BATCH / eager, BATCH / one, BATCH / one_wall,
+                100 * (one / libtorch - 1), 100 * (one_wall / libtorch - 1), BATCH / two),
+                flush=True)
 
 
 if __name__ == "__main__":
