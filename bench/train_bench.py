@@ -6,28 +6,35 @@ at width 256, 4 layers, 64 tokens): a real pipeplan-planner on 127.0.0.1, a
 job with one rank (the whole model on one worker, --executor torch) and then
 two ranks, trained for --steps steps; samples/s from the workers' own step
 times (`jobs reports --json`, median after a warm-up) and, for one rank, from
-the worker process's wall time ((t(2N) - t(N)) / N, so start-up cancels: this
-one includes the step reports and the boundary votes). The baselines, on the
-same package, data, microbatches and AdamW:
+the wall time between the worker's consecutive `event=step` lines as they
+arrive (median: this one includes the step report RPC and the boundary
+votes). Every process runs with OMP_NUM_THREADS=1 (one intra-op thread: the
+comparison is per core, and a loaded 2-core machine oversubscribed by two
+thread pools measures nothing). The baselines, on the same package, data,
+microbatches and AdamW:
 
 * LibTorch: bench/libtorch_train_loop.cc (`pipeplan-libtorch-train-loop`), a
   plain C++ loop over the same scripted model (a one-stage compile) — the
   overhead target of issue 9 is 1 rank / LibTorch < 10%;
-* eager: the PyTorch loop of pipeplan_reference_train.py ((t(2N) - t(N)) / N).
+* eager: the PyTorch loop of pipeplan_reference_train.py (per step:
+  (t(2N) - t(N)) / N, so start-up cancels).
 
 Prints a table; run it on an idle machine:
 
   /usr/bin/python3 bench/train_bench.py [--steps 60] [--model gpt --model cnn --model gpt256]
 """
 
-import argparse
-import json
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch: one intra-op thread everywhere
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
@@ -75,7 +82,8 @@ def gpt256_fixture(work, rows=64):
 
 
 def run_job(planner, fx, work, ranks, steps):
-    """Trains a new job; returns (its step reports, the workers' wall seconds)."""
+    """Trains a new job; returns (its step reports, the wall time between
+    worker 0's consecutive `event=step` lines, as they arrived)."""
     cluster(os.path.join(work, "cluster%d.json" % ranks), ranks)
     out = subprocess.run(
         [CLI, "--planner", planner.address, "jobs", "create", "--graph", fx["graph"],
@@ -85,31 +93,28 @@ def run_job(planner, fx, work, ranks, steps):
          "--optimizer", "adamw", "--lr", "1e-3", "--max-steps", str(steps), "--json"],
         check=True, capture_output=True, text=True).stdout
     job = json.loads(out)["id"]
-    start = time.perf_counter()
     workers = [subprocess.Popen(
         [WORKER, "--planner", planner.address, "--job", job, "--worker-id", "w%d" % r,
          "--device", "cpu%d" % r, "--executor", "torch", "--stage-cache",
-         os.path.join(work, "stages")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for r in range(ranks)]
+         os.path.join(work, "stages")],
+        stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        text=True) for r in range(ranks)]
+    arrivals = [time.perf_counter() for line in workers[0].stdout
+                if line.startswith("event=step ")]
     for w in workers:
         w.wait(timeout=600)
-    wall = time.perf_counter() - start
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     reports = json.loads(subprocess.run(
         [CLI, "--planner", planner.address, "jobs", "reports", job, "--json"],
         check=True, capture_output=True, text=True).stdout)
-    return reports, wall
+    return reports, gaps
 
 
 def pipelined_step_seconds(planner, fx, work, ranks, steps):
-    reports, _ = run_job(planner, fx, work, ranks, steps)
-    return statistics.median(r["step_seconds"] for r in reports if r["step"] >= 5)
-
-
-def pipelined_wall_step_seconds(planner, fx, work, steps):
-    """One rank, per step from the worker's wall time: (t(2N) - t(N)) / N."""
-    _, short = run_job(planner, fx, work, 1, steps)
-    _, long = run_job(planner, fx, work, 1, 2 * steps)
-    return (long - short) / steps
+    """(median step_seconds the workers report, median wall time per step)."""
+    reports, gaps = run_job(planner, fx, work, ranks, steps)
+    return (statistics.median(r["step_seconds"] for r in reports if r["step"] >= 5),
+            statistics.median(gaps[4:]))
 
 
 def libtorch_step_seconds(fx, work, steps):
@@ -164,9 +169,8 @@ def main():
                           loss=make_fixtures.LOSS[name])
             libtorch = libtorch_step_seconds(fx, work, args.steps)
             eager = eager_step_seconds(fx, args.steps)
-            one = pipelined_step_seconds(planner, fx, work, 1, args.steps)
-            one_wall = pipelined_wall_step_seconds(planner, fx, work, args.steps)
-            two = pipelined_step_seconds(planner, fx, work, 2, args.steps)
+            one, one_wall = pipelined_step_seconds(planner, fx, work, 1, args.steps)
+            two, _ = pipelined_step_seconds(planner, fx, work, 2, args.steps)
             print("%-7s %9.1f %9.1f %11.1f %11.1f %12.1f%% %12.1f%% %11.1f" % (
                 name, BATCH / libtorch, BATCH / eager, BATCH / one, BATCH / one_wall,
                 100 * (one / libtorch - 1), 100 * (one_wall / libtorch - 1), BATCH / two),
