@@ -80,7 +80,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [WORKER, "--planner", planner.address, "--job", job, "--worker-id", "w%d" % rank,
                  "--device", "cpu%d" % rank, "--executor", "torch", "--stage-cache",
-                 os.path.join(work, "stages"), "--comm-timeout-seconds", "600"],
+                 os.path.join(work, "stages"), "--comm-timeout-seconds", "600",
+                 "--connect-timeout-seconds", "600"],
                 stdout=f, stderr=subprocess.STDOUT)
 
     def events(self, name):
