@@ -1,25 +1,40 @@
 #!/usr/bin/env python3
-"""Training throughput through pipeplan vs a plain PyTorch loop, on CPU.
+"""Training throughput through pipeplan vs plain training loops, on CPU.
 
-For each model of tests/models/tiny_models.py: a real pipeplan-planner on
-127.0.0.1, a job with one rank (the whole model on one worker, --executor
-torch) and then two ranks, trained for --steps steps; samples/s from the
-workers' own step times (`jobs reports --json`, median after a warm-up) against
-the eager PyTorch loop of pipeplan_reference_train.py on the same package, data
-and optimizer (per-step time = (t(2N) - t(N)) / N, so start-up cancels). Prints
-a table; run it on an idle machine:
+For each model (tests/models/tiny_models.py's gpt and cnn, and gpt256, the gpt
+at width 256, 4 layers, 64 tokens): a real pipeplan-planner on 127.0.0.1, a
+job with one rank (the whole model on one worker, --executor torch) and then
+two ranks, trained for --steps steps; samples/s from the workers' own step
+times (`jobs reports --json`, median after a warm-up) and, for one rank, from
+the wall time between the worker's consecutive `event=step` lines as they
+arrive (median: this one includes the step report RPC and the boundary
+votes). Every process runs with OMP_NUM_THREADS=1 (one intra-op thread: the
+comparison is per core, and a loaded 2-core machine oversubscribed by two
+thread pools measures nothing). The baselines, on the same package, data,
+microbatches and AdamW:
 
-  /usr/bin/python3 bench/train_bench.py [--steps 60] [--model gpt --model cnn]
+* LibTorch: bench/libtorch_train_loop.cc (`pipeplan-libtorch-train-loop`), a
+  plain C++ loop over the same scripted model (a one-stage compile) — the
+  overhead target of issue 9 is 1 rank / LibTorch < 10%;
+* eager: the PyTorch loop of pipeplan_reference_train.py (per step:
+  (t(2N) - t(N)) / N, so start-up cancels).
+
+Prints a table; run it on an idle machine:
+
+  /usr/bin/python3 bench/train_bench.py [--steps 60] [--model gpt --model cnn --model gpt256]
 """
 
-import argparse
-import json
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch: one intra-op thread everywhere
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
@@ -34,6 +49,8 @@ from planner_process import PlannerProcess, planner_binary  # noqa: E402
 
 CLI = os.path.join(ROOT, "build", "client", "pipeplan")
 WORKER = os.path.join(ROOT, "build", "worker_daemon", "pipeplan-worker")
+LOOP = os.path.join(ROOT, "build", "bench", "pipeplan-libtorch-train-loop")
+COMPILER = os.path.join(ROOT, "client", "python", "pipeplan_stage_compile.py")
 BATCH, MICROBATCHES = 8, 4
 
 
@@ -44,7 +61,29 @@ def cluster(path, ranks):
         json.dump({"devices": devices}, f)
 
 
-def pipelined_step_seconds(planner, fx, work, ranks, steps):
+def gpt256_fixture(work, rows=64):
+    """The gpt of tiny_models at width 256, 4 layers, 64 tokens (about 3.4M
+    parameters), with next-token data built as make_fixtures builds gpt's."""
+    import tiny_models
+    import pipeplan_export
+    import torch
+    module, inputs = tiny_models.gpt(batch=4, vocab=512, d=256, heads=8, layers=4, seq=64)
+    paths = {"graph": os.path.join(work, "gpt256.json"),
+             "package": os.path.join(work, "gpt256.ptpkg"),
+             "data": os.path.join(work, "gpt256_data.pt"), "loss": "cross_entropy"}
+    graph = pipeplan_export.export(module, inputs, name="gpt256", package=paths["package"],
+                                   loss="cross_entropy")
+    pipeplan_export.write_graph(graph, paths["graph"])
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 512, (rows, 65), generator=g)
+    torch.save({"inputs": tokens[:, :-1].clone(), "targets": tokens[:, 1:].clone()},
+               paths["data"])
+    return paths
+
+
+def run_job(planner, fx, work, ranks, steps):
+    """Trains a new job; returns (its step reports, the wall time between
+    worker 0's consecutive `event=step` lines, as they arrived)."""
     cluster(os.path.join(work, "cluster%d.json" % ranks), ranks)
     out = subprocess.run(
         [CLI, "--planner", planner.address, "jobs", "create", "--graph", fx["graph"],
@@ -57,14 +96,41 @@ def pipelined_step_seconds(planner, fx, work, ranks, steps):
     workers = [subprocess.Popen(
         [WORKER, "--planner", planner.address, "--job", job, "--worker-id", "w%d" % r,
          "--device", "cpu%d" % r, "--executor", "torch", "--stage-cache",
-         os.path.join(work, "stages")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for r in range(ranks)]
+         os.path.join(work, "stages")],
+        stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        text=True) for r in range(ranks)]
+    arrivals = [time.perf_counter() for line in workers[0].stdout
+                if line.startswith("event=step ")]
     for w in workers:
         w.wait(timeout=600)
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     reports = json.loads(subprocess.run(
         [CLI, "--planner", planner.address, "jobs", "reports", job, "--json"],
         check=True, capture_output=True, text=True).stdout)
-    return statistics.median(r["step_seconds"] for r in reports if r["step"] >= 5)
+    return reports, gaps
+
+
+def pipelined_step_seconds(planner, fx, work, ranks, steps):
+    """(median step_seconds the workers report, median wall time per step)."""
+    reports, gaps = run_job(planner, fx, work, ranks, steps)
+    return (statistics.median(r["step_seconds"] for r in reports if r["step"] >= 5),
+            statistics.median(gaps[4:]))
+
+
+def libtorch_step_seconds(fx, work, steps):
+    """The plain C++ loop over the one-stage compile of the same package."""
+    package = pipeplan_package.load_package(fx["package"])
+    stages = os.path.join(work, os.path.basename(fx["package"]) + ".one-stage")
+    subprocess.run([sys.executable, COMPILER, "--package", fx["package"], "--node-stage",
+                    json.dumps([0] * len(package.manifest["nodes"])), "--microbatch-size",
+                    str(BATCH // MICROBATCHES), "--out", stages], check=True,
+                   capture_output=True)
+    out = subprocess.run([LOOP, "--stage", os.path.join(stages, "stage_0.pt"), "--data",
+                          fx["data"], "--loss", fx["loss"], "--batch-size", str(BATCH),
+                          "--microbatches", str(MICROBATCHES), "--steps", str(steps)],
+                         check=True, capture_output=True, text=True).stdout
+    fields = dict(kv.split("=") for kv in out.split())
+    return float(fields["median_step_seconds"])
 
 
 def eager_step_seconds(fx, steps):
@@ -84,22 +150,31 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--model", action="append", default=[])
     args = parser.parse_args()
-    if not planner_binary():
-        sys.exit("build first: ./scripts/setup.sh")
+    if not planner_binary() or not os.access(LOOP, os.X_OK):
+        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
+                 "pipeplan pipeplan-libtorch-train-loop")
     work = tempfile.mkdtemp(prefix="pipeplan-train-bench-")
-    rows = []
+    print("samples/s (batch %d, %d microbatches, AdamW, CPU; --steps %d)" % (
+        BATCH, MICROBATCHES, args.steps))
+    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
+        "model", "LibTorch", "eager", "1 rank", "1 rank", "overhead", "overhead", "2 ranks"))
+    print("%-7s %9s %9s %11s %11s %13s %13s %11s" % (
+        "", "loop", "PyTorch", "(step)", "(wall)", "(step)", "(wall)", "(step)"), flush=True)
     with PlannerProcess(planner_binary(), ["--replan=off"]) as planner:
-        for name in args.model or ["gpt", "cnn"]:
-            fx = dict(make_fixtures.make_fixture(name, work, rows=64),
-                      loss=make_fixtures.LOSS[name])
+        for name in args.model or ["gpt", "cnn", "gpt256"]:
+            if name == "gpt256":
+                fx = gpt256_fixture(work)
+            else:
+                fx = dict(make_fixtures.make_fixture(name, work, rows=64),
+                          loss=make_fixtures.LOSS[name])
+            libtorch = libtorch_step_seconds(fx, work, args.steps)
             eager = eager_step_seconds(fx, args.steps)
-            one = pipelined_step_seconds(planner, fx, work, 1, args.steps)
-            two = pipelined_step_seconds(planner, fx, work, 2, args.steps)
-            rows.append((name, BATCH / eager, BATCH / one, one / eager, BATCH / two))
-    print("%-6s %14s %16s %10s %16s" % ("model", "eager samples/s", "1 rank samples/s",
-                                        "1 rank/eager", "2 ranks samples/s"))
-    for name, eager, one, ratio, two in rows:
-        print("%-6s %14.1f %16.1f %9.2fx %16.1f" % (name, eager, one, ratio, two))
+            one, one_wall = pipelined_step_seconds(planner, fx, work, 1, args.steps)
+            two, _ = pipelined_step_seconds(planner, fx, work, 2, args.steps)
+            print("%-7s %9.1f %9.1f %11.1f %11.1f %12.1f%% %12.1f%% %11.1f" % (
+                name, BATCH / libtorch, BATCH / eager, BATCH / one, BATCH / one_wall,
+                100 * (one / libtorch - 1), 100 * (one_wall / libtorch - 1), BATCH / two),
+                flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 // `pipeplan jobs reports|versions|replan`: what a job ran and planned, and a
 // new plan version on demand (the lifecycle: jobs_commands.cc).
 #include <algorithm>
+#include <charconv>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,12 +44,20 @@ std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) 
   return rows;
 }
 
+// The shortest text that reads back as the same double: float64 runs are
+// compared with the reference to 1e-9 and better.
+std::string ExactNumber(double x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc() ? std::string(buf, end) : absl::StrCat(x);
+}
+
 std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
   std::string out = "[";
   const char* sep = "";
   for (const auto& [step, row] : rows) {
     absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
-                    ", \"loss\": ", row.loss ? absl::StrCat(*row.loss) : "null",
+                    ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
                     ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
                     ", \"reports\": ", row.reports, "}");
     sep = ",";

@@ -219,6 +219,7 @@ TEST(WorkerIntegration, FourWorkersSwitchToVersionTwoAtAStepBoundary) {
   ASSERT_TRUE(scraped.ok()) << scraped.status();
   EXPECT_NE(scraped->find("pipeplan_worker_plan_version{"), std::string::npos);
   EXPECT_NE(scraped->find("pipeplan_worker_steps_total{"), std::string::npos);
+  EXPECT_NE(scraped->find("pipeplan_worker_samples_per_second{"), std::string::npos);
   EXPECT_NE(scraped->find("pipeplan_worker_step_seconds_bucket{"), std::string::npos);
   EXPECT_NE(scraped->find("} 2\n"), std::string::npos) << *scraped;
 

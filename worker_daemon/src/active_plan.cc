@@ -106,6 +106,13 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(client::PlannerClien
   a->rank = a->plan.RankOf(options.device_id);
   a->replica = a->plan.ReplicaOf(options.device_id);
   if (a->rank < 0) return a;
+  if (training) {
+    a->samples_per_step = training->spec().batch_size();
+  } else if (options.executor == "mlp") {
+    a->samples_per_step = int64_t{options.mlp_rows} * a->plan.microbatches;
+  } else {
+    a->samples_per_step = vp.request().options().global_batch();
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(a->transport, ConnectTransport(kv, options, *a));
   PIPEPLAN_RETURN_IF_ERROR(MakeGroups(*a));
   PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,

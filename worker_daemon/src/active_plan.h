@@ -38,6 +38,8 @@ struct ActivePlan {
   std::unique_ptr<Transport> replica_group;
   std::unique_ptr<StageRuntime> runtime;
   std::unique_ptr<Executor> executor;
+  // Rows of the global batch one step trains (samples/s); 0 when unknown.
+  int64_t samples_per_step = 0;
 
   // Connected to its peers: can vote at a step boundary and run steps.
   bool connected() const { return transport != nullptr; }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -16,10 +18,23 @@ namespace pipeplan::worker {
 
 class ControlState {
  public:
-  // Remembers `version` when it is newer than any seen so far.
+  // Remembers `version` when it is newer than any seen so far, and then
+  // tells the listener (on the calling thread, outside the lock).
   void SawVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::function<void(int64_t)> listener;
+    {
+      absl::MutexLock l(&mu_);
+      if (version <= latest_version_) return;
+      latest_version_ = version;
+      listener = listener_;
+    }
+    if (listener) listener(version);
+  }
+  // Called with every newer version from now on (the torch executor starts
+  // compiling its stages at once). Must stay callable until Shutdown.
+  void OnNewVersion(std::function<void(int64_t)> listener) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
-    latest_version_ = std::max(latest_version_, version);
+    listener_ = std::move(listener);
   }
   int64_t Latest() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
@@ -73,6 +88,7 @@ class ControlState {
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     shutting_down_ = true;
+    listener_ = nullptr;
     if (watch_) watch_->Cancel();
   }
 
@@ -83,6 +99,7 @@ class ControlState {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   client::PlanWatch* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  std::function<void(int64_t)> listener_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::worker

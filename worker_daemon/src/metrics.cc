@@ -27,6 +27,9 @@ struct WorkerMetrics::Impl {
   prometheus::Gauge* comm_seconds = nullptr;
   prometheus::Gauge* bubble_ratio = nullptr;
   prometheus::Gauge* peak_memory_bytes = nullptr;
+  prometheus::Gauge* samples_per_second = nullptr;
+  prometheus::Histogram* compile_seconds = nullptr;
+  prometheus::Histogram* switch_seconds = nullptr;
 };
 
 namespace {
@@ -93,6 +96,28 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
   impl->peak_memory_bytes =
       AddGauge(r, "pipeplan_worker_peak_memory_bytes",
                "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
+  impl->samples_per_second =
+      &prometheus::BuildGauge()
+           .Name("pipeplan_worker_samples_per_second")
+           .Help("Samples (rows of the global batch) per second of the last step.")
+           .Register(*impl->registry)
+           .Add(labels);
+  const prometheus::Histogram::BucketBoundaries switch_buckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
+                                                                  2.5,  5,    10,  30,   60,  300};
+  impl->compile_seconds =
+      &prometheus::BuildHistogram()
+           .Name("pipeplan_worker_stage_compile_seconds")
+           .Help("Compiling a plan version's stages (in the background, before the switch).")
+           .Register(*impl->registry)
+           .Add(labels, switch_buckets);
+  impl->switch_seconds =
+      &prometheus::BuildHistogram()
+           .Name("pipeplan_worker_switch_seconds")
+           .Help(
+               "Training paused for a plan switch: waiting for the compile, connecting, "
+               "moving state.")
+           .Register(*impl->registry)
+           .Add(labels, switch_buckets);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();
@@ -124,6 +149,13 @@ void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds
   impl_->comm_seconds->Set(comm_seconds);
   impl_->bubble_ratio->Set(bubble_ratio);
   impl_->peak_memory_bytes->Set(peak_memory_bytes);
+}
+void WorkerMetrics::SetSamplesPerSecond(double samples_per_second) {
+  impl_->samples_per_second->Set(samples_per_second);
+}
+void WorkerMetrics::ObserveSwitch(double compile_seconds, double switch_seconds) {
+  impl_->compile_seconds->Observe(compile_seconds);
+  impl_->switch_seconds->Observe(switch_seconds);
 }
 
 }  // namespace pipeplan::worker

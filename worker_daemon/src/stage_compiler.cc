@@ -35,15 +35,21 @@ struct ChildResult {
   int exit_code = -1;  // -1: killed or did not exit
   std::string stderr_tail;
   bool timed_out = false;
+  bool cancelled = false;
 };
 
-// Reads the child's stderr until it closes or the deadline passes.
-void DrainUntil(int fd, absl::Time deadline, std::string* tail, bool* timed_out) {
+// Reads the child's stderr until it closes, the deadline passes or `cancel`.
+void DrainUntil(int fd, absl::Time deadline, const std::atomic<bool>* cancel, ChildResult* result) {
   char buf[4096];
+  std::string* tail = &result->stderr_tail;
   while (true) {
+    if (cancel != nullptr && cancel->load()) {
+      result->cancelled = true;
+      return;
+    }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      *timed_out = true;
+      result->timed_out = true;
       return;
     }
     pollfd p{fd, POLLIN, 0};
@@ -57,7 +63,8 @@ void DrainUntil(int fd, absl::Time deadline, std::string* tail, bool* timed_out)
   }
 }
 
-absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Duration timeout) {
+absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Duration timeout,
+                                const std::atomic<bool>* cancel) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
   posix_spawn_file_actions_t actions;
@@ -76,9 +83,9 @@ absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Dura
     return absl::InternalError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
   }
   ChildResult result;
-  DrainUntil(pipefd[0], absl::Now() + timeout, &result.stderr_tail, &result.timed_out);
+  DrainUntil(pipefd[0], absl::Now() + timeout, cancel, &result);
   close(pipefd[0]);
-  if (result.timed_out) kill(pid, SIGKILL);
+  if (result.timed_out || result.cancelled) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -113,9 +120,10 @@ absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
   absl::StatusOr<ChildResult> child =
       Run({r.python, r.script, "--package", r.package_dir, "--node-stage", node_stage,
            "--microbatch-size", absl::StrCat(r.microbatch_size), "--out", out},
-          r.timeout);
+          r.timeout, r.cancel);
   std::filesystem::remove(node_stage, ec);
   if (!child.ok()) return child.status();
+  if (child->cancelled) return absl::CancelledError("stage compilation cancelled");
   if (child->timed_out) {
     return absl::DeadlineExceededError(
         absl::StrCat("stage compilation took longer than ", absl::FormatDuration(r.timeout)));

@@ -101,14 +101,27 @@ absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_versi
                                      agreed.status().message()));
   }
   state_.SawVersion(*agreed);
+  Boundary boundary{.version = *agreed};
+  if (training_ && *agreed != active_->version) {
+    // Switch once every rank has the new version's stages compiled; until
+    // then the running version keeps training. A rank that is slower to
+    // compile holds the switch back for all.
+    training_->Prepare(*agreed);
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        const int64_t compiling,
+        transport.AllReduceMax(training_->Prepared(*agreed) ? 0 : 1, options_.comm_timeout));
+    if (compiling != 0) boundary.version = active_->version;
+  }
   // A stop (SIGTERM) on any rank stops every rank at this boundary.
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t stop_vote,
                             transport.AllReduceMax(stop_.load() ? 1 : 0, options_.comm_timeout));
-  return Boundary{.version = *agreed, .stop = stop_vote != 0};
+  boundary.stop = stop_vote != 0;
+  return boundary;
 }
 
 absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
+  const absl::Time start = absl::Now();
   // The previous version stays until training state has moved out of it.
   std::unique_ptr<ActivePlan> previous = std::move(active_);
   if (previous) previous->Disconnect();
@@ -137,6 +150,15 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
     return s;
   }
   active_ = std::move(*next);
+  const double switch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::string costs;
+  if (training_ && active_->rank >= 0) {
+    const SwitchCost c = training_->LastSwitchCost();
+    costs = absl::StrCat(" switch_seconds=", switch_seconds, " compile_seconds=", c.compile_seconds,
+                         " compile_wait_seconds=", c.compile_wait_seconds,
+                         " state_move_seconds=", c.state_move_seconds);
+    if (metrics_) metrics_->ObserveSwitch(c.compile_seconds, switch_seconds);
+  }
   if (metrics_) metrics_->SetPlanVersion(version);
   const StagePlan& plan = active_->plan;
   Emit(absl::StrCat(
@@ -144,7 +166,7 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
       " from_version=", from, " plan_version=", version, " rank=", active_->rank,
       " replica=", active_->replica, " ranks=", plan.ranks, " replicas=", plan.num_replicas,
       " stages=", plan.num_stages, " microbatches=", plan.microbatches,
-      " schedule=", std::string(schedule::ScheduleKindName(plan.kind)), " step=", step_));
+      " schedule=", std::string(schedule::ScheduleKindName(plan.kind)), " step=", step_, costs));
   if (active_->rank < 0) {
     WaitForVersionAfter(version);
     active_.reset();
@@ -178,6 +200,10 @@ absl::Status StepLoop::RunOneStep() {
     metrics_->ObserveStep(r.step_seconds);
     metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
     if (loss) metrics_->SetLoss(*loss);
+    if (active_->samples_per_step > 0 && r.step_seconds > 0) {
+      metrics_->SetSamplesPerSecond(static_cast<double>(active_->samples_per_step) /
+                                    r.step_seconds);
+    }
   }
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,
                     " step=", step_, " plan_version=", active_->version, " rank=", active_->rank,

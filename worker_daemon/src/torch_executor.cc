@@ -159,7 +159,27 @@ absl::Status CheckOptions(const TorchExecutorOptions& o) {
         absl::StrCat("optimizer \"", kind, "\": use sgd, adam or adamw"));
   }
   if (!(o.optimizer.lr > 0)) return absl::InvalidArgumentError("the learning rate must be > 0");
+  if (o.dtype != "float32" && o.dtype != "float64") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype \"", o.dtype, "\": use float32 or float64"));
+  }
   return absl::OkStatus();
+}
+
+// Training in float64: the floating tensors that cross a boundary, and the
+// initial parameters, become float64 (the stages' modules are converted as
+// they load).
+void ConvertToFloat64(CompiledStages& stages, std::map<std::string, torch::Tensor>& initial) {
+  for (CompiledStage& stage : stages.stages) {
+    for (auto* list : {&stage.inputs, &stage.outputs}) {
+      for (TensorSpec& t : *list) {
+        if (IsFloatingDType(t.dtype)) t.dtype = "float64";
+      }
+    }
+  }
+  for (auto& [name, t] : initial) {
+    if (t.is_floating_point()) t = t.to(torch::kFloat64);
+  }
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> LoadInitialParameters(
@@ -220,6 +240,7 @@ static absl::Status LoadStage(TorchExecutor::Impl& impl, int s,
         absl::StrCat("cannot load stage ", s, " from ", path, ": ", e.what_without_backtrace()));
   }
   stage.module.train(true);
+  if (impl.options.dtype == "float64") stage.module.to(torch::kFloat64);
   std::map<std::string, std::string> name_of;  // path -> canonical name
   for (const StageParameter& p : spec.parameters) name_of[p.path] = p.name;
   // Slots that alias a listed one (a tied parameter seen under a second path).
@@ -334,6 +355,7 @@ absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecut
   impl->last_stage = o.stages.num_stages() - 1;
   impl->owners = OwnersOf(o.stages, o.stage_to_rank);
   PIPEPLAN_ASSIGN_OR_RETURN(auto initial, LoadInitialParameters(o.package));
+  if (o.dtype == "float64") ConvertToFloat64(impl->options.stages, initial);
   for (int s = 0; s < o.stages.num_stages(); ++s) {
     if (o.stage_to_rank[s] == o.rank) PIPEPLAN_RETURN_IF_ERROR(LoadStage(*impl, s, initial));
   }
@@ -390,8 +412,10 @@ absl::StatusOr<std::vector<torch::Tensor>> StageInputs(TorchExecutor::Impl& impl
         impl.data->Inputs(impl.step, m, impl.options.num_microbatches);
     for (const TensorSpec& in : spec.inputs) {
       for (size_t i = 0; i < impl.options.package.inputs.size(); ++i) {
-        if (impl.options.package.inputs[i].name == in.name)
-          inputs.push_back(all[i].to(impl.device));
+        if (impl.options.package.inputs[i].name != in.name) continue;
+        torch::Tensor x = all[i].to(impl.device);
+        if (impl.options.dtype == "float64" && x.is_floating_point()) x = x.to(torch::kFloat64);
+        inputs.push_back(x);
       }
     }
     return inputs;  // model inputs need no gradient

@@ -1,11 +1,16 @@
 #include "training_session.h"
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "compile_queue.h"
 #include "event_log.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/worker/checkpoint.h"
@@ -99,6 +104,9 @@ class TorchTraining final : public TrainingSession {
 
   const v1::TrainingSpec& spec() const override { return spec_; }
   v1::JobState job_state() const override { return job_state_; }
+  void Prepare(int64_t version) override;
+  bool Prepared(int64_t version) override { return compiles_.Done(version); }
+  SwitchCost LastSwitchCost() const override { return cost_; }
   absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan,
                                                          const ExecutorPlace& place) override;
   absl::StatusOr<int64_t> Resume(const StagePlan& plan, const ExecutorPlace& place,
@@ -107,7 +115,17 @@ class TorchTraining final : public TrainingSession {
   absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) override;
 
  private:
-  absl::StatusOr<std::string> CompiledDir(const StagePlan& plan);
+  // The compile of `plan`'s stages (no Python yet): FAILED_PRECONDITION as
+  // a job failure when the plan does not fit the package or the batch.
+  absl::StatusOr<StageCompileRequest> CompileRequest(const StagePlan& plan) const;
+  // Fetches `version` and compiles its stages: CompileQueue's job.
+  absl::StatusOr<std::string> CompileVersion(int64_t version, const std::atomic<bool>& cancel);
+  // `plan`'s compiled stages; `cost` (may be null) gets the compile times.
+  absl::StatusOr<std::string> CompiledDir(const StagePlan& plan, SwitchCost* cost = nullptr);
+  // Resume's work, timed by Resume.
+  absl::StatusOr<int64_t> MoveOrLoadState(const StagePlan& plan, const ExecutorPlace& place,
+                                          Transport& world, Executor& executor, Executor* previous,
+                                          const StagePlan* previous_plan, int64_t step);
   absl::StatusOr<std::map<std::string, std::vector<std::string>>> HoldersByDevice(
       const StagePlan& plan);
   absl::StatusOr<int64_t> ResumeFromCheckpoint(TorchExecutor& executor, Transport& transport,
@@ -119,6 +137,9 @@ class TorchTraining final : public TrainingSession {
   v1::JobState job_state_ = v1::JOB_RUNNING;
   ModelPackage package_;
   std::map<int64_t, std::string> compiled_;  // plan version -> compiled stages dir
+  SwitchCost cost_;
+  // Last: its jobs use the members above until it is destroyed.
+  CompileQueue compiles_;
 };
 
 }  // namespace
@@ -150,10 +171,7 @@ absl::Status TorchTraining::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
-  if (auto it = compiled_.find(plan.version); it != compiled_.end()) {
-    return it->second;
-  }
+absl::StatusOr<StageCompileRequest> TorchTraining::CompileRequest(const StagePlan& plan) const {
   // Each replica trains batch / replicas rows, cut into its microbatches.
   const int64_t batch = spec_.batch_size();
   const int64_t cuts = int64_t{plan.microbatches} * plan.num_replicas;
@@ -175,15 +193,65 @@ absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan) {
         absl::StrCat("plan version ", plan.version, " places ", r.node_stage.size(),
                      " nodes, the model package has ", package_.nodes.size())));
   }
-  absl::StatusOr<std::string> dir = CompileStages(r);
-  if (!dir.ok()) return FinalIfTrainingError(dir.status());
+  return r;
+}
+
+void TorchTraining::Prepare(int64_t version) {
+  const bool queued = compiles_.Start(version, [this, version](const std::atomic<bool>& cancel) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::string> dir = CompileVersion(version, cancel);
+    Emit(absl::StrCat("event=stage_compile_done job=", options_.job_id,
+                      " worker=", options_.worker_id, " plan_version=", version,
+                      " seconds=", absl::ToDoubleSeconds(absl::Now() - start),
+                      " status=", absl::StatusCodeToString(dir.status().code())));
+    return dir;
+  });
+  if (queued) {
+    Emit(absl::StrCat("event=stage_compile_start job=", options_.job_id,
+                      " worker=", options_.worker_id, " plan_version=", version));
+  }
+}
+
+absl::StatusOr<std::string> TorchTraining::CompileVersion(int64_t version,
+                                                          const std::atomic<bool>& cancel) {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, planner_.GetPlan(options_.job_id, version));
+  PIPEPLAN_ASSIGN_OR_RETURN(StagePlan plan,
+                            StagePlanFromProto(vp.plan(), version, &vp.request().graph()));
+  PIPEPLAN_ASSIGN_OR_RETURN(StageCompileRequest r, CompileRequest(plan));
+  r.cancel = &cancel;
+  return CompileStages(r);
+}
+
+absl::StatusOr<std::string> TorchTraining::CompiledDir(const StagePlan& plan, SwitchCost* cost) {
+  if (auto it = compiled_.find(plan.version); it != compiled_.end()) {
+    return it->second;
+  }
+  const absl::Time start = absl::Now();
+  // The background compile's result when it has one; else (never started,
+  // dropped, or failed: the error is produced again here, as a job failure
+  // when final) compile now.
+  std::optional<CompileQueue::Result> background = compiles_.Wait(plan.version);
+  absl::StatusOr<std::string> dir = background ? background->dir : absl::UnknownError("");
+  double compile_seconds = background ? background->seconds : 0;
+  if (!dir.ok()) {
+    const absl::Time now = absl::Now();
+    PIPEPLAN_ASSIGN_OR_RETURN(const StageCompileRequest r, CompileRequest(plan));
+    dir = CompileStages(r);
+    if (!dir.ok()) return FinalIfTrainingError(dir.status());
+    compile_seconds = absl::ToDoubleSeconds(absl::Now() - now);
+  }
+  if (cost != nullptr) {
+    cost->compile_seconds = compile_seconds;
+    cost->compile_wait_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  }
   compiled_[plan.version] = *dir;
   return *dir;
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const StagePlan& plan,
                                                                       const ExecutorPlace& place) {
-  PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan));
+  cost_ = SwitchCost();
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan, &cost_));
   absl::StatusOr<CompiledStages> stages = ReadCompiledStages(dir);
   if (!stages.ok()) return FinalIfTrainingError(stages.status());
   TorchExecutorOptions o;
@@ -198,6 +266,7 @@ absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const Stag
   o.loss = spec_.loss();
   o.optimizer = OptimizerOf(spec_);
   o.skip_nonfinite_steps = spec_.skip_nonfinite_steps();
+  if (!spec_.dtype().empty()) o.dtype = spec_.dtype();
   o.transport = place.pipeline;
   o.replica_group = place.replica_group;
   o.comm_timeout = options_.comm_timeout;
@@ -224,6 +293,18 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, const Execu
                                               Transport& world, Executor& executor,
                                               Executor* previous, const StagePlan* previous_plan,
                                               int64_t step) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> resumed =
+      MoveOrLoadState(plan, place, world, executor, previous, previous_plan, step);
+  cost_.state_move_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return resumed;
+}
+
+absl::StatusOr<int64_t> TorchTraining::MoveOrLoadState(const StagePlan& plan,
+                                                       const ExecutorPlace& place, Transport& world,
+                                                       Executor& executor, Executor* previous,
+                                                       const StagePlan* previous_plan,
+                                                       int64_t step) {
   auto& torch = static_cast<TorchExecutor&>(executor);
   const int64_t mine = previous ? previous_plan->version : 0;
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source, world.AllReduceMax(mine, options_.comm_timeout));
@@ -311,8 +392,20 @@ absl::Status TorchTraining::MaybeCheckpoint(Executor& executor, int64_t plan_ver
   if (every <= 0 || spec_.checkpoint_dir().empty() || steps % every != 0) return absl::OkStatus();
   CheckpointMeta meta{
       .step = steps, .plan_version = plan_version, .data_position = steps * spec_.batch_size()};
-  return static_cast<TorchExecutor&>(executor).WriteCheckpoint(
-      CheckpointDir(spec_.checkpoint_dir(), steps), meta);
+  const std::string dir = CheckpointDir(spec_.checkpoint_dir(), steps);
+  const absl::Time start = absl::Now();
+  PIPEPLAN_RETURN_IF_ERROR(static_cast<TorchExecutor&>(executor).WriteCheckpoint(dir, meta));
+  // Every shard is written once WriteCheckpoint returns (it ends with a
+  // barrier): the checkpoint's size, for write MB/s.
+  std::error_code ec;
+  uintmax_t bytes = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+  }
+  Emit(absl::StrCat("event=checkpoint job=", options_.job_id, " worker=", options_.worker_id,
+                    " step=", steps, " seconds=", absl::ToDoubleSeconds(absl::Now() - start),
+                    " checkpoint_bytes=", bytes));
+  return absl::OkStatus();
 }
 
 }  // namespace pipeplan::worker

@@ -29,17 +29,42 @@
 
 namespace pipeplan::worker {
 
+// What one plan switch cost this worker, in seconds.
+struct SwitchCost {
+  // Compiling the new version's stages (mostly in the background, while the
+  // old version trained); 0 when they were compiled before.
+  double compile_seconds = 0;
+  // The part of the compile the switch waited for (the whole compile at a
+  // fresh start or for a device that had no rank before).
+  double compile_wait_seconds = 0;
+  // Moving parameters and optimizer state to their new owners, or loading
+  // the newest checkpoint at a fresh start.
+  double state_move_seconds = 0;
+};
+
 // The step loop's view of training; the torch implementation is
 // StartTorchTraining (only in builds with LibTorch).
 class TrainingSession {
  public:
   virtual ~TrainingSession() = default;
 
+  // Starts compiling `version`'s stages on a background thread (the plan is
+  // fetched there) and returns at once; nothing when it was started before.
+  // Called by whichever thread first sees the version. Thread-safe.
+  virtual void Prepare(int64_t version) = 0;
+  // True once `version`'s background compile has finished, successfully or
+  // not (a failure is reported by the switch). The ranks switch at a step
+  // boundary only when every one of them says so. Thread-safe.
+  virtual bool Prepared(int64_t version) = 0;
+  // The cost of the last MakeExecutor + Resume on this worker.
+  virtual SwitchCost LastSwitchCost() const = 0;
+
   virtual const v1::TrainingSpec& spec() const = 0;
   virtual v1::JobState job_state() const = 0;
 
-  // The executor of `place` in `plan`, compiling its stages first
-  // (cached). The place's transports carry the executor's reductions (its
+  // The executor of `place` in `plan`, with its stages compiled (waiting for
+  // the background compile Prepare started, else compiling them now;
+  // cached). The place's transports carry the executor's reductions (its
   // replica's ranks) and gradient all-reduce (its rank's replicas) and must
   // outlive it.
   virtual absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan,

@@ -96,6 +96,8 @@ absl::Status Worker::Run() {
   if (o.executor == "torch") {
     PIPEPLAN_ASSIGN_OR_RETURN(training, StartTraining());
     if (training->job_state() == v1::JOB_COMPLETED) return absl::OkStatus();
+    // A new version's stages compile while the running version trains.
+    state.OnNewVersion([t = training.get()](int64_t version) { t->Prepare(version); });
   }
   ReportSender reports(*client_, o, state, metrics_.get(), ProcessRunId());
   ControlThreads threads(*client_, o, info, state);

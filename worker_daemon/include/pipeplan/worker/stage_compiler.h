@@ -10,6 +10,7 @@
 #ifndef PIPEPLAN_WORKER_STAGE_COMPILER_H_
 #define PIPEPLAN_WORKER_STAGE_COMPILER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct StageCompileRequest {
   int64_t microbatch_size = 0;
   std::string cache_dir;
   absl::Duration timeout = absl::Minutes(30);
+  // When set and it turns true, the compiler is killed within about a second
+  // (a worker shutting down while a later version compiles in the background).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // The cache directory this request compiles into.
@@ -39,7 +43,8 @@ std::string CompiledStagesDir(const StageCompileRequest& request);
 // on a cache hit). INVALID_ARGUMENT when the compiler rejects its input
 // (exit code 2: the plan and the package disagree) with the compiler's
 // message; INTERNAL for any other failure (stderr's tail in the message);
-// DEADLINE_EXCEEDED after `timeout` (the compiler is killed).
+// DEADLINE_EXCEEDED after `timeout`, CANCELLED after `cancel` (the compiler
+// is killed).
 absl::StatusOr<std::string> CompileStages(const StageCompileRequest& request);
 
 }  // namespace pipeplan::worker

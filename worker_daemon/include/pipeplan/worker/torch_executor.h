@@ -81,6 +81,10 @@ struct TorchExecutorOptions {
   std::string loss;  // "cross_entropy" or "mse"; empty: the package's
   OptimizerOptions optimizer;
   bool skip_nonfinite_steps = false;
+  // "float32" (the package's own) or "float64": floating parameters, buffers,
+  // inputs and boundary tensors are converted (the reference trainer's
+  // --dtype float64), for comparisons tighter than float32 allows.
+  std::string dtype = "float32";
   // "cpu" or "cuda:N". Transport buffers are always host memory.
   std::string device = "cpu";
   // Carries EndStep's reductions and checkpoint barriers; may be null with a

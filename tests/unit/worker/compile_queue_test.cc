@@ -1,0 +1,78 @@
+// CompileQueue: jobs run on its thread, newest version first; an older
+// version still queued is dropped, and the destructor cancels a running job.
+#include "compile_queue.h"
+
+#include <atomic>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace pipeplan::worker {
+namespace {
+
+TEST(CompileQueueTest, RunsAJobAndKeepsItsResult) {
+  CompileQueue queue;
+  EXPECT_FALSE(queue.Done(1));
+  EXPECT_FALSE(queue.Wait(1).has_value());  // never queued
+  EXPECT_TRUE(queue.Start(1, [](const std::atomic<bool>&) { return std::string("dir-1"); }));
+  EXPECT_FALSE(queue.Start(1, [](const std::atomic<bool>&) { return std::string("again"); }));
+  std::optional<CompileQueue::Result> r = queue.Wait(1);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(r->dir.ok());
+  EXPECT_EQ(*r->dir, "dir-1");
+  EXPECT_GE(r->seconds, 0);
+  EXPECT_TRUE(queue.Done(1));
+}
+
+TEST(CompileQueueTest, DropsAnOlderVersionStillQueued) {
+  CompileQueue queue;
+  absl::Notification running, release;
+  // Version 1 runs and blocks; 2 waits behind it; 3 arrives and drops 2.
+  queue.Start(1, [&](const std::atomic<bool>&) -> absl::StatusOr<std::string> {
+    running.Notify();
+    release.WaitForNotification();
+    return std::string("dir-1");
+  });
+  running.WaitForNotification();
+  queue.Start(2, [](const std::atomic<bool>&) { return std::string("dir-2"); });
+  queue.Start(3, [](const std::atomic<bool>&) { return std::string("dir-3"); });
+  EXPECT_FALSE(queue.Wait(2).has_value());  // dropped unrun: the caller compiles itself
+  release.Notify();
+  ASSERT_TRUE(queue.Wait(3).has_value());
+  EXPECT_EQ(*queue.Wait(3)->dir, "dir-3");
+  EXPECT_EQ(*queue.Wait(1)->dir, "dir-1");
+  EXPECT_FALSE(queue.Done(2));
+}
+
+TEST(CompileQueueTest, ReportsAFailedJobAsDone) {
+  CompileQueue queue;
+  queue.Start(4, [](const std::atomic<bool>&) -> absl::StatusOr<std::string> {
+    return absl::InvalidArgumentError("bad plan");
+  });
+  std::optional<CompileQueue::Result> r = queue.Wait(4);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(queue.Done(4));
+}
+
+TEST(CompileQueueTest, DestructionCancelsTheRunningJob) {
+  std::atomic<bool> saw_cancel{false};
+  absl::Notification started;
+  {
+    CompileQueue queue;
+    queue.Start(1, [&](const std::atomic<bool>& cancel) -> absl::StatusOr<std::string> {
+      started.Notify();
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (!cancel.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+      saw_cancel = cancel.load();
+      return absl::CancelledError("cancelled");
+    });
+    started.WaitForNotification();
+  }
+  EXPECT_TRUE(saw_cancel.load());
+}
+
+}  // namespace
+}  // namespace pipeplan::worker
