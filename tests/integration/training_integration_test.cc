@@ -245,7 +245,7 @@ class TrainingTest : public ::testing::Test {
     ExpectMatch(Reported(job), Reference(model, kSteps, dtype), 0, kSteps - 1, relative);
     auto state = client_->GetJob(job);
     ASSERT_TRUE(state.ok());
-    EXPECT_EQ(state->state(), v1::JOB_SUCCEEDED) << state->failure_message();
+    EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
   }
 
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
