@@ -300,6 +300,8 @@ struct SyntheticJob {
     this->client = *std::move(client);
     v1::PlanRequest r = SmallRequest();
     r.mutable_options()->set_num_ranks(4);
+    // One pipeline on four of the eight devices: the test starts four workers.
+    r.mutable_options()->set_max_replicas(1);
     auto created = this->client->CreateJob("elastic", r);
     ASSERT_TRUE(created.ok()) << created.status();
     job = created->id();

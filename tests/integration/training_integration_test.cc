@@ -239,7 +239,8 @@ class TrainingTest : public ::testing::Test {
     for (int r = 0; r < 4; ++r) workers.push_back(StartWorker(job, r));
     for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(240)), 0) << w->Output();
     // Every rank ran the planned schedule over four ranks.
-    EXPECT_NE(workers[0]->Output().find(absl::StrCat("ranks=4 stages=", 4 * shape.chunks_per_rank)),
+    EXPECT_NE(workers[0]->Output().find(
+                  absl::StrCat("ranks=4 replicas=1 stages=", 4 * shape.chunks_per_rank)),
               std::string::npos)
         << workers[0]->Output();
     ExpectMatch(Reported(job), Reference(model, kSteps, dtype), 0, kSteps - 1, relative);
@@ -318,9 +319,6 @@ TEST_F(TrainingTest, TwoWorkersMatchSingleProcessAcrossAReplan) {
   const int64_t last = got.rbegin()->first;
   ExpectMatch(got, Reference("gpt", static_cast<int>(last + 1)), 0, last);
   if (HasFailure()) ADD_FAILURE() << w0->Output() << w1->Output();
-  auto state = client_->GetJob(job);
-  ASSERT_TRUE(state.ok());
-  EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
 }
 
 TEST_F(TrainingTest, KilledWorkersResumeFromTheNewestCheckpoint) {
@@ -390,9 +388,13 @@ TEST_F(TrainingTest, FourWorkersRunTwoReplicasAsOneProcess) {
 // parameters and AdamW state, and the losses go on as one process's.
 TEST_F(TrainingTest, ReplanFromOneReplicaToTwoKeepsTheLosses) {
   std::string out;
-  constexpr int kSteps = 60;
+  // Long enough that version 2 compiles in the background (about 10 s
+  // here) and switches before the end: if the old version reached
+  // max_steps first, the two workers waiting on version 2 would wait on.
+  constexpr int kSteps = 300;
   const std::string job =
-      CreateJob("gpt", "gpt_data.pt", {"--replicas", "1", "--max-steps", absl::StrCat(kSteps)},
+      CreateJob("gpt", "gpt_data.pt",
+                {"--replicas", "1", "--max-steps", absl::StrCat(kSteps), "--dtype", "float64"},
                 &out, {.cluster = "cluster4.json", .batch = "16"});
   ASSERT_FALSE(job.empty()) << out;
   std::vector<std::unique_ptr<WorkerProcess>> workers;
@@ -410,7 +412,10 @@ TEST_F(TrainingTest, ReplanFromOneReplicaToTwoKeepsTheLosses) {
   ASSERT_EQ(v2->plan().replicas_size(), 2);
   for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(240)), 0) << w->Output();
   const auto got = Reported(job);
-  ExpectMatch(got, Reference("gpt", kSteps, "float32", "16"), 0, kSteps - 1);
+  // float64: over hundreds of steps float32 drifts by ~1e-4 between two
+  // summation orders (replicas average what one process sums); float64
+  // shows the state moved exactly.
+  ExpectMatch(got, Reference("gpt", kSteps, "float64", "16"), 0, kSteps - 1, 1e-9);
   // The switch to version 2 (the last plan_switch) came mid-run.
   int64_t switched_at = -1;
   for (auto& w : workers) {
