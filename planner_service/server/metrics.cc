@@ -188,8 +188,9 @@ void Metrics::SetPlan(const std::string& job_id, int64_t version, double step_se
 
 void Metrics::SetJobObservation(const std::string& job_id, const JobFigures& figures) {
   absl::MutexLock l(&mu_);
+  // Clang analyses the lambda on its own: it says it runs under mu_.
   auto set = [&](prometheus::Family<prometheus::Gauge>* family, const std::string& kind,
-                 double value) {
+                 double value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto key = std::make_tuple(job_id, family, kind);
     auto it = job_gauges_.find(key);
     if (it == job_gauges_.end()) {
