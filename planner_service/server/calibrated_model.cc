@@ -23,7 +23,7 @@ absl::StatusOr<std::vector<StepSample>> ReportSamples(const JobRegistry& registr
     run_of[w.info().worker_id()] = w.info().run_id();
   }
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry.RecentStepReports(job.id(), window));
+                            registry.RecentStepReports(job.id(), window, kMaxSampleBytes));
   std::vector<StepSample> samples;
   for (const v1::ReportStepRequest& r : reports) {
     if (r.plan_version() != version) continue;

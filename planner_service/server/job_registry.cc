@@ -4,17 +4,24 @@
 #include <random>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
+#include "pipeplan/server/release_memory.h"
 
 namespace pipeplan::server {
 namespace {
 
 constexpr size_t kMaxIdBytes = 256;
+// Step reports Recover reads per job, at most.
+constexpr int64_t kRecoverReportBytes = int64_t{64} << 20;
+// Freeing at least this much makes DeleteJob return memory to the OS.
+constexpr int64_t kReleaseMemoryBytes = 1 << 20;
 
 // Job ids come from one random generator shared by every registry.
 ABSL_CONST_INIT absl::Mutex g_id_mu(absl::kConstInit);
@@ -33,6 +40,11 @@ absl::Status CheckId(const std::string& field, const std::string& id) {
         absl::StrCat(field, " is longer than ", kMaxIdBytes, " bytes"));
   }
   return absl::OkStatus();
+}
+
+// RESOURCE_EXHAUSTED that names the limit as its planner flag and its value.
+absl::Status OverLimit(absl::string_view what, absl::string_view flag, int64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat(what, ", over the limit --", flag, "=", limit));
 }
 
 absl::Status JobNotFound(const std::string& job_id) {
@@ -57,10 +69,12 @@ absl::Status JobRegistry::Recover() {
     job.record = sj.job;
     job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
     // Workers' last steps and last report numbers come from the stored
-    // reports (not rewritten per report; newest first).
+    // reports (not rewritten per report; newest first): the newest ones,
+    // bounded in bytes, cover every live worker.
     absl::flat_hash_map<std::string, int64_t> last_step;
     absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> last_seq;
-    if (auto reports = store_->RecentStepReports(sj.job.id, 100'000); reports.ok()) {
+    if (auto reports = store_->RecentStepReports(sj.job.id, 100'000, kRecoverReportBytes);
+        reports.ok()) {
       for (const v1::ReportStepRequest& r : *reports) {
         auto [it, inserted] = last_step.emplace(r.worker_id(), r.step());
         if (!inserted) it->second = std::max(it->second, r.step());
@@ -212,23 +226,42 @@ std::vector<v1::Job> JobRegistry::ListJobs() const {
 }
 
 absl::Status JobRegistry::DeleteJob(const std::string& job_id) {
-  absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
-  if (!job) return JobNotFound(job_id);
-  PIPEPLAN_RETURN_IF_ERROR(store_->DeleteJob(job_id));
-  const absl::Status closed = absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was deleted"));
-  for (WatchEntry& w : job->watches) {
-    if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+  int64_t freed = 0;
+  {
+    absl::MutexLock l(&mu_);
+    Job* job = FindLocked(job_id);
+    if (!job) return JobNotFound(job_id);
+    PIPEPLAN_RETURN_IF_ERROR(store_->DeleteJob(job_id));
+    const absl::Status closed =
+        absl::NotFoundError(absl::StrCat("job \"", job_id, "\" was deleted"));
+    for (WatchEntry& w : job->watches) {
+      if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+    }
+    if (metrics_) metrics_->RemoveJob(std::string(job_id));
+    freed = job->rendezvous_bytes;
+    rendezvous_bytes_ -= freed;
+    LogInfo("job_deleted",
+            {{"job", std::string(job_id)}, {"rendezvous_bytes", absl::StrCat(freed)}});
+    jobs_.erase(jobs_.find(job_id));
+    UpdateGaugesLocked();
   }
-  if (metrics_) metrics_->RemoveJob(std::string(job_id));
-  LogInfo("job_deleted", {{"job", std::string(job_id)}});
-  jobs_.erase(jobs_.find(job_id));
-  UpdateGaugesLocked();
+  // Hand the freed pages back to the OS rather than keep them in malloc's
+  // free lists, so a deleted job's rendezvous memory leaves the RSS too.
+  if (freed >= kReleaseMemoryBytes) ReleaseFreedMemory();
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobRegistry::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
+  int64_t freed = 0;
+  absl::StatusOr<v1::Job> out = MarkCancelled(job_id, reason, &freed);
+  // As in DeleteJob: a cancelled job's rendezvous memory leaves the RSS.
+  if (freed >= kReleaseMemoryBytes) ReleaseFreedMemory();
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobRegistry::MarkCancelled(const std::string& job_id,
+                                                   const std::string& reason, int64_t* freed) {
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
@@ -248,7 +281,11 @@ absl::StatusOr<v1::Job> JobRegistry::CancelJob(const std::string& job_id,
     if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
   }
   job->watches.clear();
-  job->rendezvous.clear();
+  // Nothing rendezvous through a cancelled job again (RendezvousSet refuses).
+  *freed = job->rendezvous_bytes;
+  rendezvous_bytes_ -= *freed;
+  job->rendezvous_bytes = 0;
+  job->rendezvous = {};
   UpdateGaugesLocked();
   LogInfo("job_state", {{"job", job_id}, {"state", "JOB_CANCELLED"}, {"message", message}});
   return ToProtoLocked(*job, /*with_plan=*/true);
@@ -311,6 +348,8 @@ absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
   PIPEPLAN_RETURN_IF_ERROR(store_->AppendPlan(next));
   job->record.current_version = next.version();
   job->current = std::make_shared<const v1::VersionedPlan>(std::move(next));
+  // Workers switching from the previous version may still read its keys.
+  DropRendezvousBeforeLocked(*job, job->record.current_version - 1);
   // New ranks for the new plan.
   for (auto& [wid, w] : job->workers) {
     w.record.rank = RankOfDevice(plan, w.record.info.device_id());
@@ -446,8 +485,14 @@ absl::StatusOr<double> JobRegistry::PlannedStepSeconds(const std::string& job_id
 
 absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
     const v1::ReportStepRequest& report) {
-  if (report.timings_size() > 1'000'000) {
-    return absl::ResourceExhaustedError("report has more than 1000000 timings");
+  if (report.timings_size() > options_.max_report_timings) {
+    return OverLimit(absl::StrCat("the step report has ", report.timings_size(), " timings"),
+                     "max-report-timings", options_.max_report_timings);
+  }
+  if (const int64_t bytes = static_cast<int64_t>(report.ByteSizeLong());
+      bytes > options_.max_report_bytes) {
+    return OverLimit(absl::StrCat("the step report has ", bytes, " bytes"), "max-report-bytes",
+                     options_.max_report_bytes);
   }
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(report.job_id());
@@ -552,33 +597,77 @@ bool JobRegistry::AllRanksDoneLocked(const Job& job) const {
 }
 
 absl::StatusOr<std::vector<v1::ReportStepRequest>> JobRegistry::RecentStepReports(
-    const std::string& job_id, int limit) const {
+    const std::string& job_id, int limit, int64_t max_bytes) const {
   {
     absl::ReaderMutexLock l(&mu_);
     if (!FindLocked(job_id)) return JobNotFound(job_id);
   }
-  return store_->RecentStepReports(job_id, limit);
+  return store_->RecentStepReports(job_id, limit, max_bytes);
 }
 
 absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::string& key,
                                         const std::string& value) {
-  if (key.empty() || key.size() > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("key must be 1 to 256 bytes, got ", key.size()));
-  }
-  if (value.size() > (1u << 20)) {
+  if (key.empty() || key.size() > kMaxIdBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("value must be at most 1048576 bytes, got ", value.size()));
+        absl::StrCat("key must be 1 to ", kMaxIdBytes, " bytes, got ", key.size()));
+  }
+  const int64_t value_bytes = static_cast<int64_t>(value.size());
+  if (value_bytes > options_.rendezvous_max_value_bytes) {
+    return OverLimit(absl::StrCat("rendezvous value \"", key, "\" has ", value_bytes, " bytes"),
+                     "rendezvous-max-value-bytes", options_.rendezvous_max_value_bytes);
   }
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
-  if (job->rendezvous.size() >= 65'536 && !job->rendezvous.contains(key)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("job ", job_id, " already has 65536 rendezvous keys"));
+  auto it = job->rendezvous.find(key);
+  const bool is_new = it == job->rendezvous.end();
+  const int64_t key_bytes = static_cast<int64_t>(key.size());
+  const int64_t delta =
+      value_bytes - (is_new ? -key_bytes : static_cast<int64_t>(it->second.size()));
+  if (is_new &&
+      static_cast<int64_t>(job->rendezvous.size()) >= options_.rendezvous_max_keys_per_job) {
+    return OverLimit(
+        absl::StrCat("job ", job_id, " has ", job->rendezvous.size(), " rendezvous keys"),
+        "rendezvous-max-keys-per-job", options_.rendezvous_max_keys_per_job);
   }
-  job->rendezvous[key] = value;
+  if (job->rendezvous_bytes + delta > options_.rendezvous_max_bytes_per_job) {
+    return OverLimit(absl::StrCat("job ", job_id, " would hold ", job->rendezvous_bytes + delta,
+                                  " bytes of rendezvous keys and values"),
+                     "rendezvous-max-bytes-per-job", options_.rendezvous_max_bytes_per_job);
+  }
+  if (rendezvous_bytes_ + delta > options_.rendezvous_max_bytes) {
+    return OverLimit(absl::StrCat("the planner would hold ", rendezvous_bytes_ + delta,
+                                  " bytes of rendezvous keys and values (all jobs)"),
+                     "rendezvous-max-bytes", options_.rendezvous_max_bytes);
+  }
+  // A fresh string, so a shorter value does not keep a longer one's buffer.
+  if (is_new) {
+    job->rendezvous.emplace(key, value);
+  } else {
+    it->second = std::string(value);
+  }
+  job->rendezvous_bytes += delta;
+  rendezvous_bytes_ += delta;
   return absl::OkStatus();
+}
+
+void JobRegistry::DropRendezvousBeforeLocked(Job& job, int64_t oldest_kept) {
+  absl::erase_if(job.rendezvous, [&](const auto& kv) {
+    const std::string& key = kv.first;
+    // "v<N>/...": the plan version workers put in front of their keys.
+    const size_t slash = key.find('/');
+    int64_t version = 0;
+    if (key.size() < 3 || key[0] != 'v' || slash == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(key).substr(1, slash - 1), &version) ||
+        version >= oldest_kept) {
+      return false;
+    }
+    const int64_t bytes = static_cast<int64_t>(key.size() + kv.second.size());
+    job.rendezvous_bytes -= bytes;
+    rendezvous_bytes_ -= bytes;
+    return true;
+  });
 }
 
 absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::string& job_id,
@@ -664,6 +753,7 @@ JobRegistry::Counts JobRegistry::counts() const {
     }
     for (const WatchEntry& w : job.watches) c.watchers += w.watcher.expired() ? 0 : 1;
   }
+  c.rendezvous_bytes = rendezvous_bytes_;
   return c;
 }
 

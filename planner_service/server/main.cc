@@ -11,7 +11,9 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -41,11 +43,6 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Value("tls-key", "FILE", "PEM private key")
         .Value("tls-client-ca", "FILE", "PEM CA; clients must present a certificate it signed")
         .Value("auth-token-file", "FILE", "require \"authorization: Bearer <first line of FILE>\"")
-        .Value("max-nodes", "N", "largest graph accepted (2000000)")
-        .Value("max-edges", "N", "(8000000)")
-        .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
-        .Value("max-concurrent-solves", "N",
-               "solves queued + running before RESOURCE_EXHAUSTED (256)")
         .Value("solver-threads", "N", "solver pool size (0: one per core, at least 2)")
         .Value("lease-seconds", "S", "worker lease (10)")
         .Value("cache-ttl-seconds", "S",
@@ -64,20 +61,41 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Value("replan-horizon-steps", "N",
                "and only if the gain over N steps pays for the measured switch (1000)")
         .Value("replan-switch-seconds", "S", "switch cost assumed before one was measured (1)")
-        .Switch("version", "print the version and exit");
+        .Switch("version", "print the version and exit")
+        .Section("limits (RESOURCE_EXHAUSTED past them; docs/operations.md, \"Limits\")")
+        .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
+        .Value("max-nodes", "N", "largest graph accepted (2000000)")
+        .Value("max-edges", "N", "(8000000)")
+        .Value("max-devices", "N", "largest cluster accepted (4096)")
+        .Value("max-concurrent-solves", "N", "solves queued + running (256)")
+        .Value("solve-memory-bytes", "N",
+               "estimated peak memory of all admitted solves\n(4294967296; 0: unlimited)")
+        .Value("cache-max-bytes", "N", "plan cache: request bytes + plans (268435456)")
+        .Value("cache-max-entries", "N", "plan cache entries (256)")
+        .Value("max-jobs", "N", "jobs held (10000)")
+        .Value("max-workers-per-job", "N", "(4096)")
+        .Value("rendezvous-max-value-bytes", "N", "one rendezvous value (262144)")
+        .Value("rendezvous-max-keys-per-job", "N", "(65536)")
+        .Value("rendezvous-max-bytes-per-job", "N", "keys + values of one job (67108864)")
+        .Value("rendezvous-max-bytes", "N", "keys + values of all jobs (536870912)")
+        .Value("max-report-bytes", "N", "one step report, serialized (262144)")
+        .Value("max-report-timings", "N", "timings in one step report (16384)")
+        .Value("report-retention", "N", "step reports kept per job (10000)")
+        .Value("report-retention-seconds", "S", "and none older than S (0: no age limit)");
     return f;
   }();
   return *flags;
 }
 
-// A non-negative integer flag into *out, when given.
+// A non-negative integer flag into *out, when given; one past T's range is
+// refused rather than wrapped (a limit of 2^32 must not become 0).
 template <typename T>
 absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
   if (!flags.Has(name)) return absl::OkStatus();
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
-  if (v < 0) {
-    return pipeplan::cmdline::UsageError(
-        absl::StrCat("--", name, " wants a non-negative integer, got ", v));
+  if (v < 0 || !std::in_range<T>(v)) {
+    return pipeplan::cmdline::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
+                                                      std::numeric_limits<T>::max(), ", got ", v));
   }
   *out = static_cast<T>(v);
   return absl::OkStatus();
@@ -102,6 +120,31 @@ absl::Status Duration(const ParsedFlags& flags, const std::string& name, absl::D
   return absl::OkStatus();
 }
 
+// The "limits" section of PlannerFlags.
+absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c) {
+  pipeplan::server::HandlerOptions& h = c->handlers;
+  pipeplan::server::JobRegistry::Options& r = h.registry;
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-message-bytes", &c->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-devices", &h.max_cluster_devices));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-concurrent-solves", &h.max_concurrent_solves));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "solve-memory-bytes", &h.solve_memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "cache-max-bytes", &h.cache.max_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "cache-max-entries", &h.cache.max_entries));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-jobs", &r.max_jobs));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-workers-per-job", &r.max_workers_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-value-bytes", &r.rendezvous_max_value_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-keys-per-job", &r.rendezvous_max_keys_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(
+      Count(f, "rendezvous-max-bytes-per-job", &r.rendezvous_max_bytes_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-bytes", &r.rendezvous_max_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-report-bytes", &r.max_report_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-report-timings", &r.max_report_timings));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "report-retention", &c->report_retention));
+  return Duration(f, "report-retention-seconds", &c->report_max_age);
+}
+
 absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, double* drain) {
   if (!f.positionals().empty()) {
     return pipeplan::cmdline::UsageError(
@@ -117,10 +160,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   c->tls_client_ca_file = f.Get("tls-client-ca").value_or("");
   c->auth_token_file = f.Get("auth-token-file").value_or("");
   pipeplan::server::HandlerOptions& h = c->handlers;
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-message-bytes", &c->max_message_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-concurrent-solves", &h.max_concurrent_solves));
+  PIPEPLAN_RETURN_IF_ERROR(ReadLimits(f, c));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "solver-threads", &h.solver_threads));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "lease-seconds", &h.registry.lease));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
@@ -155,7 +195,7 @@ int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
   }
   std::cout << "listening on " << (*server)->host() << ":" << (*server)->port() << "\n";
   if ((*server)->metrics_port() > 0) {
-    std::cout << "metrics on " << (*server)->host() << ":" << (*server)->metrics_port() << "\n";
+    std::cout << "metrics on " << (*server)->metrics_address() << "\n";
   }
   std::cout.flush();
 

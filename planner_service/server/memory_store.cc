@@ -88,13 +88,17 @@ class MemoryStore : public Store {
   }
 
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) override {
+                                                                       int limit,
+                                                                       int64_t max_bytes) override {
     absl::MutexLock l(&mu_);
     std::vector<v1::ReportStepRequest> out;
     auto it = jobs_.find(std::string(job_id));
     if (it == jobs_.end()) return out;
+    int64_t bytes = 0;
     for (const auto& r : it->second.reports) {
       if (static_cast<int>(out.size()) >= limit) break;
+      bytes += static_cast<int64_t>(r.ByteSizeLong());
+      if (!out.empty() && bytes > max_bytes) break;
       out.push_back(r);
     }
     return out;

@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   m->exposer_->RegisterCollectable(m->registry_);
   auto ports = m->exposer_->GetListeningPorts();
   m->port_ = ports.empty() ? 0 : ports.front();
+  m->address_ = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", m->port_);
   return m;
 }
 

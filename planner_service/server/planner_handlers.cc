@@ -11,11 +11,15 @@
 #include "pipeplan/server/job_observer.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
+#include "pipeplan/server/release_memory.h"
 #include "pipeplan/server/report_guard.h"
 #include "pipeplan/server/training_spec.h"
 
 namespace pipeplan::server {
 namespace {
+
+// Solves estimated at this much or more return their memory to the OS.
+constexpr int64_t kReleaseAfterSolveBytes = int64_t{64} << 20;
 
 int SolverThreads(int requested) {
   if (requested > 0) return requested;
@@ -37,8 +41,9 @@ PlannerHandlers::PlannerHandlers(HandlerOptions options, Store* store, const Clo
       metrics_(metrics),
       cache_(options_.cache, clock),
       registry_(store, clock, options_.registry, metrics),
+      budget_(options_.solve_memory_bytes),
       pool_(SolverThreads(options_.solver_threads), std::max(options_.max_concurrent_solves, 1)),
-      policy_(&registry_, &pool_, clock, ReplanOptions(options_), metrics) {
+      policy_(&registry_, &pool_, clock, ReplanOptions(options_), metrics, &budget_) {
   if (metrics_) {
     pool_.SetObserver([m = metrics_](int running, int queued) { m->SetSolves(running, queued); });
   }
@@ -52,22 +57,29 @@ void PlannerHandlers::Shutdown() {
 }
 
 absl::Status PlannerHandlers::CheckLimits(const v1::PlanRequest& request) const {
-  if (static_cast<size_t>(request.graph().nodes_size()) > options_.limits.max_nodes) {
+  auto over = [](absl::string_view field, int64_t count, absl::string_view flag, int64_t limit) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("graph.nodes has ", request.graph().nodes_size(),
-                     " entries; this planner accepts at most ", options_.limits.max_nodes));
+        absl::StrCat(field, " has ", count, " entries, over the limit --", flag, "=", limit));
+  };
+  if (static_cast<size_t>(request.graph().nodes_size()) > options_.limits.max_nodes) {
+    return over("graph.nodes", request.graph().nodes_size(), "max-nodes",
+                static_cast<int64_t>(options_.limits.max_nodes));
   }
   if (static_cast<size_t>(request.graph().edges_size()) > options_.limits.max_edges) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("graph.edges has ", request.graph().edges_size(),
-                     " entries; this planner accepts at most ", options_.limits.max_edges));
+    return over("graph.edges", request.graph().edges_size(), "max-edges",
+                static_cast<int64_t>(options_.limits.max_edges));
   }
   if (request.cluster().devices_size() > options_.max_cluster_devices) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cluster.devices has ", request.cluster().devices_size(),
-                     " entries; this planner accepts at most ", options_.max_cluster_devices));
+    return over("cluster.devices", request.cluster().devices_size(), "max-devices",
+                options_.max_cluster_devices);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> PlannerHandlers::ReserveMemory(
+    const v1::PlanRequest& request, int64_t request_bytes) {
+  if (request_bytes < 0) request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+  return budget_.TryReserve(EstimateSolveBytes(request, request_bytes));
 }
 
 void PlannerHandlers::PublishSolveGauges() {
@@ -109,6 +121,9 @@ void PlannerHandlers::HandlePlan(const v1::PlanRequest& request, const CallConte
     return done(v1::Plan(**hit));
   }
   if (metrics_) metrics_->CountCache(false);
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory =
+      ReserveMemory(request, static_cast<int64_t>(key->size()));
+  if (!memory.ok()) return done(memory.status());
   // The request is copied: the caller's message may not outlive this call.
   auto req = std::make_shared<v1::PlanRequest>(request);
   // Only answers solved under the request's own time limit (not cut short by
@@ -117,11 +132,15 @@ void PlannerHandlers::HandlePlan(const v1::PlanRequest& request, const CallConte
       request.options().time_limit_seconds() > 0 ? request.options().time_limit_seconds() : 10.0;
   const bool cacheable =
       ctx.deadline - clock_->Now() > absl::Seconds(limit) + options_.deadline_margin;
-  absl::Status admitted = pool_.Submit([this, req, key, ctx, cacheable, done]() {
-    absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
-    if (plan.ok() && cacheable) cache_.Insert(*key, std::make_shared<const v1::Plan>(*plan));
-    done(std::move(plan));
-  });
+  absl::Status admitted =
+      pool_.Submit([this, req, key, ctx, cacheable, done, memory = *std::move(memory)]() mutable {
+        absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
+        if (plan.ok() && cacheable) cache_.Insert(*key, std::make_shared<const v1::Plan>(*plan));
+        done(std::move(plan));
+        req.reset();
+        key.reset();
+        AfterSolve(std::move(memory));
+      });
   if (!admitted.ok()) return done(admitted);
   PublishSolveGauges();
 }
@@ -132,15 +151,24 @@ void PlannerHandlers::HandleCreateJob(const v1::CreateJobRequest& request, const
   if (request.name().size() > 256) {
     return done(absl::InvalidArgumentError("name is longer than 256 bytes"));
   }
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory =
+      ReserveMemory(request.request());
+  if (!memory.ok()) return done(memory.status());
   auto req = std::make_shared<v1::CreateJobRequest>(request);
   if (absl::Status s = ApplyTrainingSpec(req->training(), req->mutable_request()); !s.ok()) {
     return done(s);
   }
-  absl::Status admitted = pool_.Submit([this, req, ctx, done]() {
-    absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
-    if (!plan.ok()) return done(plan.status());
-    done(registry_.CreateJob(req->name(), req->request(), *plan, req->training()));
-  });
+  absl::Status admitted =
+      pool_.Submit([this, req, ctx, done, memory = *std::move(memory)]() mutable {
+        absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
+        if (plan.ok()) {
+          done(registry_.CreateJob(req->name(), req->request(), *plan, req->training()));
+        } else {
+          done(plan.status());
+        }
+        req.reset();
+        AfterSolve(std::move(memory));
+      });
   if (!admitted.ok()) return done(admitted);
   PublishSolveGauges();
 }
@@ -153,19 +181,37 @@ void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const
   if (request.has_options()) {
     *req->mutable_options() = request.options();
   }
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory = ReserveMemory(*req);
+  if (!memory.ok()) return done(memory.status());
   auto job_id = std::make_shared<std::string>(request.job_id());
   auto reason = std::make_shared<std::string>(
       request.reason().empty() ? "replan requested" : request.reason().substr(0, 256));
-  absl::Status admitted = pool_.Submit([this, req, job_id, reason, ctx, done]() {
-    absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
-    if (!plan.ok()) return done(plan.status());
-    absl::StatusOr<int64_t> version = registry_.PublishPlan(*job_id, *req, *plan, *reason);
-    if (!version.ok()) return done(version.status());
-    if (metrics_) metrics_->CountReplan("requested");
-    done(registry_.GetPlan(*job_id, *version));
-  });
+  absl::Status admitted =
+      pool_.Submit([this, req, job_id, reason, ctx, done, memory = *std::move(memory)]() mutable {
+        done(SolveAndPublish(*req, *job_id, *reason, ctx));
+        req.reset();
+        AfterSolve(std::move(memory));
+      });
   if (!admitted.ok()) return done(admitted);
   PublishSolveGauges();
+}
+
+absl::StatusOr<v1::VersionedPlan> PlannerHandlers::SolveAndPublish(const v1::PlanRequest& request,
+                                                                   const std::string& job_id,
+                                                                   const std::string& reason,
+                                                                   const CallContext& ctx) {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, Solve(request, ctx));
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t version, registry_.PublishPlan(job_id, request, plan, reason));
+  if (metrics_) metrics_->CountReplan("requested");
+  return registry_.GetPlan(job_id, version);
+}
+
+void PlannerHandlers::AfterSolve(std::shared_ptr<MemoryBudget::Reservation> memory) {
+  const int64_t bytes = memory->bytes();
+  memory.reset();
+  // A large solve leaves its pages in malloc's per-thread arenas; give them
+  // back so the planner's RSS follows the budget down.
+  if (bytes >= kReleaseAfterSolveBytes) ReleaseFreedMemory();
 }
 
 absl::StatusOr<v1::Job> PlannerHandlers::GetJob(const v1::GetJobRequest& request) {
@@ -254,8 +300,9 @@ absl::StatusOr<v1::ListStepReportsResponse> PlannerHandlers::ListStepReports(
     return absl::InvalidArgumentError(absl::StrCat("limit must be >= 0, got ", request.limit()));
   }
   const int limit = request.limit() == 0 ? 1000 : std::min(request.limit(), 10'000);
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry_.RecentStepReports(request.job_id(), limit));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      std::vector<v1::ReportStepRequest> reports,
+      registry_.RecentStepReports(request.job_id(), limit, options_.max_list_report_bytes));
   // The store answers most recent first; the API promises oldest first.
   v1::ListStepReportsResponse out;
   for (auto it = reports.rbegin(); it != reports.rend(); ++it) *out.add_reports() = std::move(*it);

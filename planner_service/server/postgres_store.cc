@@ -6,6 +6,8 @@
 // advisory lock, so replicas starting together apply each exactly once.
 #include <libpq-fe.h>
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/store.h"
 #include "postgres_connection.h"
@@ -55,6 +58,11 @@ CREATE TABLE step_reports (
   job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
   report BYTEA NOT NULL);
 CREATE INDEX step_reports_by_job ON step_reports(job_id, seq);
+)sql",
+    // 2: the time of each step report, for retention by age. Reports stored
+    // before it read as time 0: the first age trim of their job drops them.
+    R"sql(
+ALTER TABLE step_reports ADD COLUMN time_ms BIGINT NOT NULL DEFAULT 0;
 )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -197,29 +205,43 @@ class PostgresStore : public Store {
 
   absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
     return pool_->Transaction([&](PgConnection& c) -> absl::Status {
-      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
-                                c.Exec("INSERT INTO step_reports(job_id, report) VALUES ($1, $2)",
-                                       {report.job_id(), PgBytes(report.SerializeAsString())}));
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r,
+          c.Exec("INSERT INTO step_reports(job_id, report, time_ms) VALUES ($1, $2, $3)",
+                 {report.job_id(), PgBytes(report.SerializeAsString()),
+                  absl::StrCat(absl::ToUnixMillis(options_.clock->Now()))}));
       (void)r;
       // Trim the job's window every TrimEvery() of its own reports (counted
       // per job and per planner, so a busy job never escapes the trim).
       if (!TrimDue(report.job_id())) return absl::OkStatus();
+      const int64_t oldest_ms =
+          options_.report_max_age > absl::ZeroDuration()
+              ? absl::ToUnixMillis(options_.clock->Now() - options_.report_max_age)
+              : std::numeric_limits<int64_t>::min();
       return c
           .Exec(
-              "DELETE FROM step_reports WHERE job_id=$1 AND seq <= (SELECT seq FROM "
-              "step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT 1 OFFSET $2)",
-              {report.job_id(), absl::StrCat(options_.report_window)})
+              "DELETE FROM step_reports WHERE job_id=$1 AND (time_ms < $3 OR seq <= (SELECT seq "
+              "FROM step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT 1 OFFSET $2))",
+              {report.job_id(), absl::StrCat(options_.report_window), absl::StrCat(oldest_ms)})
           .status();
     });
   }
 
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) override {
+                                                                       int limit,
+                                                                       int64_t max_bytes) override {
     return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::vector<v1::ReportStepRequest>> {
+      // The byte bound is applied by the server, so the result this process
+      // receives is bounded too: the newest report, then those whose running
+      // total stays within max_bytes.
       PIPEPLAN_ASSIGN_OR_RETURN(
           PgResult r,
-          c.Exec("SELECT report FROM step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT $2",
-                 {job_id, absl::StrCat(std::max(0, std::min(limit, options_.report_window)))},
+          c.Exec("SELECT report FROM (SELECT seq, report, row_number() OVER w AS n, "
+                 "sum(octet_length(report)) OVER w AS upto FROM step_reports WHERE job_id=$1 "
+                 "WINDOW w AS (ORDER BY seq DESC) ORDER BY seq DESC LIMIT $2) recent "
+                 "WHERE n = 1 OR upto <= $3 ORDER BY seq DESC",
+                 {job_id, absl::StrCat(std::max(0, std::min(limit, options_.report_window))),
+                  absl::StrCat(max_bytes)},
                  /*binary_result=*/true));
       std::vector<v1::ReportStepRequest> out;
       for (int i = 0; i < r.rows(); ++i) {
@@ -241,7 +263,8 @@ class PostgresStore : public Store {
 
  private:
   bool TrimDue(const std::string& job_id) {
-    const int every = std::max(1, std::min(256, options_.report_window));
+    // As the SQLite store: a job holds at most a sixteenth more than its window.
+    const int every = std::clamp(options_.report_window / 16, 1, 256);
     absl::MutexLock l(&mu_);
     int& n = appends_since_trim_[job_id];
     if (++n < every) return false;
@@ -340,6 +363,7 @@ std::string RedactedStoreUrl(const std::string& url) {
 
 absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& conninfo,
                                                          PostgresStoreOptions options) {
+  if (options.clock == nullptr) options.clock = RealClock();
   PIPEPLAN_ASSIGN_OR_RETURN(std::unique_ptr<PgPool> pool,
                             PgPool::Open(conninfo, options.connections));
   auto store = std::make_unique<PostgresStore>(std::move(pool), options);

@@ -26,6 +26,8 @@ namespace pipeplan::server {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// How long a replan waits for room in the solve memory budget.
+constexpr absl::Duration kBudgetWait = absl::Seconds(30);
 
 double MedianOf(std::vector<double> v) {
   if (v.empty()) return 1;
@@ -335,8 +337,20 @@ double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch
 }
 
 ReplanPolicy::ReplanPolicy(JobRegistry* registry, SolvePool* pool, const Clock* clock,
-                           ReplanPolicyOptions options, Metrics* metrics)
-    : registry_(registry), pool_(pool), clock_(clock), options_(options), metrics_(metrics) {}
+                           ReplanPolicyOptions options, Metrics* metrics, MemoryBudget* budget)
+    : registry_(registry),
+      pool_(pool),
+      budget_(budget),
+      clock_(clock),
+      options_(options),
+      metrics_(metrics) {}
+
+absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReplanPolicy::ReserveMemory(
+    const v1::PlanRequest& request) {
+  if (budget_ == nullptr) return nullptr;
+  return budget_->Reserve(EstimateSolveBytes(request, static_cast<int64_t>(request.ByteSizeLong())),
+                          kBudgetWait);
+}
 
 int ReplanPolicy::Tick() {
   if (!options_.enabled) return 0;
@@ -461,8 +475,9 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const DecodedPlan current = readable ? *std::move(read) : DecodedPlan{};
 
   // Step 1: device factors and links from the reports of the current version.
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<v1::ReportStepRequest> reports,
-                            registry_->RecentStepReports(job_id, options_.report_window));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      std::vector<v1::ReportStepRequest> reports,
+      registry_->RecentStepReports(job_id, options_.report_window, kMaxSampleBytes));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
                             ReportSamples(*registry_, job, vp.version(), options_.report_window));
   PIPEPLAN_ASSIGN_OR_RETURN(Estimate est,
@@ -480,6 +495,12 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   const DeviceFactors factors = MergeFactors(current.time_factors, est.result);
 
   // Step 2: a new plan under the calibrated model, without lost devices.
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory = ReserveMemory(vp.request());
+  if (!memory.ok()) {
+    LogReplanFailed(job_id, version, trigger, memory.status());
+    outcome.reason = absl::StrCat("no plan: ", memory.status().message());
+    return outcome;
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in,
                             CalibratedInputs(vp.request(), factors, links, lost, options_));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);

@@ -36,8 +36,7 @@ std::optional<std::shared_ptr<const v1::Plan>> RequestCache::Lookup(
     return std::nullopt;
   }
   if (clock_->Now() >= it->second.expires) {
-    lru_.erase(it->second.lru);
-    entries_.erase(it);
+    EraseLocked(it);
     ++misses_;
     return std::nullopt;
   }
@@ -49,29 +48,39 @@ std::optional<std::shared_ptr<const v1::Plan>> RequestCache::Lookup(
 void RequestCache::Insert(const std::string& canonical_bytes,
                           std::shared_ptr<const v1::Plan> plan) {
   if (options_.max_entries == 0 || canonical_bytes.size() > options_.max_request_bytes) return;
+  // The map node and list node are a few hundred bytes more; the payloads
+  // dominate.
+  const size_t cost = canonical_bytes.size() + plan->SpaceUsedLong() + 256;
+  if (cost > options_.max_bytes) return;
   const uint64_t key = RequestHash(canonical_bytes);
   absl::MutexLock l(&mu_);
-  auto it = entries_.find(key);
-  if (it != entries_.end()) {
-    lru_.erase(it->second.lru);
-    entries_.erase(it);
-  }
+  if (auto it = entries_.find(key); it != entries_.end()) EraseLocked(it);
   lru_.push_front(key);
   entries_[key] =
-      Entry{canonical_bytes, std::move(plan), clock_->Now() + options_.ttl, lru_.begin()};
+      Entry{canonical_bytes, std::move(plan), clock_->Now() + options_.ttl, lru_.begin(), cost};
+  bytes_ += cost;
   EvictLocked();
 }
 
+void RequestCache::EraseLocked(absl::flat_hash_map<uint64_t, Entry>::iterator it) {
+  bytes_ -= it->second.cost;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
 void RequestCache::EvictLocked() {
-  while (entries_.size() > options_.max_entries) {
-    entries_.erase(lru_.back());
-    lru_.pop_back();
+  while (entries_.size() > options_.max_entries || bytes_ > options_.max_bytes) {
+    EraseLocked(entries_.find(lru_.back()));
   }
 }
 
 size_t RequestCache::size() const {
   absl::MutexLock l(&mu_);
   return entries_.size();
+}
+size_t RequestCache::bytes() const {
+  absl::MutexLock l(&mu_);
+  return bytes_;
 }
 uint64_t RequestCache::hits() const {
   absl::MutexLock l(&mu_);

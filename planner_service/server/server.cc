@@ -122,6 +122,10 @@ PlannerHandlers& PlannerServer::handlers() { return *impl_->handlers; }
 
 int PlannerServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
+std::string PlannerServer::metrics_address() const {
+  return impl_->metrics ? impl_->metrics->address() : std::string();
+}
+
 absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig config,
                                                                     std::unique_ptr<Store> store) {
   std::unique_ptr<PlannerServer> s(new PlannerServer());
@@ -133,14 +137,18 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
 
   PIPEPLAN_ASSIGN_OR_RETURN(impl.metrics, Metrics::Create(config.metrics_listen));
   if (!store && IsPostgresUrl(config.store)) {
-    PIPEPLAN_ASSIGN_OR_RETURN(store, OpenPostgresStore(config.store));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        store, OpenPostgresStore(config.store, {.report_window = config.report_retention,
+                                                .report_max_age = config.report_max_age}));
   } else if (!store && !config.store.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("store: want a postgres:// or postgresql:// URI, got \"",
                      RedactedStoreUrl(config.store), "\" (leave it out for SQLite in --data-dir)"));
   } else if (!store) {
     if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
-    PIPEPLAN_ASSIGN_OR_RETURN(store, OpenSqliteStore(config.data_dir));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        store, OpenSqliteStore(config.data_dir, {.report_window = config.report_retention,
+                                                 .report_max_age = config.report_max_age}));
   }
   // Health follows the store's writes: NOT_SERVING while the disk is full
   // or read-only (reads are still answered), SERVING once a write succeeds.
@@ -205,7 +213,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   const JobRegistry::Counts c = impl.handlers->registry().counts();
   LogInfo("planner_started",
           {{"listen", absl::StrCat(s->host_, ":", port)},
-           {"metrics_port", absl::StrCat(s->metrics_port())},
+           {"metrics", s->metrics_address()},
            {"store", impl.config.store.empty() ? absl::StrCat("sqlite:", impl.config.data_dir)
                                                : RedactedStoreUrl(impl.config.store)},
            {"jobs", absl::StrCat(c.jobs)},

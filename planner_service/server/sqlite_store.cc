@@ -4,13 +4,16 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "pipeplan/core/status_macros.h"
@@ -68,10 +71,12 @@ absl::Status MakeDirs(const std::string& dir) {
 
 namespace {
 
-// Version 2 added job_training (the training spec and the job's state). A
-// version-1 directory is migrated at open: the table is created empty and
-// every existing job reads as RUNNING without a training spec.
-constexpr int kSchemaVersion = 2;
+// Version 2 added job_training (the training spec and the job's state), 3
+// the time of each step report (for retention by age). Older directories are
+// migrated at open: job_training is created empty (every existing job reads
+// as RUNNING without a training spec) and existing reports get time 0 (the
+// first age trim removes them).
+constexpr int kSchemaVersion = 3;
 
 constexpr char kSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -97,7 +102,8 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE TABLE IF NOT EXISTS step_reports (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-  report BLOB NOT NULL);
+  report BLOB NOT NULL,
+  time_ms INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS step_reports_by_job ON step_reports(job_id, seq);
 CREATE TABLE IF NOT EXISTS job_training (
   job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
@@ -157,6 +163,7 @@ class Stmt {
              : std::string();
   }
   int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  int64_t Size(int col) const { return sqlite3_column_bytes(s_, col); }
   bool IsNull(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
 
  private:
@@ -172,6 +179,12 @@ class SqliteStore : public Store {
 
   absl::Status Init() {
     absl::MutexLock l(&mu_);
+    // Before anything else: this reads the header, so a file that is not a
+    // database fails here, with a message that says so.
+    PIPEPLAN_RETURN_IF_ERROR(CheckIsOurs());
+    // Takes effect only on a new file (before its first table): pages freed
+    // by deleted jobs can then be handed back (incremental_vacuum).
+    PIPEPLAN_RETURN_IF_ERROR(Exec("PRAGMA auto_vacuum=INCREMENTAL"));
     PIPEPLAN_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     PIPEPLAN_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
     PIPEPLAN_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
@@ -233,12 +246,17 @@ class SqliteStore : public Store {
 
   absl::Status DeleteJob(const std::string& job_id) override {
     absl::MutexLock l(&mu_);
-    return Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    PIPEPLAN_RETURN_IF_ERROR(Transaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
       PIPEPLAN_RETURN_IF_ERROR(CurrentVersion(job_id).status());
       Stmt del(db_, "DELETE FROM jobs WHERE id=?");
       del.Bind(1, job_id);
       return del.Run();
-    });
+    }));
+    appends_since_trim_.erase(job_id);
+    // The job's pages go back to the file system (a no-op for files created
+    // before auto_vacuum was on). Best effort: the deletion is committed.
+    (void)Exec("PRAGMA incremental_vacuum");
+    return absl::OkStatus();
   }
 
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override {
@@ -281,34 +299,36 @@ class SqliteStore : public Store {
 
   absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
     absl::MutexLock l(&mu_);
-    Stmt q(db_, "INSERT INTO step_reports(job_id, report) VALUES(?,?)");
+    Stmt q(db_, "INSERT INTO step_reports(job_id, report, time_ms) VALUES(?,?,?)");
     PIPEPLAN_RETURN_IF_ERROR(q.prepared());
-    q.Bind(1, report.job_id()).BindBlob(2, report.SerializeAsString());
+    q.Bind(1, report.job_id())
+        .BindBlob(2, report.SerializeAsString())
+        .Bind(3, absl::ToUnixMillis(options_.clock->Now()));
     PIPEPLAN_RETURN_IF_ERROR(q.Run());
-    // Trim the window now and then rather than on every insert.
-    if (++appends_since_trim_ >= 256) {
-      appends_since_trim_ = 0;
-      Stmt trim(db_,
-                "DELETE FROM step_reports WHERE job_id=? AND seq <= "
-                "(SELECT seq FROM step_reports WHERE job_id=? ORDER BY seq DESC LIMIT 1 OFFSET ?)");
-      trim.Bind(1, report.job_id())
-          .Bind(2, report.job_id())
-          .Bind(3, int64_t{options_.report_window});
-      PIPEPLAN_RETURN_IF_ERROR(trim.Run());
+    // Trim the job's window now and then rather than on every insert; the
+    // count is per job, so a busy job is trimmed however many others report.
+    int& since = appends_since_trim_[report.job_id()];
+    if (++since >= std::clamp(options_.report_window / 16, 1, 256)) {
+      since = 0;
+      PIPEPLAN_RETURN_IF_ERROR(TrimReports(report.job_id()));
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) override {
+                                                                       int limit,
+                                                                       int64_t max_bytes) override {
     absl::MutexLock l(&mu_);
     Stmt q(db_, "SELECT report FROM step_reports WHERE job_id=? ORDER BY seq DESC LIMIT ?");
     PIPEPLAN_RETURN_IF_ERROR(q.prepared());
     q.Bind(1, job_id).Bind(2, int64_t{std::min(limit, options_.report_window)});
     std::vector<v1::ReportStepRequest> out;
+    int64_t bytes = 0;
     while (true) {
       PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
+      bytes += q.Size(0);
+      if (!out.empty() && bytes > max_bytes) break;
       v1::ReportStepRequest r;
       if (r.ParseFromString(q.Blob(0))) out.push_back(std::move(r));
     }
@@ -396,8 +416,50 @@ class SqliteStore : public Store {
     return c;
   }
 
+  // FAILED_PRECONDITION for a file that is not an SQLite database, or is
+  // another program's: tables, but no pipeplan meta table. A new (empty)
+  // database passes.
+  absl::Status CheckIsOurs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stmt q(db_,
+           "SELECT count(*), count(CASE WHEN name='meta' THEN 1 END) FROM sqlite_master "
+           "WHERE type='table'");
+    if (!q.prepared().ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "not an SQLite database (", sqlite3_errmsg(db_), "); move it away or restore a backup"));
+    }
+    absl::StatusOr<bool> row = q.Step();
+    if (!row.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("not a readable SQLite database (",
+                                                        row.status().message(),
+                                                        "); move it away or restore a backup"));
+    }
+    if (*row && q.Int(0) > 0 && q.Int(1) == 0) {
+      return absl::FailedPreconditionError(
+          "an SQLite database of another program (it has tables but no pipeplan meta table); "
+          "point --data-dir elsewhere");
+    }
+    return absl::OkStatus();
+  }
+
+  // Drops the job's reports past the newest report_window, and those older
+  // than report_max_age.
+  absl::Status TrimReports(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int64_t oldest_ms =
+        options_.report_max_age > absl::ZeroDuration()
+            ? absl::ToUnixMillis(options_.clock->Now() - options_.report_max_age)
+            : std::numeric_limits<int64_t>::min();
+    Stmt trim(db_,
+              "DELETE FROM step_reports WHERE job_id=?1 AND (time_ms < ?3 OR seq <= "
+              "(SELECT seq FROM step_reports WHERE job_id=?1 ORDER BY seq DESC LIMIT 1 "
+              "OFFSET ?2))");
+    PIPEPLAN_RETURN_IF_ERROR(trim.prepared());
+    trim.Bind(1, job_id).Bind(2, int64_t{options_.report_window}).Bind(3, oldest_ms);
+    return trim.Run();
+  }
+
   absl::Status CreateSchema() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     PIPEPLAN_RETURN_IF_ERROR(Exec(kSchema));
+    PIPEPLAN_RETURN_IF_ERROR(AddReportTimes());
     Stmt q(db_, "SELECT value FROM meta WHERE key='schema_version'");
     PIPEPLAN_RETURN_IF_ERROR(q.prepared());
     PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
@@ -407,7 +469,7 @@ class SqliteStore : public Store {
       return ins.Run();
     }
     const std::string v = q.Text(0);
-    if (v == "1") {  // kSchema created the version-2 table above
+    if (v == "1" || v == "2") {  // migrated above
       Stmt up(db_, "UPDATE meta SET value=? WHERE key='schema_version'");
       up.Bind(1, std::to_string(kSchemaVersion));
       return up.Run();
@@ -418,6 +480,15 @@ class SqliteStore : public Store {
                                                         kSchemaVersion));
     }
     return absl::OkStatus();
+  }
+
+  // Schema 3: step_reports.time_ms, added to a table of an older schema.
+  absl::Status AddReportTimes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stmt q(db_, "SELECT count(*) FROM pragma_table_info('step_reports') WHERE name='time_ms'");
+    PIPEPLAN_RETURN_IF_ERROR(q.prepared());
+    PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row && q.Int(0) > 0) return absl::OkStatus();
+    return Exec("ALTER TABLE step_reports ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0");
   }
 
   absl::StatusOr<int64_t> CurrentVersion(const std::string& job_id)
@@ -459,7 +530,8 @@ class SqliteStore : public Store {
   // One connection, used by one statement at a time.
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   const SqliteStoreOptions options_;
-  int appends_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
+  // Reports appended per job since its last trim.
+  absl::flat_hash_map<std::string, int> appends_since_trim_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -468,6 +540,15 @@ absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir,
                                                        SqliteStoreOptions options) {
   PIPEPLAN_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/pipeplan.db";
+  // SQLite treats a zero-byte file as a new empty database: the planner
+  // would silently start with no jobs on a truncated or half-copied file.
+  if (struct stat st; stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path,
+                     " is empty (0 bytes), not a pipeplan database; restore it from a backup, or "
+                     "delete it to start with no state"));
+  }
+  if (options.clock == nullptr) options.clock = RealClock();
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

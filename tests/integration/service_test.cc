@@ -145,7 +145,7 @@ TEST(PlannerService, BadInputsAnswerTheirCodeAndMessage) {
   *req.mutable_graph() = ReadJson<v1::ModelGraph>("gpt_1k.json");
   s = c->Plan(req).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "at most 500")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "over the limit --max-nodes=500")) << s;
 
   req = SmallRequest();
   *req.mutable_graph() = ReadJson<v1::ModelGraph>("gpt_4k.json");

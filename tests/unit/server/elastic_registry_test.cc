@@ -21,6 +21,9 @@
 namespace pipeplan::server {
 namespace {
 
+// Reads here are bounded by count; the byte bound does not bind.
+constexpr int64_t kAnyBytes = int64_t{1} << 40;
+
 using testing::FaultInjectingStore;
 
 v1::Plan PlanOn(std::vector<std::string> devices) {
@@ -124,14 +127,14 @@ TEST_F(ElasticRegistryTest, AResentReportIsStoredOnceAcrossARestart) {
   }
   // The answer to seq 3 was lost: the worker sends it again.
   ASSERT_TRUE(registry_->ReportStep(Report(id_, "w0", 2, "run-a", 3)).ok());
-  EXPECT_EQ(registry_->RecentStepReports(id_, 100)->size(), 3u);
+  EXPECT_EQ(registry_->RecentStepReports(id_, 100, kAnyBytes)->size(), 3u);
   JobRegistry recovered(&store_, &clock_, {.lease = absl::Seconds(10)});
   ASSERT_TRUE(recovered.Recover().ok());
   ASSERT_TRUE(recovered.ReportStep(Report(id_, "w0", 2, "run-a", 3)).ok());
   ASSERT_TRUE(recovered.ReportStep(Report(id_, "w0", 3, "run-a", 4)).ok());
   // A new run of the worker numbers from 1 again.
   ASSERT_TRUE(recovered.ReportStep(Report(id_, "w0", 0, "run-b", 1)).ok());
-  EXPECT_EQ(recovered.RecentStepReports(id_, 100)->size(), 5u);
+  EXPECT_EQ(recovered.RecentStepReports(id_, 100, kAnyBytes)->size(), 5u);
 }
 
 TEST_F(ElasticRegistryTest, StorageFaultsHaveRetryableCodesAndLoseNothing) {
@@ -149,13 +152,14 @@ TEST_F(ElasticRegistryTest, StorageFaultsHaveRetryableCodesAndLoseNothing) {
     // Reads still answer; the refused report left nothing behind.
     ASSERT_TRUE(registry_->GetJob(id_).ok());
     ASSERT_TRUE(registry_->GetPlan(id_, 1).ok());
-    EXPECT_EQ(registry_->RecentStepReports(id_, 100)->size(), static_cast<size_t>(seq - 1));
+    EXPECT_EQ(registry_->RecentStepReports(id_, 100, kAnyBytes)->size(),
+              static_cast<size_t>(seq - 1));
     // The fault clears: the worker's retry is stored.
     store_.inject(0);
     ASSERT_TRUE(registry_->ReportStep(Report(id_, "w0", seq - 1, "run-a", seq)).ok());
     ++seq;
   }
-  EXPECT_EQ(registry_->RecentStepReports(id_, 100)->size(), 4u);
+  EXPECT_EQ(registry_->RecentStepReports(id_, 100, kAnyBytes)->size(), 4u);
   EXPECT_EQ(registry_->GetJob(id_)->workers(0).last_step(), 3);
 }
 
@@ -228,7 +232,7 @@ TEST(SqliteStoreFaultTest, AFullDiskIsResourceExhaustedAndLosesNothing) {
   r.set_step(stored);
   ASSERT_TRUE((*store)->AppendStepReport(r).ok());
   ++stored;
-  auto reports = (*store)->RecentStepReports("j1", 10'000);
+  auto reports = (*store)->RecentStepReports("j1", 10'000, kAnyBytes);
   ASSERT_TRUE(reports.ok());
   EXPECT_EQ(static_cast<int>(reports->size()), stored);
 }

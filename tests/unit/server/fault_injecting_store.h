@@ -52,8 +52,9 @@ class FaultInjectingStore : public Store {
     return store_->AppendStepReport(report);
   }
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) override {
-    return store_->RecentStepReports(job_id, limit);
+                                                                       int limit,
+                                                                       int64_t max_bytes) override {
+    return store_->RecentStepReports(job_id, limit, max_bytes);
   }
   absl::StatusOr<std::vector<StoredJob>> Load() override { return store_->Load(); }
 

@@ -68,8 +68,9 @@ class FailingWritesStore : public Store {
     return fail ? Unavailable() : store_->AppendStepReport(report);
   }
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) override {
-    return store_->RecentStepReports(job_id, limit);
+                                                                       int limit,
+                                                                       int64_t max_bytes) override {
+    return store_->RecentStepReports(job_id, limit, max_bytes);
   }
   absl::StatusOr<std::vector<StoredJob>> Load() override { return store_->Load(); }
 
@@ -221,7 +222,7 @@ TEST_F(JobRegistryTest, StepReports) {
   r.set_job_id("job-nope");
   EXPECT_EQ(registry_->ReportStep(r).status().code(), absl::StatusCode::kNotFound);
   r.set_job_id(id);
-  auto recent = registry_->RecentStepReports(id, 10);
+  auto recent = registry_->RecentStepReports(id, 10, int64_t{1} << 30);
   ASSERT_TRUE(recent.ok());
   ASSERT_EQ(recent->size(), 3u);  // 7 and 8 of version 1, 8 of version 2
   EXPECT_EQ((*recent)[0].step(), 8);

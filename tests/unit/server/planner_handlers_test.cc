@@ -83,7 +83,8 @@ TEST_F(PlannerHandlersTest, BadInputsKeepTheCoresFieldLevelMessages) {
   for (int i = 0; i < 1001; ++i) req.mutable_graph()->add_nodes()->set_id("x" + std::to_string(i));
   s = Plan(req);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(s.status().message().find("at most 1000"), std::string::npos);
+  EXPECT_NE(s.status().message().find("over the limit --max-nodes=1000"), std::string::npos)
+      << s.status();
 
   req = testing::SmallRequest();
   for (auto& d : *req.mutable_cluster()->mutable_devices()) d.set_memory_bytes(1e6);
@@ -159,6 +160,107 @@ TEST_F(PlannerHandlersTest, FullPoolAnswersResourceExhausted) {
       [&](Callback<v1::Plan> cb) { small.HandlePlan(testing::SmallRequest(), {}, cb); });
   EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
   release.Notify();
+}
+
+// Solves hold their estimated memory from admission to answer; past the
+// budget Plan, CreateJob and ReplanJob answer RESOURCE_EXHAUSTED naming it,
+// while cached answers need no budget.
+TEST_F(PlannerHandlersTest, SolvesAreAdmittedByTheMemoryBudget) {
+  const v1::PlanRequest req = testing::SmallRequest();
+  const int64_t need = EstimateSolveBytes(req, static_cast<int64_t>(req.ByteSizeLong()));
+  HandlerOptions o;
+  o.solver_threads = 1;
+  o.solve_memory_bytes = need + need / 2;  // room for one solve, not two
+  PlannerHandlers h(o, store_.get(), RealClock());
+
+  auto plan = Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(req, {}, cb); });
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(h.pool().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h.memory_budget().in_use(), 0);  // given back after the answer
+
+  // Someone else holds most of the budget: a new solve does not fit...
+  auto held = h.memory_budget().TryReserve(need);
+  ASSERT_TRUE(held.ok());
+  v1::PlanRequest other = req;
+  other.mutable_options()->set_microbatches(16);
+  auto refused = Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(other, {}, cb); });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--solve-memory-bytes="), std::string::npos)
+      << refused.status();
+  v1::CreateJobRequest create;
+  create.set_name("j");
+  *create.mutable_request() = other;
+  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) { h.HandleCreateJob(create, {}, cb); });
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
+  // ...but the cached answer still comes back.
+  EXPECT_TRUE(Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(req, {}, cb); }).ok());
+  held->reset();
+  EXPECT_TRUE(Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(other, {}, cb); }).ok());
+  ASSERT_TRUE(h.pool().WaitIdle(absl::Seconds(5)));
+}
+
+TEST_F(PlannerHandlersTest, ARequestLargerThanTheBudgetIsRefusedUpFront) {
+  HandlerOptions o;
+  o.solve_memory_bytes = 1 << 20;
+  PlannerHandlers h(o, store_.get(), RealClock());
+  auto s = Await<v1::Plan>(
+      [&](Callback<v1::Plan> cb) { h.HandlePlan(testing::SmallRequest(), {}, cb); });
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.status().message().find(
+                "more than the whole solve memory budget --solve-memory-bytes=1048576"),
+            std::string::npos)
+      << s.status();
+}
+
+TEST_F(PlannerHandlersTest, DevicesOverTheLimit) {
+  HandlerOptions o;
+  o.max_cluster_devices = 8;
+  PlannerHandlers h(o, store_.get(), RealClock());
+  v1::PlanRequest req = testing::SmallRequest();
+  ASSERT_EQ(req.cluster().devices_size(), 8);
+  EXPECT_TRUE(Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(req, {}, cb); }).ok());
+  *req.mutable_cluster()->add_devices() = req.cluster().devices(0);
+  auto s = Await<v1::Plan>([&](Callback<v1::Plan> cb) { h.HandlePlan(req, {}, cb); });
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.status().message().find("cluster.devices has 9 entries, over the limit "
+                                      "--max-devices=8"),
+            std::string::npos)
+      << s.status();
+}
+
+// ListStepReports answers the newest reports that fit its byte bound.
+TEST_F(PlannerHandlersTest, ListStepReportsIsBoundedInBytes) {
+  HandlerOptions o;
+  o.max_list_report_bytes = 10'000;
+  PlannerHandlers h(o, store_.get(), RealClock());
+  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
+    v1::CreateJobRequest r;
+    r.set_name("j");
+    *r.mutable_request() = testing::SmallRequest();
+    h.HandleCreateJob(r, {}, cb);
+  });
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::RegisterWorkerRequest reg;
+  reg.set_job_id(job->id());
+  reg.mutable_worker()->set_worker_id("w");
+  reg.mutable_worker()->set_device_id(job->plan().stages(0).device_id());
+  ASSERT_TRUE(h.RegisterWorker(reg).ok());
+  for (int step = 0; step < 10; ++step) {
+    v1::ReportStepRequest r;
+    r.set_job_id(job->id());
+    r.set_worker_id("w");
+    r.set_step(step);
+    r.set_plan_version(1);
+    r.add_timings()->set_action(std::string(3000, 'F'));
+    ASSERT_TRUE(h.ReportStep(r).ok());
+  }
+  v1::ListStepReportsRequest list;
+  list.set_job_id(job->id());
+  auto got = h.ListStepReports(list);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->reports_size(), 3);     // 3 x ~3 KB fit in 10,000 bytes
+  EXPECT_EQ(got->reports(0).step(), 7);  // oldest first
+  EXPECT_EQ(got->reports(2).step(), 9);
 }
 
 }  // namespace

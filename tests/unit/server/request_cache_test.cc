@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace pipeplan::server {
 namespace {
 
@@ -67,6 +70,43 @@ TEST(RequestCache, OversizedRequestsAreNotCached) {
   const std::string key = CanonicalBytes(Request(2));
   cache.Insert(key, PlanNamed("big"));
   EXPECT_FALSE(cache.Lookup(key).has_value());
+}
+
+// A plan whose node_stage has `nodes` entries: about 4 bytes each in memory.
+std::shared_ptr<const v1::Plan> PlanOfNodes(int nodes) {
+  auto p = std::make_shared<v1::Plan>();
+  for (int i = 0; i < nodes; ++i) p->add_node_stage(i % 4);
+  return p;
+}
+
+// Large distinct plans cannot grow the cache past its byte bound, whatever
+// the entry count allows.
+TEST(RequestCache, BoundedByBytes) {
+  FakeClock clock;
+  const size_t max_bytes = 1 << 20;
+  RequestCache cache({.ttl = absl::Hours(1), .max_entries = 1000, .max_bytes = max_bytes}, &clock);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 40; ++i) {
+    keys.push_back(CanonicalBytes(Request(i + 1)));
+    cache.Insert(keys.back(), PlanOfNodes(25'000));  // ~100 KB each
+    EXPECT_LE(cache.bytes(), max_bytes);
+  }
+  EXPECT_GT(cache.bytes(), max_bytes / 2);
+  EXPECT_LT(cache.size(), 11u);
+  EXPECT_GE(cache.size(), 5u);
+  // The newest stay, the oldest went.
+  EXPECT_TRUE(cache.Lookup(keys.back()).has_value());
+  EXPECT_FALSE(cache.Lookup(keys.front()).has_value());
+  // An entry larger than the whole bound is not kept (and evicts nothing).
+  const size_t before = cache.size();
+  cache.Insert(CanonicalBytes(Request(999)), PlanOfNodes(300'000));
+  EXPECT_FALSE(cache.Lookup(CanonicalBytes(Request(999))).has_value());
+  EXPECT_EQ(cache.size(), before);
+  // Expired and replaced entries give their bytes back.
+  clock.Advance(absl::Hours(2));
+  for (const std::string& k : keys) (void)cache.Lookup(k);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,8 @@ namespace {
 
 using ::pipeplan::testing::PostgresServer;
 using testing::TempDir;
+
+constexpr int64_t kAnyBytes = int64_t{1} << 40;
 
 v1::VersionedPlan Version(const std::string& job, int64_t v) {
   v1::VersionedPlan p;
@@ -35,6 +38,15 @@ WorkerRecord Worker(const std::string& job, const std::string& id) {
   w.rank = 0;
   w.last_heartbeat_unix_ms = 1234;
   return w;
+}
+
+v1::ReportStepRequest Report(const std::string& job, int64_t step, size_t pad = 0) {
+  v1::ReportStepRequest r;
+  r.set_job_id(job);
+  r.set_worker_id("w1");
+  r.set_step(step);
+  if (pad > 0) r.add_timings()->set_action(std::string(pad, 'F'));
+  return r;
 }
 
 enum class Backend { kSqlite, kMemory, kPostgres };
@@ -76,20 +88,27 @@ class StoreTest : public ::testing::TestWithParam<Backend> {
 #endif
     Reopen();
   }
-  void Reopen() {
+  // Reports kept per job: the newest `window`, none older than `max_age`
+  // by clock_ (the memory store keeps no times).
+  void Reopen(int window = 5, absl::Duration max_age = absl::ZeroDuration()) {
     store_.reset();
     switch (GetParam()) {
       case Backend::kSqlite: {
-        auto s = OpenSqliteStore(dir_.path() + "/data", {.report_window = 5});
+        auto s =
+            OpenSqliteStore(dir_.path() + "/data",
+                            {.report_window = window, .report_max_age = max_age, .clock = &clock_});
         ASSERT_TRUE(s.ok()) << s.status();
         store_ = *std::move(s);
         break;
       }
       case Backend::kMemory:
-        if (!store_) store_ = NewMemoryStore(5);
+        if (!store_) store_ = NewMemoryStore(window);
         break;
       case Backend::kPostgres: {
-        auto s = OpenPostgresStore(url_, {.report_window = 5, .connections = 2});
+        auto s = OpenPostgresStore(url_, {.report_window = window,
+                                          .report_max_age = max_age,
+                                          .clock = &clock_,
+                                          .connections = 2});
         ASSERT_TRUE(s.ok()) << s.status();
         store_ = *std::move(s);
         break;
@@ -97,6 +116,7 @@ class StoreTest : public ::testing::TestWithParam<Backend> {
     }
   }
   bool persistent() const { return GetParam() != Backend::kMemory; }
+  FakeClock clock_;
   TempDir dir_;
   std::string url_;
   std::unique_ptr<Store> store_;
@@ -182,12 +202,12 @@ TEST_P(StoreTest, WorkersAndReportWindow) {
     r.set_step(step);
     ASSERT_TRUE(store_->AppendStepReport(r).ok());
   }
-  auto recent = store_->RecentStepReports("j1", 3);
+  auto recent = store_->RecentStepReports("j1", 3, kAnyBytes);
   ASSERT_TRUE(recent.ok());
   ASSERT_EQ(recent->size(), 3u);
   EXPECT_EQ((*recent)[0].step(), 599);
   EXPECT_EQ((*recent)[2].step(), 597);
-  auto all = store_->RecentStepReports("j1", 1000);
+  auto all = store_->RecentStepReports("j1", 1000, kAnyBytes);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 5u);  // the window
 }
@@ -203,6 +223,40 @@ TEST_P(StoreTest, DeleteCascades) {
   EXPECT_TRUE(loaded->empty());
   // The id can be reused.
   EXPECT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
+}
+
+TEST_P(StoreTest, ReadsAreBoundedInBytes) {
+  ASSERT_TRUE(store_->CreateJob({"j1", "", 1, 1}, Version("j1", 1)).ok());
+  for (int step = 0; step < 5; ++step)
+    ASSERT_TRUE(store_->AppendStepReport(Report("j1", step, 1000)).ok());
+  const int64_t one = static_cast<int64_t>(Report("j1", 4, 1000).ByteSizeLong());
+  auto two = store_->RecentStepReports("j1", 5, 2 * one + 1);
+  ASSERT_TRUE(two.ok());
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].step(), 4);
+  // The newest report comes back even when it alone is over the bound.
+  auto first = store_->RecentStepReports("j1", 5, 1);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ((*first)[0].step(), 4);
+}
+
+// Not the memory store's: it keeps no report times.
+TEST_P(StoreTest, ReportsOlderThanTheRetentionAgeAreDropped) {
+  if (!persistent()) GTEST_SKIP() << "memory store";
+  Reopen(1000, absl::Hours(1));
+  ASSERT_TRUE(store_->CreateJob({"j", "", 1, 1}, Version("j", 1)).ok());
+  for (int step = 0; step < 100; ++step)
+    ASSERT_TRUE(store_->AppendStepReport(Report("j", step)).ok());
+  clock_.Advance(absl::Minutes(61));
+  // The next trim of the job (every 1000 / 16 = 62 reports) drops the old ones.
+  for (int step = 100; step < 200; ++step)
+    ASSERT_TRUE(store_->AppendStepReport(Report("j", step)).ok());
+  auto left = store_->RecentStepReports("j", 1000, kAnyBytes);
+  ASSERT_TRUE(left.ok());
+  ASSERT_FALSE(left->empty());
+  EXPECT_EQ(left->size(), 100u);  // the new ones
+  for (const v1::ReportStepRequest& r : *left) EXPECT_GE(r.step(), 100);
 }
 
 std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
@@ -285,6 +339,119 @@ TEST(SqliteStore, MigratesSchemaVersion1) {
   auto reloaded = (*again)->Load();
   ASSERT_TRUE(reloaded.ok());
   EXPECT_EQ((*reloaded)[0].job.state, v1::JOB_COMPLETED);
+}
+
+// Reads from the database file directly (a second connection, WAL-safe).
+int64_t QueryInt(const std::string& dir, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open((dir + "/pipeplan.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+  int64_t v = -1;
+  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+// The trim counter is per job: a busy job stays at its window however often
+// other jobs report in between (it used to be one counter for all jobs, so
+// the job whose report hit the 256th append was the only one trimmed).
+TEST(SqliteStore, EveryJobIsTrimmedToItsWindow) {
+  TempDir dir;
+  auto s = OpenSqliteStore(dir.path(), {.report_window = 64});  // trims every 4 of a job
+  ASSERT_TRUE(s.ok()) << s.status();
+  Store& store = **s;
+  for (const char* job : {"busy", "quiet"}) {
+    ASSERT_TRUE(store.CreateJob({job, "", 1, 1}, Version(job, 1)).ok());
+  }
+  for (int round = 0; round < 600; ++round) {
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(store.AppendStepReport(Report("busy", 3 * round + i)).ok());
+    ASSERT_TRUE(store.AppendStepReport(Report("quiet", round)).ok());
+  }
+  for (const char* job : {"busy", "quiet"}) {
+    const int64_t rows = QueryInt(
+        dir.path(), absl::StrCat("SELECT count(*) FROM step_reports WHERE job_id='", job, "'"));
+    EXPECT_GE(rows, 64) << job;
+    EXPECT_LE(rows, 64 + 4) << job;
+  }
+}
+
+TEST(SqliteStore, DeletedJobsGiveTheirPagesBack) {
+  TempDir dir;
+  auto s = OpenSqliteStore(dir.path(), {.report_window = 10'000});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(QueryInt(dir.path(), "PRAGMA auto_vacuum"), 2);  // incremental
+  ASSERT_TRUE((*s)->CreateJob({"j", "", 1, 1}, Version("j", 1)).ok());
+  for (int step = 0; step < 2000; ++step) {
+    ASSERT_TRUE((*s)->AppendStepReport(Report("j", step, 2000)).ok());
+  }
+  const int64_t full = QueryInt(dir.path(), "PRAGMA page_count");
+  ASSERT_TRUE((*s)->DeleteJob("j").ok());
+  const int64_t after = QueryInt(dir.path(), "PRAGMA page_count");
+  EXPECT_GT(full, 1000);
+  EXPECT_LT(after, full / 10) << full << " -> " << after;
+}
+
+TEST(SqliteStore, RefusesAZeroByteDatabase) {
+  TempDir dir;
+  { std::ofstream(dir.path() + "/pipeplan.db"); }
+  auto s = OpenSqliteStore(dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("pipeplan.db is empty (0 bytes)"), std::string::npos)
+      << s.status();
+}
+
+TEST(SqliteStore, RefusesAFileThatIsNotADatabase) {
+  TempDir dir;
+  {
+    std::ofstream out(dir.path() + "/pipeplan.db");
+    for (int i = 0; i < 200; ++i) out << "this is a text file, not a database\n";
+  }
+  auto s = OpenSqliteStore(dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("not an SQLite database"), std::string::npos) << s.status();
+}
+
+TEST(SqliteStore, RefusesAnotherProgramsDatabase) {
+  TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/pipeplan.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db, "CREATE TABLE photos (id INTEGER, data BLOB)", nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  sqlite3_close(db);
+  auto s = OpenSqliteStore(dir.path());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("another program"), std::string::npos) << s.status();
+  // Nothing of ours was added to it.
+  EXPECT_EQ(QueryInt(dir.path(), "SELECT count(*) FROM sqlite_master WHERE name='jobs'"), 0);
+}
+
+// A version-2 directory (reports without times) opens and keeps its reports.
+TEST(SqliteStore, MigratesSchemaVersion2) {
+  TempDir dir;
+  {
+    auto s = OpenSqliteStore(dir.path());
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->CreateJob({"j", "", 1, 1}, Version("j", 1)).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/pipeplan.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE step_reports; CREATE TABLE step_reports (seq INTEGER PRIMARY "
+                         "KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE "
+                         "CASCADE, report BLOB NOT NULL); UPDATE meta SET value='2' WHERE "
+                         "key='schema_version'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = OpenSqliteStore(dir.path());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->AppendStepReport(Report("j", 1)).ok());
+  EXPECT_EQ((*s)->RecentStepReports("j", 10, kAnyBytes)->size(), 1u);
+  EXPECT_EQ(QueryInt(dir.path(), "SELECT value FROM meta WHERE key='schema_version'"), 3);
 }
 
 TEST(SqliteStore, UnwritableDirectoryIsAnError) {

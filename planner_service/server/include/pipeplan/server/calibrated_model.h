@@ -10,6 +10,7 @@
 #ifndef PIPEPLAN_SERVER_CALIBRATED_MODEL_H_
 #define PIPEPLAN_SERVER_CALIBRATED_MODEL_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,8 +25,12 @@
 
 namespace pipeplan::server {
 
+// Step reports one calibration or observation reads, at most (serialized
+// bytes), whatever the reports' sizes.
+inline constexpr int64_t kMaxSampleBytes = int64_t{64} << 20;
+
 // The job's reports of plan `version` with their workers' devices, oldest
-// first, at most `window` read.
+// first, at most `window` and kMaxSampleBytes read.
 absl::StatusOr<std::vector<StepSample>> ReportSamples(const JobRegistry& registry,
                                                       const v1::Job& job, int64_t version,
                                                       int window);

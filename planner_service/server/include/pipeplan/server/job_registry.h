@@ -51,10 +51,23 @@ class PlanWatcher {
 
 class JobRegistry {
  public:
+  // Every limit is a planner flag of the same name (docs/operations.md,
+  // "Limits"); past one a call gets RESOURCE_EXHAUSTED naming the flag and
+  // its value.
   struct Options {
     absl::Duration lease = absl::Seconds(10);
     int max_jobs = 10'000;
     int max_workers_per_job = 4'096;
+    // Rendezvous space. 256 KiB holds a Gloo full-mesh address list of
+    // ~1,900 ranks (136 bytes per peer).
+    int64_t rendezvous_max_value_bytes = 256 << 10;
+    int64_t rendezvous_max_keys_per_job = 65'536;
+    int64_t rendezvous_max_bytes_per_job = 64 << 20;
+    // All jobs together: the bound on the planner's rendezvous memory.
+    int64_t rendezvous_max_bytes = 512 << 20;
+    // One ReportStep: serialized bytes and number of timings.
+    int64_t max_report_bytes = 256 << 10;
+    int64_t max_report_timings = 16'384;
   };
   // `store` and `clock` must outlive the registry; `metrics` may be null.
   JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics = nullptr);
@@ -73,6 +86,7 @@ class JobRegistry {
   // "cancelled: <reason>", watch streams end NOT_FOUND, and from then on the
   // worker calls (RegisterWorker, Heartbeat, ReportStep, Watch, rendezvous)
   // answer NOT_FOUND, so workers stop; PublishPlan is FAILED_PRECONDITION.
+  // Its rendezvous keys are dropped and their memory freed.
   // OK again for a cancelled job; FAILED_PRECONDITION for one that already
   // succeeded or failed; NOT_FOUND for an unknown one.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
@@ -102,13 +116,17 @@ class JobRegistry {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
-  // does not know, or for a plan version the job never had. A report with a
+  // does not know, or for a plan version the job never had; RESOURCE_EXHAUSTED
+  // for a report over max_report_bytes or max_report_timings. A report with a
   // run_id and seq is stored once: one the worker resends (same run, seq not
   // above the last stored) is answered OK and dropped. The first report
   // moves a PENDING job to RUNNING.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
+  // Most recent first; at most `limit` reports and `max_bytes` serialized
+  // bytes (Store::RecentStepReports).
   absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(const std::string& job_id,
-                                                                       int limit) const;
+                                                                       int limit,
+                                                                       int64_t max_bytes) const;
   // The current plan's predicted step seconds (cheap: no plan copy).
   // NOT_FOUND for an unknown job.
   absl::StatusOr<double> PlannedStepSeconds(const std::string& job_id) const;
@@ -118,10 +136,16 @@ class JobRegistry {
   // unknown job, FAILED_PRECONDITION for an unregistered worker.
   absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);
 
-  // Rendezvous key-value space of a job (memory only, dropped with the job).
-  // INVALID_ARGUMENT for an empty or over-long key (256 bytes) or a value
-  // over 1 MiB; RESOURCE_EXHAUSTED past 65,536 keys per job; NOT_FOUND for an
+  // Rendezvous key-value space of a job (memory only). INVALID_ARGUMENT for
+  // an empty or over-long key (256 bytes); RESOURCE_EXHAUSTED for a value
+  // over rendezvous_max_value_bytes, or when the job would pass
+  // rendezvous_max_keys_per_job or rendezvous_max_bytes_per_job, or all jobs
+  // rendezvous_max_bytes (key and value bytes count); NOT_FOUND for an
   // unknown job. Get returns found=false for a key not set yet.
+  //
+  // Freed: every key of a job when it is deleted, and the keys of plan
+  // versions older than the previous one (keys named "v<N>/...", as workers
+  // name them) when a version is published.
   absl::Status RendezvousSet(const std::string& job_id, const std::string& key,
                              const std::string& value);
   absl::StatusOr<v1::RendezvousGetResponse> RendezvousGet(const std::string& job_id,
@@ -142,6 +166,8 @@ class JobRegistry {
     int active_workers = 0;
     int lost_workers = 0;
     int watchers = 0;
+    // Key and value bytes held in the rendezvous space, all jobs together.
+    int64_t rendezvous_bytes = 0;
   };
   Counts counts() const;
   absl::Duration lease() const { return options_.lease; }
@@ -165,7 +191,13 @@ class JobRegistry {
     absl::flat_hash_map<std::string, Worker> workers;
     std::vector<WatchEntry> watches;
     absl::flat_hash_map<std::string, std::string> rendezvous;
+    int64_t rendezvous_bytes = 0;  // keys and values of `rendezvous`
   };
+  // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
+  absl::StatusOr<v1::Job> MarkCancelled(const std::string& job_id, const std::string& reason,
+                                        int64_t* freed) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops `job`'s rendezvous keys of versions before `oldest_kept`.
+  void DropRendezvousBeforeLocked(Job& job, int64_t oldest_kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `next` as `w`'s record, then sets it in memory; on a store error
@@ -185,6 +217,7 @@ class JobRegistry {
   Metrics* const metrics_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  int64_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // all jobs
 };
 
 }  // namespace pipeplan::server

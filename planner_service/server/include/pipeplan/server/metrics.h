@@ -38,6 +38,9 @@ class Metrics {
 
   // The bound metrics port (0 when not served).
   int port() const { return port_; }
+  // HOST:PORT as bound: the host of `listen`, the real port; empty when not
+  // served.
+  const std::string& address() const { return address_; }
 
   void CountRequest(std::string_view method, std::string_view code);
   void ObserveSolve(double seconds, double gap);
@@ -83,6 +86,7 @@ class Metrics {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<Families> f_;
   int port_ = 0;
+  std::string address_;
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> requests_
       ABSL_GUARDED_BY(mu_);

@@ -8,7 +8,9 @@
 //
 // Solves (Plan, CreateJob, ReplanJob) run on the SolvePool, never on the
 // caller's thread; their callback runs on a pool thread, or inline when the
-// answer is known at once (cache hit, invalid input, pool full). Every other
+// answer is known at once (cache hit, invalid input, pool full, memory
+// budget full). Each solve holds its estimated peak memory in the
+// MemoryBudget from admission until its callback has run. Every other
 // handler is synchronous and cheap.
 //
 // Thread safety: all methods may be called from any thread.
@@ -26,6 +28,7 @@
 #include "pipeplan/core/graph.h"
 #include "pipeplan/server/clock.h"
 #include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/memory_budget.h"
 #include "pipeplan/server/replan_policy.h"
 #include "pipeplan/server/request_cache.h"
 #include "pipeplan/server/solve_pool.h"
@@ -37,10 +40,16 @@ namespace pipeplan::server {
 class Metrics;
 
 struct HandlerOptions {
-  GraphLimits limits;                // max nodes / edges (RESOURCE_EXHAUSTED above)
-  int max_cluster_devices = 65'536;  // RESOURCE_EXHAUSTED above
-  int solver_threads = 0;            // 0: hardware concurrency (at least 2)
-  int max_concurrent_solves = 256;   // queued + running; RESOURCE_EXHAUSTED above
+  GraphLimits limits;               // max nodes / edges (RESOURCE_EXHAUSTED above)
+  int max_cluster_devices = 4'096;  // RESOURCE_EXHAUSTED above
+  int solver_threads = 0;           // 0: hardware concurrency (at least 2)
+  int max_concurrent_solves = 256;  // queued + running; RESOURCE_EXHAUSTED above
+  // Estimated peak memory of all admitted solves together (memory_budget.h);
+  // <= 0: unlimited. RESOURCE_EXHAUSTED past it.
+  int64_t solve_memory_bytes = int64_t{4} << 30;
+  // ListStepReports answers at most this many serialized bytes (the newest
+  // reports that fit), well inside the default gRPC message limit.
+  int64_t max_list_report_bytes = 32 << 20;
   // Taken off the RPC deadline so the answer is sent before the client gives up.
   absl::Duration deadline_margin = absl::Milliseconds(50);
   RequestCache::Options cache;
@@ -86,7 +95,7 @@ class PlannerHandlers {
   absl::StatusOr<v1::RendezvousSetResponse> RendezvousSet(const v1::RendezvousSetRequest& request);
   absl::StatusOr<v1::RendezvousGetResponse> RendezvousGet(const v1::RendezvousGetRequest& request);
   // The job's most recent step reports, oldest first (limit 0: 1000, at
-  // most 10000).
+  // most 10000), and no more than max_list_report_bytes of them.
   absl::StatusOr<v1::ListStepReportsResponse> ListStepReports(
       const v1::ListStepReportsRequest& request);
 
@@ -97,12 +106,24 @@ class PlannerHandlers {
   JobRegistry& registry() { return registry_; }
   SolvePool& pool() { return pool_; }
   RequestCache& cache() { return cache_; }
+  MemoryBudget& memory_budget() { return budget_; }
   ReplanPolicy& replan_policy() { return policy_; }
 
  private:
   // Validates, solves (honouring deadline and cancellation) and converts.
   absl::StatusOr<v1::Plan> Solve(const v1::PlanRequest& request, const CallContext& ctx);
   absl::Status CheckLimits(const v1::PlanRequest& request) const;
+  // ReplanJob's work on the pool: solve, publish as the next version.
+  absl::StatusOr<v1::VersionedPlan> SolveAndPublish(const v1::PlanRequest& request,
+                                                    const std::string& job_id,
+                                                    const std::string& reason,
+                                                    const CallContext& ctx);
+  // Last step of a solve task, after its answer was sent and its request
+  // freed: gives the reservation back (the task's copy, the only one).
+  static void AfterSolve(std::shared_ptr<MemoryBudget::Reservation> memory);
+  // Reserves the solve's estimated memory; `request_bytes` < 0: computed.
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReserveMemory(
+      const v1::PlanRequest& request, int64_t request_bytes = -1);
   void PublishSolveGauges();
 
   const HandlerOptions options_;
@@ -110,6 +131,7 @@ class PlannerHandlers {
   Metrics* const metrics_;
   RequestCache cache_;
   JobRegistry registry_;
+  MemoryBudget budget_;  // before pool_: queued solves hold reservations
   SolvePool pool_;
   ReplanPolicy policy_;  // after pool_: its tasks run on it
 };

@@ -47,6 +47,7 @@
 #include "pipeplan/core/graph.h"
 #include "pipeplan/server/clock.h"
 #include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/memory_budget.h"
 #include "pipeplan/server/solve_pool.h"
 
 namespace pipeplan::server {
@@ -97,9 +98,12 @@ struct ReplanOutcome {
 
 class ReplanPolicy {
  public:
-  // `registry`, `pool`, `clock` must outlive the policy; `metrics` may be null.
+  // `registry`, `pool`, `clock` (and `budget` when set) must outlive the
+  // policy; `metrics` may be null. With a `budget`, every solve first
+  // reserves its estimated memory in it, waiting up to 30 s for room.
   ReplanPolicy(JobRegistry* registry, SolvePool* pool, const Clock* clock,
-               ReplanPolicyOptions options, Metrics* metrics = nullptr);
+               ReplanPolicyOptions options, Metrics* metrics = nullptr,
+               MemoryBudget* budget = nullptr);
 
   // Looks at every job and submits an evaluation to the pool for each job
   // that is due (lost worker with a stage, or enough new reports and the
@@ -133,8 +137,13 @@ class ReplanPolicy {
                                         const v1::Plan& next, const std::string& reason,
                                         ReplanTrigger trigger, ReplanOutcome outcome);
 
+  // Null (no budget) or a reservation of the solve's estimated memory.
+  absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReserveMemory(
+      const v1::PlanRequest& request);
+
   JobRegistry* const registry_;
   SolvePool* const pool_;
+  MemoryBudget* const budget_;
   const Clock* const clock_;
   const ReplanPolicyOptions options_;
   Metrics* const metrics_;

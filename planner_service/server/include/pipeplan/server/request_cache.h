@@ -3,6 +3,10 @@
 // from memory; the stored request bytes are compared on a hit, so a hash
 // collision can never return another request's plan.
 //
+// Bounded by entries and by bytes (the request bytes plus the plan's memory):
+// inserting past either evicts the least recently used entries, and an entry
+// larger than max_bytes alone is not kept.
+//
 // Thread safety: all methods may be called from any thread.
 #ifndef PIPEPLAN_SERVER_REQUEST_CACHE_H_
 #define PIPEPLAN_SERVER_REQUEST_CACHE_H_
@@ -31,6 +35,8 @@ class RequestCache {
   struct Options {
     absl::Duration ttl = absl::Seconds(60);
     size_t max_entries = 256;
+    // Request bytes plus plan memory of every entry together.
+    size_t max_bytes = 256 << 20;
     // Requests larger than this are never cached.
     size_t max_request_bytes = 16 << 20;
   };
@@ -42,6 +48,8 @@ class RequestCache {
   void Insert(const std::string& canonical_bytes, std::shared_ptr<const v1::Plan> plan);
 
   size_t size() const;
+  // Memory the entries account for (request bytes + plan memory).
+  size_t bytes() const;
   uint64_t hits() const;
   uint64_t misses() const;
 
@@ -51,7 +59,10 @@ class RequestCache {
     std::shared_ptr<const v1::Plan> plan;
     absl::Time expires;
     std::list<uint64_t>::iterator lru;
+    size_t cost;  // what the entry accounts for in bytes_
   };
+  void EraseLocked(absl::flat_hash_map<uint64_t, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -59,6 +70,7 @@ class RequestCache {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -44,6 +44,10 @@ struct ServerConfig {
   // How often the replanning policy looks at the jobs (handlers.replan).
   absl::Duration replan_check_period = absl::Milliseconds(500);
   HandlerOptions handlers;
+  // Step reports the store keeps per job: the newest `report_retention`,
+  // none older than `report_max_age` (zero: no age limit).
+  int report_retention = 10'000;
+  absl::Duration report_max_age = absl::ZeroDuration();
 };
 
 // $XDG_STATE_HOME/pipeplan, else $HOME/.local/state/pipeplan, else ./pipeplan-data.
@@ -62,6 +66,9 @@ class PlannerServer {
 
   int port() const { return port_; }
   int metrics_port() const;
+  // HOST:PORT the metrics endpoint is bound to (host as given in
+  // metrics_listen, the real port); empty when metrics are not served.
+  std::string metrics_address() const;
   const std::string& host() const { return host_; }
 
   void Drain();

@@ -21,6 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pipeplan/server/clock.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
 namespace pipeplan::server {
@@ -70,27 +72,43 @@ class Store {
   virtual absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) = 0;
   // Inserts or replaces a worker registration.
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
-  // Appends a report; only the most recent `report_window` per job are kept.
+  // Appends a report; only the most recent `report_window` per job are kept
+  // (the SQLite and PostgreSQL stores may hold a few more until their next
+  // trim of that job).
   virtual absl::Status AppendStepReport(const v1::ReportStepRequest& report) = 0;
-  // Most recent first, at most `limit`.
+  // Most recent first: at most `limit` reports and, beyond the first, at most
+  // `max_bytes` serialized bytes together, so a reader's memory is bounded
+  // whatever the reports' sizes.
   virtual absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(
-      const std::string& job_id, int limit) = 0;
+      const std::string& job_id, int limit, int64_t max_bytes) = 0;
   virtual absl::StatusOr<std::vector<StoredJob>> Load() = 0;
 };
 
 struct SqliteStoreOptions {
-  int report_window = 10'000;  // per job
+  // Step reports kept per job: the newest `report_window`, none older than
+  // `report_max_age` (zero: no age limit). Checked every few reports of the
+  // job (every report_window / 16, at most 256).
+  int report_window = 10'000;
+  absl::Duration report_max_age = absl::ZeroDuration();
+  // Times the reports; null: RealClock().
+  const Clock* clock = nullptr;
 };
 
 // Opens (creating if needed) `dir`/pipeplan.db: WAL journal, one transaction
-// per mutation, a schema version checked on open (FAILED_PRECONDITION for a
-// database written by a newer schema).
+// per mutation, a schema version checked on open. FAILED_PRECONDITION for a
+// database written by a newer schema, a zero-byte file, a file that is not
+// an SQLite database or an SQLite database of another program. New files use
+// incremental auto-vacuum: a deleted job's pages go back to the file system.
 absl::StatusOr<std::unique_ptr<Store>> OpenSqliteStore(const std::string& dir,
                                                        SqliteStoreOptions options = {});
 
 struct PostgresStoreOptions {
-  int report_window = 10'000;  // per job
-  int connections = 4;         // pooled; each mutation holds one
+  // Step reports kept per job, as in SqliteStoreOptions.
+  int report_window = 10'000;
+  absl::Duration report_max_age = absl::ZeroDuration();
+  // Times the reports; null: RealClock().
+  const Clock* clock = nullptr;
+  int connections = 4;  // pooled; each mutation holds one
 };
 
 // Connects to PostgreSQL (`conninfo`: a postgres:// or postgresql:// URI or
