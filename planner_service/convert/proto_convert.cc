@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
@@ -143,6 +144,12 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
                   .chunks_per_rank = o.chunks_per_rank(),
                   .time_limit_seconds = o.time_limit_seconds(),
                   .relative_gap = o.relative_gap()};
+  // Bounded here so no product of request sizes overflows further on.
+  if (o.chunks_per_rank() > schedule::kMaxStages) {
+    return absl::InvalidArgumentError(absl::StrCat("options.chunks_per_rank is ",
+                                                   o.chunks_per_rank(), "; at most ",
+                                                   schedule::kMaxStages, " are supported"));
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(out.num_ranks, NumRanksFromProto(o));
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
   PIPEPLAN_ASSIGN_OR_RETURN(out.optimizer, OptimizerFromProto(o.optimizer()));

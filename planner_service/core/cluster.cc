@@ -29,6 +29,12 @@ absl::Status CheckNonNegative(double x, absl::string_view field) {
 
 absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
   if (spec.devices.empty()) return absl::InvalidArgumentError("cluster.devices is empty");
+  // The bandwidth and latency matrices have n^2 entries indexed in int.
+  if (spec.devices.size() > kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.devices has ", spec.devices.size(),
+                                                   " entries; at most ", kMaxDevices,
+                                                   " are supported"));
+  }
   const std::pair<double, const char*> defaults[] = {
       {spec.intra_host_bandwidth, "cluster.intra_host_bandwidth"},
       {spec.inter_host_bandwidth, "cluster.inter_host_bandwidth"},

@@ -122,7 +122,7 @@ std::optional<size_t> Search::Score(const Candidate& c, const Placement& placeme
 std::optional<Candidate> Search::ScreeningCandidate(const Shape& shape) const {
   for (ScheduleKind kind : KindsToTry(*ctx_.options)) {
     const int chunks = ChunksPerRank(kind, *ctx_.options);
-    if (shape.ranks * chunks > split_graph_.num_nodes()) continue;
+    if (int64_t{shape.ranks} * chunks > split_graph_.num_nodes()) continue;  // 64-bit: any chunks
     const std::vector<int> ms = MicrobatchesToTry(*ctx_.options, shape.ranks, shape.replicas);
     return Candidate{kind, shape.ranks, shape.replicas, chunks, ms.back()};
   }
@@ -172,7 +172,7 @@ void Search::Sweep(const Shape& shape) {
   const Scored start = scored_[*state.best];
   for (ScheduleKind kind : KindsToTry(*ctx_.options)) {
     const int chunks = ChunksPerRank(kind, *ctx_.options);
-    if (shape.ranks * chunks > split_graph_.num_nodes()) continue;
+    if (int64_t{shape.ranks} * chunks > split_graph_.num_nodes()) continue;   // 64-bit: any chunks
     if (shape.ranks == 1 && chunks > 1 && !ctx_.options->schedule) continue;  // same as GPipe
     for (int m : MicrobatchesToTry(*ctx_.options, shape.ranks, shape.replicas)) {
       if (Stopped()) return;

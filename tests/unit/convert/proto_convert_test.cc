@@ -31,6 +31,20 @@ TEST(PlanOptionsFromProto, ReadsNumStagesAsADeprecatedAliasOfNumRanks) {
   EXPECT_NE(both.status().message().find("options.num_ranks"), std::string::npos);
 }
 
+// Sizes in the options are bounded where the request is read, with the
+// field named, so no product of them overflows in the planner.
+TEST(PlanOptionsFromProto, BoundsChunksPerRank) {
+  v1::PlanOptions o;
+  o.set_chunks_per_rank(8 << 20);
+  EXPECT_TRUE(PlanOptionsFromProto(o).ok());
+  o.set_chunks_per_rank(2147483647);
+  absl::StatusOr<PlanOptions> big = PlanOptionsFromProto(o);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("options.chunks_per_rank is 2147483647; at most 8388608"),
+            std::string::npos)
+      << big.status();
+}
+
 // Alternatives carry their ranks under both names, so readers written
 // against the old field keep seeing them.
 TEST(PlanToProto, AlternativesCarryRanksUnderBothNames) {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "brute_force.h"
@@ -43,6 +44,24 @@ TEST(PlannerOptionsTest, RejectsBadOptionsNamingTheField) {
   expect({.optimizer_state_multiplier = -1}, "options.optimizer_state_multiplier");
   expect({.time_limit_seconds = -1}, "options.time_limit_seconds");
   expect({.relative_gap = 1.5}, "options.relative_gap");
+}
+
+// Request options reach the search as given: 4 ranks x INT_MAX chunks per
+// rank once overflowed int (UBSan) before the candidate was skipped.
+TEST(PlannerOptionsTest, HugeChunksPerRankDoNotOverflow) {
+  PlanInputs in = Load("chain_small.json", "cluster_8xa100.json");
+  for (auto kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::k1F1B}) {
+    auto plan = MakePlan(*in.graph, *in.cluster,
+                         {.num_ranks = 4,
+                          .schedule = kind,
+                          .chunks_per_rank = std::numeric_limits<int>::max(),
+                          .time_limit_seconds = 1});
+    if (kind == ScheduleKind::k1F1B) {
+      EXPECT_TRUE(plan.ok()) << plan.status();  // 1F1B holds one stage per rank
+    } else {
+      EXPECT_FALSE(plan.ok());
+    }
+  }
 }
 
 TEST(PlannerTest, FixedCandidateIsOptimalOnChains) {

@@ -8,6 +8,7 @@
 #ifndef PIPEPLAN_CORE_CLUSTER_H_
 #define PIPEPLAN_CORE_CLUSTER_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,13 @@ inline constexpr double kDefaultInterHostLatency = 20e-6;
 
 class Cluster {
  public:
-  // Errors: INVALID_ARGUMENT naming the field (no devices, duplicate or empty
-  // id, non-positive flops or memory, link to an unknown device, bad numbers).
+  // Most devices Build accepts: the n^2 matrices stay within int indices
+  // (and 4 GiB).
+  static constexpr size_t kMaxDevices = 16'384;
+
+  // Errors: INVALID_ARGUMENT naming the field (no devices, more than
+  // kMaxDevices, duplicate or empty id, non-positive flops or memory, link to
+  // an unknown device, bad numbers).
   static absl::StatusOr<Cluster> Build(ClusterSpec spec);
   // A cluster from resolved matrices (n x n, row = source), for derived
   // views such as the worst replica of a placement. `reference_flops` is the
