@@ -59,6 +59,7 @@ struct Options {
   int64_t concurrent = 6;
   int64_t nodes = 1'000'000;
   int64_t auto_options = 0;  // 1: `large` leaves ranks, schedule, method to the planner
+  int64_t hold_seconds = 0;  // keep the planner alive this long at the end (to inspect it)
 };
 
 // The planner child process; SIGKILLed and reaped on destruction.
@@ -134,6 +135,7 @@ class Planner {
     return total;
   }
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
@@ -234,7 +236,9 @@ void Rendezvous(const Options& o, PlannerClient& c, Planner& p, RssSampler& rss)
     answers.Add(c.RendezvousSet(job->id(), absl::StrCat("key", k), value));
   }
   const int64_t peak = rss.Peak();
-  (void)c.DeleteJob(job->id());
+  if (absl::Status s = c.DeleteJob(job->id()); !s.ok()) {
+    std::printf("  DeleteJob: %s\n", s.ToString().c_str());
+  }
   absl::SleepFor(absl::Seconds(1));
   std::printf(
       "  %lld keys x %lld bytes: RSS before %.0f MiB, peak %.0f MiB, after DeleteJob "
@@ -339,7 +343,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
                                             {"--request-bytes", &o->request_bytes},
                                             {"--nodes", &o->nodes},
                                             {"--concurrent", &o->concurrent},
-                                            {"--auto-options", &o->auto_options}};
+                                            {"--auto-options", &o->auto_options},
+                                            {"--hold-seconds", &o->hold_seconds}};
     if (a == "--planner-binary") {
       o->planner_binary = v;
     } else if (a == "--phases") {
@@ -383,6 +388,12 @@ int main(int argc, char** argv) {
     if (phase == "cache") Cache(o, **client, planner, rss);
     if (phase == "large") Large(o, planner, rss);
     std::fflush(stdout);
+  }
+  if (o.hold_seconds > 0) {
+    std::printf("holding planner pid %d for %lld s\n", static_cast<int>(planner.pid()),
+                static_cast<long long>(o.hold_seconds));
+    std::fflush(stdout);
+    absl::SleepFor(absl::Seconds(static_cast<double>(o.hold_seconds)));
   }
   return 0;
 }

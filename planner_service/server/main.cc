@@ -23,6 +23,7 @@
 #include "pipeplan/cmdline/version.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/log.h"
+#include "pipeplan/server/release_memory.h"
 #include "pipeplan/server/server.h"
 
 namespace {
@@ -179,6 +180,10 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
 }
 
 int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
+  // Before any thread: large blocks (rendezvous values, a big solve's
+  // arrays, big messages) go back to the OS when freed.
+  pipeplan::server::KeepLargeAllocationsMapped();
+
   // Every thread inherits this mask; the main thread takes the signals.
   sigset_t signals;
   sigemptyset(&signals);

@@ -61,7 +61,10 @@ absl::StatusOr<std::unique_ptr<PlannerProcess>> PlannerProcess::Start(
 
   int out[2];
   if (pipe(out) != 0) return absl::InternalError("pipe");
-  std::vector<std::string> argv_s = {PIPEPLAN_PLANNER_BIN};
+  // $PIPEPLAN_TEST_PLANNER_BIN runs the tests against another build of the
+  // planner (an installed one, or an older one for comparison).
+  const char* bin = std::getenv("PIPEPLAN_TEST_PLANNER_BIN");
+  std::vector<std::string> argv_s = {bin && *bin ? bin : PIPEPLAN_PLANNER_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -87,6 +90,7 @@ absl::StatusOr<std::unique_ptr<PlannerProcess>> PlannerProcess::Start(
       (void)absl::SimpleAtoi(p->address_.substr(p->address_.rfind(':') + 1), &p->port_);
       if (ReadLine(p->stdout_fd_, &line, absl::Now() + absl::Seconds(2)) &&
           line.rfind("metrics on ", 0) == 0) {
+        p->metrics_address_ = line.substr(11);
         (void)absl::SimpleAtoi(line.substr(line.rfind(':') + 1), &p->metrics_port_);
       }
       return p;
@@ -173,12 +177,15 @@ int RunCommand(const std::vector<std::string>& argv_in, std::string* out, absl::
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-absl::StatusOr<std::string> ScrapeMetrics(int port) {
+absl::StatusOr<std::string> ScrapeMetrics(int port, const std::string& host) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("not an IPv4 address: ", host));
+  }
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {

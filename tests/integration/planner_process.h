@@ -1,5 +1,6 @@
 // Starts pipeplan-planner as a child process on 127.0.0.1 (port 0) and reads
-// the real ports back from its stdout. The destructor kills (SIGKILL) and
+// the real ports back from its stdout ($PIPEPLAN_TEST_PLANNER_BIN, when set,
+// names another planner binary to test). The destructor kills (SIGKILL) and
 // reaps the child if it is still running; nothing else is ever signalled.
 #ifndef PIPEPLAN_TESTS_INTEGRATION_PLANNER_PROCESS_H_
 #define PIPEPLAN_TESTS_INTEGRATION_PLANNER_PROCESS_H_
@@ -30,6 +31,8 @@ class PlannerProcess {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  // HOST:PORT from the "metrics on" line; empty when none was printed.
+  const std::string& metrics_address() const { return metrics_address_; }
   pid_t pid() const { return pid_; }
   std::string stderr_text() const;
 
@@ -48,6 +51,7 @@ class PlannerProcess {
   std::string address_;
   int port_ = 0;
   int metrics_port_ = 0;
+  std::string metrics_address_;
   std::string stderr_path_;
   std::unique_ptr<TempDir> dir_;
 };
@@ -56,8 +60,8 @@ class PlannerProcess {
 int RunCommand(const std::vector<std::string>& argv, std::string* out,
                absl::Duration timeout = absl::Seconds(60));
 
-// GET http://127.0.0.1:port/metrics.
-absl::StatusOr<std::string> ScrapeMetrics(int port);
+// GET http://host:port/metrics (host: an IPv4 address).
+absl::StatusOr<std::string> ScrapeMetrics(int port, const std::string& host = "127.0.0.1");
 
 }  // namespace pipeplan::testing
 
