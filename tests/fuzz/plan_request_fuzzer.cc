@@ -6,47 +6,18 @@
 //
 // Built as a libFuzzer target with clang (-DPIPEPLAN_FUZZ=ON); with any
 // compiler a replay driver runs the committed corpus as a CTest test.
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "fuzz_input.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 
 namespace {
 
-// Reads typed values off the input; zeros once it runs out.
-class Bytes {
- public:
-  Bytes(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  int Int(int lo, int hi) { return lo + Byte() % (hi - lo + 1); }
-  double Number() {
-    switch (Byte() % 8) {
-      case 0:
-        return 0;
-      case 1:
-        return -1;
-      case 2:
-        return std::numeric_limits<double>::quiet_NaN();
-      case 3:
-        return std::numeric_limits<double>::infinity();
-      case 4:
-        return 1e300;
-      default:
-        return (Byte() + 1) * std::pow(10.0, Int(0, 14));
-    }
-  }
-  std::string Id(int range) { return absl::StrCat("n", Int(0, range)); }
-
- private:
-  const uint8_t* data_;
-  size_t size_, pos_ = 0;
-};
+using Bytes = pipeplan::fuzz::FuzzInput;
 
 void Plan(const pipeplan::v1::PlanRequest& request) {
   auto inputs = pipeplan::PlanInputs::FromRequest(request, {.max_nodes = 64, .max_edges = 256});

@@ -21,9 +21,9 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return out.str();
 }
 
+// `text` as `Message`; errors name `path`.
 template <typename Message>
-absl::StatusOr<Message> ReadJson(const std::string& path) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadText(path));
+absl::StatusOr<Message> ParseJson(const std::string& text, const std::string& path) {
   Message message;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;  // newer writers may add fields
@@ -35,6 +35,8 @@ absl::StatusOr<Message> ReadJson(const std::string& path) {
   }
   return message;
 }
+
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
 
 absl::StatusOr<TensorSpec> FromProto(const v1::TensorSpec& t, const std::string& where) {
   TensorSpec spec;
@@ -51,11 +53,20 @@ absl::StatusOr<TensorSpec> FromProto(const v1::TensorSpec& t, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat(where, " \"", spec.name, "\" requires a gradient but is ", spec.dtype));
   }
+  // NumElements and BoundaryBytes multiply and add these in int64: a
+  // tensor over 1 TiB is refused here (no real one is), so neither can
+  // overflow.
+  int64_t bytes = DTypeSize(spec.dtype);
   for (int64_t d : spec.shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " \"", spec.name, "\" has a negative dimension"));
     }
+    if (d > 0 && bytes > kMaxTensorBytes / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " \"", spec.name, "\" is larger than ", kMaxTensorBytes, " bytes"));
+    }
+    bytes *= d;
   }
   return spec;
 }
@@ -140,8 +151,14 @@ int64_t BoundaryBytes(const std::vector<TensorSpec>& tensors, bool gradients) {
 }
 
 absl::StatusOr<ModelPackage> ReadModelPackage(const std::string& dir) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadText(dir + "/manifest.json"));
+  return ModelPackageFromJson(text, dir);
+}
+
+absl::StatusOr<ModelPackage> ModelPackageFromJson(const std::string& json, const std::string& dir) {
   const std::string path = dir + "/manifest.json";
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::ModelPackageManifest m, ReadJson<v1::ModelPackageManifest>(path));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::ModelPackageManifest m,
+                            ParseJson<v1::ModelPackageManifest>(json, path));
   if (m.format() != "pipeplan-model-package/1") {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": format is \"", m.format(), "\", this worker reads pipeplan-model-package/1"));
@@ -167,8 +184,14 @@ absl::StatusOr<ModelPackage> ReadModelPackage(const std::string& dir) {
 }
 
 absl::StatusOr<CompiledStages> ReadCompiledStages(const std::string& dir) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadText(dir + "/stages.json"));
+  return CompiledStagesFromJson(text, dir);
+}
+
+absl::StatusOr<CompiledStages> CompiledStagesFromJson(const std::string& json,
+                                                      const std::string& dir) {
   const std::string path = dir + "/stages.json";
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::StagesManifest m, ReadJson<v1::StagesManifest>(path));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::StagesManifest m, ParseJson<v1::StagesManifest>(json, path));
   if (m.format() != "pipeplan-stages/1") {
     return absl::InvalidArgumentError(absl::StrCat(path, ": format is \"", m.format(),
                                                    "\", this worker reads pipeplan-stages/1"));

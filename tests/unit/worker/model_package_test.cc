@@ -121,6 +121,27 @@ TEST(ModelPackage, ReadsManifest) {
               HasSubstr("reads pipeplan-model-package/1"));
 }
 
+// Sizes are computed in int64 from the manifest's shapes: shapes whose
+// product would overflow (found by the model_package fuzzer under UBSan)
+// are refused with the tensor named.
+TEST(ModelPackage, RefusesTensorsTooLargeToSize) {
+  const std::string huge = R"({"format": "pipeplan-model-package/1", "nodes": ["x"],
+    "inputs": [{"name": "x", "shape": [4, 8], "dtype": "float32"}],
+    "output": {"name": "y", "shape": [4611686018427387904, 4], "dtype": "float32"},
+    "batch_dim": 0})";
+  auto package = ModelPackageFromJson(huge, "pkg");
+  EXPECT_EQ(package.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(package.status().message()),
+              HasSubstr("pkg/manifest.json: output \"y\" is larger than 1099511627776 bytes"));
+  // 1 TiB is the most a tensor may hold.
+  auto edge = ModelPackageFromJson(R"({"format": "pipeplan-model-package/1", "nodes": ["x"],
+    "inputs": [{"name": "x", "shape": [1099511627776], "dtype": "int8"}],
+    "output": {"shape": [1], "dtype": "float32"}, "batch_dim": 0})",
+                                   "pkg");
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(BoundaryBytes(edge->inputs, false), int64_t{1} << 40);
+}
+
 TEST(ModelPackage, MustFitTheJobsGraphAndPlan) {
   ModelPackage p;
   p.dir = "pkg";

@@ -80,6 +80,11 @@ int64_t BoundaryBytes(const std::vector<TensorSpec>& tensors, bool gradients);
 absl::StatusOr<ModelPackage> ReadModelPackage(const std::string& dir);
 // Also checks that stage s's outputs are stage s+1's inputs.
 absl::StatusOr<CompiledStages> ReadCompiledStages(const std::string& dir);
+// The same from the files' text (`dir` as the directory they came from), for
+// fuzzing and for callers that already hold the text.
+absl::StatusOr<ModelPackage> ModelPackageFromJson(const std::string& json, const std::string& dir);
+absl::StatusOr<CompiledStages> CompiledStagesFromJson(const std::string& json,
+                                                      const std::string& dir);
 
 // INVALID_ARGUMENT unless `graph_nodes` (the job graph's node ids, in order)
 // are the package's nodes: a package exported from another model. `jobs
