@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -88,10 +89,10 @@ absl::Status DecodeStages(const v1::Plan& plan, DecodedPlan* out) {
 // The stage count and every stage's device must be what the schedule places.
 absl::Status CheckPlacement(const DecodedPlan& p) {
   const std::string name(schedule::ScheduleKindName(p.schedule));
-  if (p.num_ranks * p.chunks_per_rank != p.num_stages()) {
+  if (int64_t{p.num_ranks} * p.chunks_per_rank != p.num_stages()) {
     return Bad("plan.stages: ", p.num_stages(), " stages on ", p.num_ranks,
                " ranks (devices), but ", name, " with chunks_per_rank ", p.chunks_per_rank,
-               " places ", p.num_ranks * p.chunks_per_rank);
+               " places ", int64_t{p.num_ranks} * p.chunks_per_rank);
   }
   for (int s = 0; s < p.num_stages(); ++s) {
     const int rank = p.compute_schedule.stage_to_rank[s];
@@ -216,7 +217,8 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
   out.rank_devices = RankDevices(plan);
   out.num_ranks = static_cast<int>(out.rank_devices.size());
   PIPEPLAN_RETURN_IF_ERROR(DecodeStages(plan, &out));
-  if (out.num_ranks * out.chunks_per_rank == out.num_stages()) {
+  // In 64 bits: chunks_per_rank comes from the plan (any int32).
+  if (int64_t{out.num_ranks} * out.chunks_per_rank == out.num_stages()) {
     absl::StatusOr<schedule::PipelineSchedule> built =
         schedule::BuildSchedule(out.schedule, out.num_ranks, out.microbatches, out.chunks_per_rank);
     if (!built.ok()) return Bad("plan: ", built.status().message());

@@ -133,6 +133,12 @@ TEST(DecodePlan, NamesTheFieldOfEveryError) {
   p = PlanOn({"a", "b"}, v1::SCHEDULE_1F1B);
   p.set_node_stage(1, 9);
   ExpectInvalid(p, "plan.node_stage[1]: 9 is not a stage (the plan has 2)");
+
+  // Ranks x chunks_per_rank in 64 bits (the plan_decoder fuzzer's UBSan
+  // finding: 4 x INT32_MAX).
+  p = PlanOn({"a", "b", "c", "d"}, v1::SCHEDULE_INTERLEAVED_1F1B);
+  p.set_chunks_per_rank(2147483647);
+  ExpectInvalid(p, "with chunks_per_rank 2147483647 places 8589934588");
 }
 
 TEST(DecodePlan, TimeFactorsOnlyWhenPositiveAndFinite) {

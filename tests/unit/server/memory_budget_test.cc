@@ -78,6 +78,10 @@ TEST(EstimateSolveBytes, GrowsWithNodesEdgesBytesAndDevicePairs) {
   for (int i = 0; i < 4096; ++i) many_devices.mutable_cluster()->add_devices();
   // The bandwidth and latency matrices alone: 16 bytes per device pair.
   EXPECT_GT(EstimateSolveBytes(many_devices, 0), int64_t{16} * 4104 * 4104);
+  // From 1,000 nodes on, a search that may run the MILP gets its allowance.
+  const int64_t dp = EstimateSolveBytes(more_nodes, 0);
+  more_nodes.mutable_options()->set_method(v1::METHOD_AUTO);
+  EXPECT_GE(EstimateSolveBytes(more_nodes, 0), dp + (int64_t{64} << 20));
   // Negative sizes (a caller's bug) do not make the estimate smaller.
   EXPECT_GE(EstimateSolveBytes(small, -5), EstimateSolveBytes(small, 0));
 }
