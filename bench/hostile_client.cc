@@ -40,6 +40,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
+#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/cmdline/flag_set.h"
 
 namespace {
 
@@ -328,57 +330,84 @@ void Large(const Options& o, Planner& p, RssSampler& rss) {
   answers.Print();
 }
 
-bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      o->planner_args.assign(argv + i + 1, argv + argc);
-      break;
-    }
-    if (i + 1 >= argc) return false;
-    std::string v = argv[++i];
-    std::map<std::string, int64_t*> nums = {{"--keys", &o->keys},
-                                            {"--value-bytes", &o->value_bytes},
-                                            {"--reports", &o->reports},
-                                            {"--report-bytes", &o->report_bytes},
-                                            {"--distinct", &o->distinct},
-                                            {"--request-bytes", &o->request_bytes},
-                                            {"--nodes", &o->nodes},
-                                            {"--concurrent", &o->concurrent},
-                                            {"--auto-options", &o->auto_options},
-                                            {"--hold-seconds", &o->hold_seconds}};
-    if (a == "--planner-binary") {
-      o->planner_binary = v;
-    } else if (a == "--phases") {
-      o->phases = absl::StrSplit(v, ',');
-    } else if (auto it = nums.find(a); it != nums.end()) {
-      if (!absl::SimpleAtoi(v, it->second) || *it->second < 0) return false;
-    } else {
-      return false;
+const pipeplan::cmdline::FlagSet& HostileFlags() {
+  static const pipeplan::cmdline::FlagSet* flags = [] {
+    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-hostile");
+    f->Value("planner-binary", "PATH", "the pipeplan-planner to start (required)")
+        .Value("phases", "A,B", "rendezvous,reports,cache,large (all)")
+        .Value("keys", "N", "rendezvous: values written (1024)")
+        .Value("value-bytes", "N", "rendezvous: bytes per value (1048576)")
+        .Value("reports", "N", "reports: step reports sent (100)")
+        .Value("report-bytes", "N", "reports: bytes per report (4000000)")
+        .Value("distinct", "N", "cache: distinct Plan requests (100)")
+        .Value("request-bytes", "N", "cache: bytes per request (15000000)")
+        .Value("concurrent", "N", "large: Plan requests at once (6)")
+        .Value("nodes", "N", "large: nodes per request (1000000)")
+        .Value("auto-options", "0|1",
+               "large: 1 leaves ranks, schedule and method to the planner (0)")
+        .Value("hold-seconds", "S", "keep the planner alive this long at the end (0)");
+    return f;
+  }();
+  return *flags;
+}
+
+// Arguments after `--` go to the planner.
+absl::Status ReadArgs(const pipeplan::cmdline::ParsedFlags& f, Options* o) {
+  absl::StatusOr<std::string> binary = f.Require("planner-binary");
+  if (!binary.ok()) return binary.status();
+  o->planner_binary = *binary;
+  if (auto phases = f.Get("phases")) o->phases = absl::StrSplit(*phases, ',');
+  const std::pair<const char*, int64_t*> counts[] = {{"keys", &o->keys},
+                                                     {"value-bytes", &o->value_bytes},
+                                                     {"reports", &o->reports},
+                                                     {"report-bytes", &o->report_bytes},
+                                                     {"distinct", &o->distinct},
+                                                     {"request-bytes", &o->request_bytes},
+                                                     {"nodes", &o->nodes},
+                                                     {"concurrent", &o->concurrent},
+                                                     {"auto-options", &o->auto_options},
+                                                     {"hold-seconds", &o->hold_seconds}};
+  for (const auto& [name, out] : counts) {
+    absl::StatusOr<int64_t> v = f.GetInt64(name, *out);
+    if (!v.ok()) return v.status();
+    *out = *v;
+    if (*out < 0) {
+      return pipeplan::cmdline::UsageError(
+          absl::StrCat("--", name, " wants a non-negative integer, got ", *out));
     }
   }
-  return !o->planner_binary.empty();
+  o->planner_args = f.positionals();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const pipeplan::cmdline::FlagSet& flags = HostileFlags();
+  absl::StatusOr<pipeplan::cmdline::ParsedFlags> parsed =
+      flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (parsed.ok() && parsed->help_requested()) {
+    std::cout << "usage: pipeplan-hostile --planner-binary PATH [flags] [-- planner flags]\n\n"
+              << flags.Help();
+    return pipeplan::cmdline::kExitOk;
+  }
   Options o;
-  if (!ParseArgs(argc, argv, &o)) {
-    std::cerr << "usage: pipeplan-hostile --planner-binary PATH [--phases a,b] [sizes] "
-                 "[-- planner flags]\n";
-    return 2;
+  absl::Status read = parsed.ok() ? ReadArgs(*parsed, &o) : parsed.status();
+  if (!read.ok()) {
+    std::cerr << "pipeplan-hostile: " << read.message()
+              << "\nrun `pipeplan-hostile --help` for usage\n";
+    return pipeplan::cmdline::kExitUsage;
   }
   Planner planner;
   if (!planner.Start(o)) {
     std::cerr << "pipeplan-hostile: the planner did not start\n";
-    return 1;
+    return pipeplan::cmdline::kExitError;
   }
   auto client =
       PlannerClient::Connect({.address = planner.address(), .max_message_bytes = 256 << 20});
   if (!client.ok()) {
     std::cerr << client.status() << "\n";
-    return 1;
+    return pipeplan::cmdline::kExitError;
   }
   RssSampler rss(&planner);
   std::printf("planner %s, RSS at start %.0f MiB\n", planner.address().c_str(), MiB(planner.Rss()));
