@@ -21,7 +21,9 @@ std::string HumanBytes(double bytes) {
     bytes /= 1024;
     ++u;
   }
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  // Two calls: absl checks a constexpr format only (clang refuses the other).
+  return u == 0 ? absl::StrFormat("%.0f %s", bytes, units[u])
+                : absl::StrFormat("%.2f %s", bytes, units[u]);
 }
 
 std::string HumanSeconds(double s) {
