@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/server/clock.h"
 #include "pipeplan/server/store.h"
 #include "support/postgres_server.h"
 
@@ -106,6 +107,43 @@ TEST_F(PostgresStoreTest, RefusesADatabaseOfANewerPlanner) {
                   .ok());
   auto s = OpenPostgresStore(url_);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
+}
+
+// Migration 2 adds report times to a database of schema 1: its reports are
+// kept, read as time 0, and the first age trim of their job drops them.
+TEST_F(PostgresStoreTest, ReportsOfSchemaOneGetTimesAndAgeOut) {
+  {
+    std::unique_ptr<Store> s = Open();
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(s->CreateJob({"j", "", 1, 1}, Version("j", 1, "created")).ok());
+    for (int step = 0; step < 10; ++step) {
+      v1::ReportStepRequest r;
+      r.set_job_id("j");
+      r.set_step(step);
+      ASSERT_TRUE(s->AppendStepReport(r).ok());
+    }
+  }
+  ASSERT_TRUE(server_
+                  ->RunSql(absl::StrCat("pg_test_", databases_),
+                           "ALTER TABLE step_reports DROP COLUMN time_ms; "
+                           "DELETE FROM schema_migrations WHERE version = 2")
+                  .ok());
+  FakeClock clock;
+  auto s = OpenPostgresStore(
+      url_, {.report_window = 1000, .report_max_age = absl::Hours(1), .clock = &clock});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->RecentStepReports("j", 100, int64_t{1} << 30)->size(), 10u);
+  // The job's next trim comes with its 62nd report (1000 / 16).
+  for (int step = 10; step < 72; ++step) {
+    v1::ReportStepRequest r;
+    r.set_job_id("j");
+    r.set_step(step);
+    ASSERT_TRUE((*s)->AppendStepReport(r).ok());
+  }
+  auto left = (*s)->RecentStepReports("j", 100, int64_t{1} << 30);
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->size(), 62u);
+  for (const v1::ReportStepRequest& r : *left) EXPECT_GE(r.step(), 10);
 }
 
 TEST_F(PostgresStoreTest, ServerDownIsUnavailableThenRecovers) {
