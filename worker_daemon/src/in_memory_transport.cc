@@ -36,7 +36,8 @@ class MemoryRecv final : public PendingOp {
                                               it->second.size(), " bytes, the receive expects ",
                                               data_.size()));
     }
-    std::memcpy(data_.data(), it->second.data(), data_.size());
+    // An empty message has null data, which memcpy may not be given.
+    if (!data_.empty()) std::memcpy(data_.data(), it->second.data(), data_.size());
     hub_->mailbox_.erase(it);
     return absl::OkStatus();
   }
