@@ -239,13 +239,22 @@ absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const 
   return score.simulation.step_seconds;
 }
 
-// Seconds the job's workers paused at the switch into `version`: per worker,
-// the gap between the end of its last step of an earlier version and the
-// start of its first step of `version`, the largest over workers; 0 when
-// no switch is in the reports.
+// What the next planned switch is expected to cost, from the switch into
+// `version`: the longest pause a rank reported with its first step of it,
+// less the time it waited for its stages to compile (a planned switch
+// compiles in the background). Workers that report no pause (older ones)
+// are timed by the gap between their last step of an earlier version and
+// their first of `version`, which also counts compilation and, after a lost
+// worker, the lease that noticed it. 0 when no switch is in the reports.
 double MeasuredSwitchSeconds(const std::vector<v1::ReportStepRequest>& reports, int64_t version) {
+  double reported = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> ends;  // worker -> (last old end, first new)
   for (const v1::ReportStepRequest& r : reports) {
+    if (r.plan_version() == version && r.switch_seconds() > 0) {
+      reported = std::max(
+          reported,
+          std::max(0.0, r.switch_seconds() - std::max(0.0, r.switch_compile_wait_seconds())));
+    }
     if (r.start_unix_us() <= 0) continue;
     auto& [old_end, new_start] = ends[r.worker_id()];
     if (r.plan_version() < version) {
@@ -254,6 +263,7 @@ double MeasuredSwitchSeconds(const std::vector<v1::ReportStepRequest>& reports, 
       new_start = new_start == 0 ? r.start_unix_us() : std::min(new_start, r.start_unix_us());
     }
   }
+  if (reported > 0) return reported;
   double out = 0;
   for (const auto& [worker, e] : ends) {
     if (e.first > 0 && e.second > e.first) {
@@ -261,6 +271,16 @@ double MeasuredSwitchSeconds(const std::vector<v1::ReportStepRequest>& reports, 
     }
   }
   return out;
+}
+
+// Steps a switch now would pay off over: the policy's horizon, or fewer when
+// the job trains to max_steps and fewer are left.
+int HorizonSteps(const v1::Job& job, const ReplanPolicyOptions& options) {
+  const int64_t max_steps = job.training().max_steps();
+  if (max_steps <= 0) return options.horizon_steps;
+  int64_t done = 0;
+  for (const v1::WorkerStatus& w : job.workers()) done = std::max(done, w.last_step() + 1);
+  return static_cast<int>(std::clamp<int64_t>(max_steps - done, 1, options.horizon_steps));
 }
 
 double PredictedGain(const ReplanOutcome& o) {
@@ -330,10 +350,12 @@ v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFact
 
 }  // namespace
 
-double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds) {
+double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds,
+                      int horizon_steps) {
   const double switch_seconds =
       measured_switch_seconds > 0 ? measured_switch_seconds : options.assumed_switch_seconds;
-  return std::max(options.min_gain_seconds, switch_seconds / std::max(1, options.horizon_steps));
+  const int horizon = horizon_steps > 0 ? horizon_steps : options.horizon_steps;
+  return std::max(options.min_gain_seconds, switch_seconds / std::max(1, horizon));
 }
 
 ReplanPolicy::ReplanPolicy(JobRegistry* registry, SolvePool* pool, const Clock* clock,
@@ -534,13 +556,13 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     // switch (workers pause to reconnect and move state).
     const double seconds = outcome.current_step_seconds - outcome.new_step_seconds;
     const double measured = MeasuredSwitchSeconds(reports, vp.version());
-    const double floor = MinGainSeconds(options_, measured);
+    const int horizon = HorizonSteps(job, options_);
+    const double floor = MinGainSeconds(options_, measured, horizon);
     if (!(seconds > floor)) {
       return no_change(absl::StrFormat(
           "predicted gain %.4g s per step is not above %.4g s (the floor, or a %.3g s switch "
           "over %d steps)",
-          seconds, floor, measured > 0 ? measured : options_.assumed_switch_seconds,
-          options_.horizon_steps));
+          seconds, floor, measured > 0 ? measured : options_.assumed_switch_seconds, horizon));
     }
   }
   const std::string why = calibrating                               ? CalibrationReason(est.result)

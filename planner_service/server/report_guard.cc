@@ -47,10 +47,14 @@ absl::Status CheckStepReport(const v1::ReportStepRequest& report, double predict
     }
     return absl::OkStatus();
   };
-  absl::Status s = first_error({check("step_seconds", report.step_seconds(), true),
-                                check("compute_seconds", report.compute_seconds(), true),
-                                check("comm_seconds", report.comm_seconds(), true),
-                                check("peak_memory_bytes", report.peak_memory_bytes(), false)});
+  absl::Status s = first_error(
+      {check("step_seconds", report.step_seconds(), true),
+       check("compute_seconds", report.compute_seconds(), true),
+       check("comm_seconds", report.comm_seconds(), true),
+       check("peak_memory_bytes", report.peak_memory_bytes(), false),
+       // A switch may compile for minutes: no step-sized limit.
+       check("switch_seconds", report.switch_seconds(), false),
+       check("switch_compile_wait_seconds", report.switch_compile_wait_seconds(), false)});
   if (!s.ok()) return s;
   if (!(report.bubble_ratio() >= 0 && report.bubble_ratio() <= 1)) {
     if (field) *field = "bubble_ratio";

@@ -152,8 +152,11 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   active_ = std::move(*next);
   const double switch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::string costs;
+  unreported_switch_.reset();
+  if (active_->rank >= 0) unreported_switch_ = SwitchPause{.seconds = switch_seconds};
   if (training_ && active_->rank >= 0) {
     const SwitchCost c = training_->LastSwitchCost();
+    unreported_switch_->compile_wait_seconds = c.compile_wait_seconds;
     costs = absl::StrCat(" switch_seconds=", switch_seconds, " compile_seconds=", c.compile_seconds,
                          " compile_wait_seconds=", c.compile_wait_seconds,
                          " state_move_seconds=", c.state_move_seconds);
@@ -194,8 +197,13 @@ absl::Status StepLoop::RunOneStep() {
   const StepResult& r = *run;
   const std::optional<double> loss = active_->executor->LastLoss();
   const double peak_memory = active_->executor->PeakMemoryBytes();
-  const std::string report_result =
-      reports_.Add(MakeStepReport(options_, active_->version, r, peak_memory, loss));
+  v1::ReportStepRequest report = MakeStepReport(options_, active_->version, r, peak_memory, loss);
+  if (unreported_switch_) {
+    report.set_switch_seconds(unreported_switch_->seconds);
+    report.set_switch_compile_wait_seconds(unreported_switch_->compile_wait_seconds);
+    unreported_switch_.reset();
+  }
+  const std::string report_result = reports_.Add(std::move(report));
   if (metrics_) {
     metrics_->ObserveStep(r.step_seconds);
     metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -85,6 +86,13 @@ class StepLoop {
   TrainingSession* training_;
   ReportSender& reports_;
   std::unique_ptr<ActivePlan> active_;
+  // The last switch's pause and compile wait, sent with the first step
+  // report of the version it switched into (then cleared).
+  struct SwitchPause {
+    double seconds = 0;
+    double compile_wait_seconds = 0;
+  };
+  std::optional<SwitchPause> unreported_switch_;
   int64_t step_ = 0;
   bool trained_to_the_end_ = false;
 };

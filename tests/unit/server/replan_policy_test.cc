@@ -31,6 +31,12 @@ int NodesOn(const v1::Plan& plan, const std::string& device) {
   return n;
 }
 
+// The pause a worker reports with its first step of a version.
+struct Pause {
+  double seconds = 0;
+  double compile_wait_seconds = 0;
+};
+
 class ReplanPolicyTest : public ::testing::Test {
  protected:
   void SetUp() override { SetLogEnabled(false); }
@@ -76,7 +82,7 @@ class ReplanPolicyTest : public ::testing::Test {
   // device's real time relative to the request's cluster (what a synthetic
   // worker with --slowdown does).
   void Report(int steps, std::map<std::string, double> truth, double noise = 0.02,
-              std::vector<std::string> skip = {}) {
+              std::vector<std::string> skip = {}, Pause pause = Pause()) {
     const v1::VersionedPlan vp = Current();
     std::map<std::string, double> plan_factor;
     for (const auto& f : vp.plan().calibration().devices()) {
@@ -92,6 +98,10 @@ class ReplanPolicyTest : public ::testing::Test {
         r.set_worker_id(worker);
         r.set_step(step_);
         r.set_plan_version(vp.version());
+        if (i == 0) {
+          r.set_switch_seconds(pause.seconds);
+          r.set_switch_compile_wait_seconds(pause.compile_wait_seconds);
+        }
         for (int s = 0; s < vp.plan().stages_size(); ++s) {
           const v1::Stage& st = vp.plan().stages(s);
           if (st.device_id() != device) continue;
@@ -221,6 +231,30 @@ TEST_F(ReplanPolicyTest, AbsoluteFloorBlocksASmallGain) {
   EXPECT_GT(outcome->current_step_seconds, 1.05 * outcome->new_step_seconds);
   EXPECT_NE(outcome->reason.find("per step is not above"), std::string::npos) << outcome->reason;
   EXPECT_EQ(Current().version(), 1);
+}
+
+TEST_F(ReplanPolicyTest, TheReportedPauseLessCompileWaitIsTheSwitchCost) {
+  ReplanPolicyOptions o = Fast();
+  o.horizon_steps = 1;  // the switch must pay for itself within one step
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  // 1000 s pauses, all of it but 1 ms spent compiling (which a planned
+  // switch does in the background): the floor stays at min_gain_seconds.
+  Report(6, {{"gpu2", 2.0}}, 0.02, {}, {.seconds = 1000, .compile_wait_seconds = 1000 - 1e-3});
+  auto outcome = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->published) << outcome->reason;
+}
+
+TEST_F(ReplanPolicyTest, ALongReportedPauseBlocksASwitchThatWouldNotPayBack) {
+  ReplanPolicyOptions o = Fast();
+  o.horizon_steps = 1;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(6, {{"gpu2", 2.0}}, 0.02, {}, {.seconds = 1000});
+  auto outcome = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->published);
+  EXPECT_NE(outcome->reason.find("a 1e+03 s switch over 1 steps"), std::string::npos)
+      << outcome->reason;
 }
 
 TEST_F(ReplanPolicyTest, WaitsForMinStepsAndMinInterval) {

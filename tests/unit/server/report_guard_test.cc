@@ -81,6 +81,22 @@ TEST(ReplanGuard, AbsoluteFloorAndSwitchCost) {
   EXPECT_LT(0.5e-3, MinGainSeconds(o, 0));
   // A measured 10 s switch over 1000 steps needs 10 ms per step.
   EXPECT_DOUBLE_EQ(MinGainSeconds(o, 10), 10e-3);
+  // Over the 100 steps left of a job it needs 100 ms.
+  EXPECT_DOUBLE_EQ(MinGainSeconds(o, 10, 100), 0.1);
+}
+
+TEST(ReportGuard, SwitchPausesMayBeLongButNotNegativeOrNonFinite) {
+  v1::ReportStepRequest r = Good();
+  r.set_switch_seconds(600);  // a long compile is not absurd
+  EXPECT_TRUE(CheckStepReport(r, 0.02, absl::Seconds(10)).ok());
+  r.set_switch_compile_wait_seconds(-1);
+  std::string field;
+  EXPECT_EQ(CheckStepReport(r, 0.02, absl::Seconds(10), &field).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(field, "switch_compile_wait_seconds");
+  r.set_switch_compile_wait_seconds(0);
+  r.set_switch_seconds(std::numeric_limits<double>::infinity());
+  EXPECT_FALSE(CheckStepReport(r, 0.02, absl::Seconds(10)).ok());
 }
 
 }  // namespace

@@ -83,10 +83,14 @@ struct ReplanPolicyOptions {
 
 enum class ReplanTrigger { kCalibration, kWorkerLost, kWorkerJoined };
 
-// The absolute gain per step a calibration replan must beat:
-// max(min_gain_seconds, switch seconds / horizon_steps), the switch seconds
-// measured when positive, else assumed.
-double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds);
+// The absolute gain per step a calibration (or scale-up) replan must beat:
+// max(min_gain_seconds, switch seconds / horizon), the switch seconds
+// measured when positive (the pause the workers reported at the last switch,
+// less their wait for compilation), else assumed; the horizon is
+// `horizon_steps` when positive (the steps left of a job with max_steps,
+// capped by the option), else the option's.
+double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds,
+                      int horizon_steps = 0);
 
 struct ReplanOutcome {
   bool published = false;
