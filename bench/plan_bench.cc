@@ -18,41 +18,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench_inputs.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 
 namespace pipeplan {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Loaded {
-  std::unique_ptr<Graph> graph;
-  std::unique_ptr<Cluster> cluster;
-};
-
-Loaded Load(const std::string& graph_path, const std::string& cluster_path) {
-  v1::PlanRequest req;
-  if (auto s = ParseJson(ReadFile(graph_path), req.mutable_graph()); !s.ok()) {
-    std::cerr << graph_path << ": " << s << "\n";
-    std::exit(1);
-  }
-  if (auto s = ParseJson(ReadFile(cluster_path), req.mutable_cluster()); !s.ok()) {
-    std::cerr << cluster_path << ": " << s << "\n";
-    std::exit(1);
-  }
-  auto in = PlanInputs::FromRequest(req);
-  if (!in.ok()) {
-    std::cerr << in.status() << "\n";
-    std::exit(1);
-  }
-  return {std::move(in->graph), std::move(in->cluster)};
-}
+using bench::Load;
+using bench::Loaded;
 
 void Row(const std::string& graph, int nodes, int k, PartitionMethod method, const Loaded& in,
          int repeats, double gap, double time_limit) {

@@ -19,41 +19,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench_inputs.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 
 namespace pipeplan {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Loaded {
-  std::unique_ptr<Graph> graph;
-  std::unique_ptr<Cluster> cluster;
-};
-
-Loaded Load(const std::string& graph_path, const std::string& cluster_path) {
-  v1::PlanRequest req;
-  for (const auto& [path, message] :
-       {std::pair<std::string, google::protobuf::Message*>{graph_path, req.mutable_graph()},
-        {cluster_path, req.mutable_cluster()}}) {
-    if (auto s = ParseJson(ReadFile(path), message); !s.ok()) {
-      std::cerr << path << ": " << s << "\n";
-      std::exit(1);
-    }
-  }
-  auto in = PlanInputs::FromRequest(req);
-  if (!in.ok()) {
-    std::cerr << in.status() << "\n";
-    std::exit(1);
-  }
-  return {std::move(in->graph), std::move(in->cluster)};
-}
+using bench::Load;
+using bench::Loaded;
 
 // Peak bytes on the fullest device: a rank holds chunks_per_rank stages.
 double MemoryPerDevice(const PlanResult& p) {

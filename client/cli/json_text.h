@@ -7,10 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "pipeplan/core/json_string.h"
+
 namespace pipeplan::cli {
 
-// A quoted, escaped JSON string.
-std::string JsonString(std::string_view s);
+using ::pipeplan::JsonString;  // a quoted, escaped JSON string
 // A number that reads back to the same double.
 std::string JsonNumber(double x);
 

@@ -1,0 +1,39 @@
+#include "bench_inputs.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <utility>
+
+#include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/planner.h"
+
+namespace pipeplan::bench {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Loaded Load(const std::string& graph_path, const std::string& cluster_path) {
+  v1::PlanRequest req;
+  for (const auto& [path, message] :
+       {std::pair<std::string, google::protobuf::Message*>{graph_path, req.mutable_graph()},
+        {cluster_path, req.mutable_cluster()}}) {
+    if (auto s = ParseJson(ReadFile(path), message); !s.ok()) {
+      std::cerr << path << ": " << s << "\n";
+      std::exit(1);
+    }
+  }
+  auto in = PlanInputs::FromRequest(req);
+  if (!in.ok()) {
+    std::cerr << in.status() << "\n";
+    std::exit(1);
+  }
+  return {std::move(in->graph), std::move(in->cluster)};
+}
+
+}  // namespace pipeplan::bench
