@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -25,37 +28,13 @@ absl::Status CheckNonNegative(double x, absl::string_view field) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
-  if (spec.devices.empty()) return absl::InvalidArgumentError("cluster.devices is empty");
-  // The bandwidth and latency matrices have n^2 entries indexed in int.
-  if (spec.devices.size() > kMaxDevices) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster.devices has ", spec.devices.size(),
-                                                   " entries; at most ", kMaxDevices,
-                                                   " are supported"));
-  }
-  const std::pair<double, const char*> defaults[] = {
-      {spec.intra_host_bandwidth, "cluster.intra_host_bandwidth"},
-      {spec.inter_host_bandwidth, "cluster.inter_host_bandwidth"},
-      {spec.intra_host_latency, "cluster.intra_host_latency"},
-      {spec.inter_host_latency, "cluster.inter_host_latency"}};
-  for (const auto& [value, field] : defaults) {
-    if (auto s = CheckNonNegative(value, field); !s.ok()) return s;
-  }
-  const double intra_bw =
-      spec.intra_host_bandwidth > 0 ? spec.intra_host_bandwidth : kDefaultIntraHostBandwidth;
-  const double inter_bw =
-      spec.inter_host_bandwidth > 0 ? spec.inter_host_bandwidth : kDefaultInterHostBandwidth;
-  const double intra_lat =
-      spec.intra_host_latency > 0 ? spec.intra_host_latency : kDefaultIntraHostLatency;
-  const double inter_lat =
-      spec.inter_host_latency > 0 ? spec.inter_host_latency : kDefaultInterHostLatency;
-
-  Cluster c;
+// Device ids are unique and non-empty, flops and memory positive; returns
+// each id's index.
+absl::StatusOr<absl::flat_hash_map<std::string, int>> IndexDevices(
+    const std::vector<DeviceSpec>& devices) {
   absl::flat_hash_map<std::string, int> index;
-  for (size_t i = 0; i < spec.devices.size(); ++i) {
-    const DeviceSpec& d = spec.devices[i];
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceSpec& d = devices[i];
     const std::string where = absl::StrCat("cluster.devices[", i, "]");
     if (d.id.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ".id is empty"));
     if (auto [it, inserted] = index.emplace(d.id, static_cast<int>(i)); !inserted) {
@@ -66,24 +45,16 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
     if (auto s = CheckPositive(d.memory_bytes, absl::StrCat(where, ".memory_bytes")); !s.ok()) {
       return s;
     }
-    c.max_flops_ = std::max(c.max_flops_, d.flops);
   }
-  c.devices_ = std::move(spec.devices);
-  const int n = c.num_devices();
-  c.bandwidth_.resize(n * n);
-  c.latency_.resize(n * n);
-  for (int a = 0; a < n; ++a) {
-    for (int b = 0; b < n; ++b) {
-      const bool same_host = c.devices_[a].host == c.devices_[b].host;
-      c.bandwidth_[a * n + b] = same_host ? intra_bw : inter_bw;
-      c.latency_[a * n + b] = same_host ? intra_lat : inter_lat;
-    }
-  }
-  // A link sets both directions unless the reverse direction is listed too,
-  // so apply all links once symmetrically and then the directed ones again.
+  return index;
+}
+
+// Each link's (src, dst) device indices, its ends and numbers checked.
+absl::StatusOr<std::vector<std::pair<int, int>>> ResolveLinks(
+    const std::vector<LinkSpec>& links, const absl::flat_hash_map<std::string, int>& index) {
   std::vector<std::pair<int, int>> resolved;
-  for (size_t i = 0; i < spec.links.size(); ++i) {
-    const LinkSpec& l = spec.links[i];
+  for (size_t i = 0; i < links.size(); ++i) {
+    const LinkSpec& l = links[i];
     const std::string where = absl::StrCat("cluster.links[", i, "]");
     auto src = index.find(l.src);
     if (src == index.end()) {
@@ -104,18 +75,61 @@ absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
     }
     resolved.emplace_back(src->second, dst->second);
   }
+  return resolved;
+}
+
+double OrDefault(double value, double fallback) { return value > 0 ? value : fallback; }
+
+}  // namespace
+
+absl::StatusOr<Cluster> Cluster::Build(ClusterSpec spec) {
+  if (spec.devices.empty()) return absl::InvalidArgumentError("cluster.devices is empty");
+  // The bandwidth and latency matrices have n^2 entries indexed in int.
+  if (spec.devices.size() > kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.devices has ", spec.devices.size(),
+                                                   " entries; at most ", kMaxDevices,
+                                                   " are supported"));
+  }
+  const std::pair<double, const char*> defaults[] = {
+      {spec.intra_host_bandwidth, "cluster.intra_host_bandwidth"},
+      {spec.inter_host_bandwidth, "cluster.inter_host_bandwidth"},
+      {spec.intra_host_latency, "cluster.intra_host_latency"},
+      {spec.inter_host_latency, "cluster.inter_host_latency"}};
+  for (const auto& [value, field] : defaults) {
+    if (auto s = CheckNonNegative(value, field); !s.ok()) return s;
+  }
+  absl::StatusOr<absl::flat_hash_map<std::string, int>> index = IndexDevices(spec.devices);
+  if (!index.ok()) return index.status();
+  absl::StatusOr<std::vector<std::pair<int, int>>> resolved = ResolveLinks(spec.links, *index);
+  if (!resolved.ok()) return resolved.status();
+
+  Cluster c;
+  for (const DeviceSpec& d : spec.devices) c.max_flops_ = std::max(c.max_flops_, d.flops);
+  c.devices_ = std::move(spec.devices);
+  const int n = c.num_devices();
+  const double intra_bw = OrDefault(spec.intra_host_bandwidth, kDefaultIntraHostBandwidth);
+  const double inter_bw = OrDefault(spec.inter_host_bandwidth, kDefaultInterHostBandwidth);
+  const double intra_lat = OrDefault(spec.intra_host_latency, kDefaultIntraHostLatency);
+  const double inter_lat = OrDefault(spec.inter_host_latency, kDefaultInterHostLatency);
+  c.bandwidth_.resize(n * n);
+  c.latency_.resize(n * n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      const bool same_host = c.devices_[a].host == c.devices_[b].host;
+      c.bandwidth_[a * n + b] = same_host ? intra_bw : inter_bw;
+      c.latency_[a * n + b] = same_host ? intra_lat : inter_lat;
+    }
+  }
+  // A link sets both directions unless the reverse direction is listed too,
+  // so apply all links once symmetrically and then the directed ones again.
   c.own_links_.assign(n, 0);
-  for (const auto& [a, b] : resolved) c.own_links_[a] = c.own_links_[b] = 1;
+  for (const auto& [a, b] : *resolved) c.own_links_[a] = c.own_links_[b] = 1;
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < resolved.size(); ++i) {
-      const auto [a, b] = resolved[i];
-      if (pass == 0) {
-        c.bandwidth_[b * n + a] = spec.links[i].bandwidth;
-        c.latency_[b * n + a] = spec.links[i].latency;
-      } else {
-        c.bandwidth_[a * n + b] = spec.links[i].bandwidth;
-        c.latency_[a * n + b] = spec.links[i].latency;
-      }
+    for (size_t i = 0; i < resolved->size(); ++i) {
+      const auto [a, b] = (*resolved)[i];
+      const int at = pass == 0 ? b * n + a : a * n + b;
+      c.bandwidth_[at] = spec.links[i].bandwidth;
+      c.latency_[at] = spec.links[i].latency;
     }
   }
   return c;
