@@ -7,6 +7,7 @@
 #   ./scripts/fuzz.sh                       # every target, 60 s each
 #   FUZZ_SECONDS=600 ./scripts/fuzz.sh plan_decoder worker_rpc
 #   FUZZ_MERGE=1 ./scripts/fuzz.sh          # then add new coverage to tests/fuzz/corpus/
+#   FUZZ_RUNS=1000000 ./scripts/fuzz.sh     # stop each at 1M execs (FUZZ_SECONDS caps it)
 #
 # New corpus entries go to build-fuzz/corpus/<target>/; FUZZ_MERGE=1 merges
 # the ones that add coverage into tests/fuzz/corpus/<target>/ (commit them:
@@ -38,8 +39,10 @@ for t in "${targets[@]}"; do
   result=ok
   # -rss_limit_mb: a target that needs more than 2 GiB for one input is a
   # finding too.
+  runs=()
+  if [[ -n "${FUZZ_RUNS:-}" ]]; then runs=(-runs="$FUZZ_RUNS"); fi
   if ! "$DIR/tests/fuzz/${t}_fuzzer" "$work" "tests/fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" \
-      -print_final_stats=1 -rss_limit_mb=2048 -max_len=4096 -timeout=20 \
+      "${runs[@]}" -print_final_stats=1 -rss_limit_mb=2048 -max_len=4096 -timeout=20 \
       -artifact_prefix="$DIR/crashes/$t-" >"$log" 2>&1; then
     result="FAILED ($log)"
   fi

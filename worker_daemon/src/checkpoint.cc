@@ -102,12 +102,14 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const std::b
   return SyncDir(dir);
 }
 
-absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path) {
+absl::StatusOr<std::vector<char>> ReadFileBytes(const std::string& path) {
+  // One sized read: a checkpoint shard is hundreds of MB, and building the
+  // vector from istreambuf_iterators reads it at half the speed.
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<std::byte> bytes(static_cast<size_t>(in.tellg()));
+  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
   in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()))) {
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
     return absl::InternalError(absl::StrCat("reading ", path));
   }
   return bytes;

@@ -3,7 +3,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <fstream>
 #include <iterator>
 #include <map>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/checkpoint.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -69,11 +69,13 @@ std::string TargetProblem(const std::string& loss, const std::vector<int64_t>& o
 }
 
 absl::StatusOr<torch::IValue> LoadPickle(const std::string& path, const std::string& where) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(where, ": cannot open the file"));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::vector<char>> bytes = ReadFileBytes(path);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(), absl::StrCat(where, ": cannot read the file (",
+                                                            bytes.status().message(), ")"));
+  }
   try {
-    return torch::jit::pickle_load(bytes);
+    return torch::jit::pickle_load(*bytes);
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": not a torch.save'd file LibTorch can read (", e.what_without_backtrace(),

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <set>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/collectives.h"
 #include "torch_executor_impl.h"
 
@@ -185,9 +185,7 @@ void ConvertToFloat64(CompiledStages& stages, std::map<std::string, torch::Tenso
 absl::StatusOr<std::map<std::string, torch::Tensor>> LoadInitialParameters(
     const ModelPackage& package) {
   const std::string path = package.ParamsPath();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
   std::map<std::string, torch::Tensor> out;
   try {
     const torch::IValue v = torch::jit::pickle_load(bytes);

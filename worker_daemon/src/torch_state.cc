@@ -2,7 +2,6 @@
 // and import (plan switches) and checkpoint shards.
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <fstream>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -10,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/collectives.h"
 #include "torch_executor_impl.h"
 
@@ -160,9 +160,7 @@ absl::Status ImportEntry(TorchExecutor::Impl& impl, const std::string& name,
 }
 
 absl::StatusOr<torch::IValue> LoadPickleFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
   try {
     return torch::jit::pickle_load(bytes);
   } catch (const c10::Error& e) {

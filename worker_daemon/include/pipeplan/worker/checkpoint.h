@@ -62,7 +62,9 @@ absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir
 // `path` and fsyncs the directory: readers see the old file or the new one,
 // never a part. Creates missing parent directories.
 absl::Status WriteFileAtomically(const std::string& path, std::span<const std::byte> bytes);
-absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path);
+// The whole file in one read (chars: what LibTorch's pickle_load takes).
+// NOT_FOUND when it cannot be opened, INTERNAL when a read fails.
+absl::StatusOr<std::vector<char>> ReadFileBytes(const std::string& path);
 
 }  // namespace pipeplan::worker
 
