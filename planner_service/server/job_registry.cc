@@ -550,6 +550,9 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
   if (request.error().size() > 4096) {
     return absl::InvalidArgumentError("error is longer than 4096 bytes");
   }
+  if (request.step() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step is negative: ", request.step()));
+  }
   absl::MutexLock l(&mu_);
   Job* job = FindLocked(request.job_id());
   if (!job) return JobNotFound(request.job_id());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -276,6 +277,11 @@ TEST_F(JobRegistryTest, JobSucceedsWhenEveryRankIsDoneAndDoneWorkersHoldNoLease)
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(registry_->FinishWorker(Finish("job-x", "w1", 1)).status().code(),
             absl::StatusCode::kNotFound);
+  // Found by the worker_rpc fuzzer: step - 1 overflowed.
+  EXPECT_EQ(registry_->FinishWorker(Finish(id, "w1", std::numeric_limits<int64_t>::min()))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(JobRegistryTest, WorkerErrorFailsTheJobAndSurvivesRecovery) {
