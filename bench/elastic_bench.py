@@ -7,6 +7,10 @@ killed with SIGKILL at a step past the first checkpoints. Recovery is the time
 from the kill to the first step every survivor completes on the new plan
 version; steps lost are the steps after the checkpoint the ranks rolled back to.
 
+Worker SIGTERM: the same with SIGTERM, a graceful leave (docs/elastic.md):
+from the signal to the first step every other worker completes on the new
+version; steps lost as above (0 when the leave's checkpoint was written).
+
 Planner kill: the planner is killed with SIGKILL during training and started
 again at once on the same data directory and port. Recovery is the time from
 the kill until the planner has stored a report of a step completed after the
@@ -130,17 +134,18 @@ def cancel(args, planner, job):
                     "jobs", "cancel", job], capture_output=True)
 
 
-def worker_kill_trial(args, work, planner, trial):
+def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
     job = start_job(args, work, planner, 100000)
-    tag = "wk%d" % trial
+    tag = ("wk%d" if sig == signal.SIGKILL else "wt%d") % trial
     workers = [start_worker(args, work, planner, job, r, tag) for r in range(4)]
     try:
         kill_at = 3 * args.checkpoint_every + 3 * trial
         wait_until(lambda: last_step(workers[2][1]) >= kill_at, 300, "steps")
         running = newest_version([p for _, p in workers])
-        workers[2][0].send_signal(signal.SIGKILL)
+        workers[2][0].send_signal(sig)
         killed = time.time()
-        workers[2][0].wait()
+        if workers[2][0].wait(timeout=120) != (0 if sig == signal.SIGTERM else -sig):
+            raise RuntimeError("w2 ended with %d" % workers[2][0].returncode)
         survivors = [workers[r][1] for r in (0, 1, 3)]
         wait_until(lambda: all(first_step_after(p, running) >= 0 for p in survivors), 120,
                    "a step on a newer version")
@@ -205,6 +210,8 @@ def main():
                                     "memory_bytes": 8e9} for d in range(4)]}, f)
         planner = Planner(args.build, work, args.lease)
         wk = [worker_kill_trial(args, work, planner, t) for t in range(args.trials)]
+        wt = [worker_kill_trial(args, work, planner, t, signal.SIGTERM)
+              for t in range(args.trials)]
         pk = []
         for t in range(args.trials):
             planner, recovery, dropped = planner_kill_trial(args, work, planner, t)
@@ -214,7 +221,8 @@ def main():
               "median of %d" % (args.lease, args.checkpoint_every, args.trials))
         print("| fault | recovery (s) | steps lost | trials (recovery s / steps lost) |")
         print("|---|---|---|---|")
-        for name, rows in (("worker kill -9", wk), ("planner kill -9", pk)):
+        for name, rows in (("worker kill -9", wk), ("worker SIGTERM (leave)", wt),
+                           ("planner kill -9", pk)):
             print("| %s | %.2f | %g | %s |" % (
                 name, statistics.median(r for r, _ in rows), statistics.median(s for _, s in rows),
                 ", ".join("%.2f/%d" % r for r in rows)))
