@@ -7,6 +7,10 @@ killed with SIGKILL at a step past the first checkpoints. Recovery is the time
 from the kill to the first step every survivor completes on the new plan
 version; steps lost are the steps after the checkpoint the ranks rolled back to.
 
+Worker SIGTERM: the same with SIGTERM, a graceful leave (docs/elastic.md):
+from the signal to the first step every other worker completes on the new
+version; steps lost as above (0 when the leave's checkpoint was written).
+
 Planner kill: the planner is killed with SIGKILL during training and started
 again at once on the same data directory and port. Recovery is the time from
 the kill until the planner has stored a report of a step completed after the
@@ -39,7 +43,9 @@ class Planner:
             [os.path.join(build, "planner_service/server/pipeplan-planner"),
              "--listen", "127.0.0.1:%d" % port, "--metrics-listen", "off",
              "--data-dir", os.path.join(data, "db"), "--lease-seconds", str(lease),
-             "--replan-min-interval-seconds", "100000"],
+             # Calibration replans stay out of the measurement: only a plan
+             # without a lost device (infinitely better) passes this gain.
+             "--replan-min-interval-seconds", "100000", "--replan-min-gain", "0.99"],
             stdout=subprocess.PIPE, stderr=self.err, text=True)
         line = self.p.stdout.readline()
         if not line.startswith("listening on "):
@@ -105,28 +111,54 @@ def last_step(path, version=None):
     return max(s) if s else -1
 
 
-def worker_kill_trial(args, work, planner, trial):
+def newest_version(paths):
+    v = [int(e["plan_version"]) for p in paths for e in events(p, "step")]
+    return max(v) if v else 0
+
+
+def first_step_after(path, version):
+    """Step index of the first `event=step` of a plan version > `version`, or -1."""
+    for e in events(path, "step"):
+        if int(e["plan_version"]) > version:
+            return int(e["step"])
+    return -1
+
+
+def last_step_upto(path, version):
+    s = [int(e["step"]) for e in events(path, "step") if int(e["plan_version"]) <= version]
+    return max(s) if s else -1
+
+
+def cancel(args, planner, job):
+    subprocess.run([os.path.join(args.build, "client/pipeplan"), "--planner", planner.address,
+                    "jobs", "cancel", job], capture_output=True)
+
+
+def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
     job = start_job(args, work, planner, 100000)
-    tag = "wk%d" % trial
+    tag = ("wk%d" if sig == signal.SIGKILL else "wt%d") % trial
     workers = [start_worker(args, work, planner, job, r, tag) for r in range(4)]
     try:
         kill_at = 3 * args.checkpoint_every + 3 * trial
         wait_until(lambda: last_step(workers[2][1]) >= kill_at, 300, "steps")
-        workers[2][0].send_signal(signal.SIGKILL)
+        running = newest_version([p for _, p in workers])
+        workers[2][0].send_signal(sig)
         killed = time.time()
-        workers[2][0].wait()
+        if workers[2][0].wait(timeout=120) != (0 if sig == signal.SIGTERM else -sig):
+            raise RuntimeError("w2 ended with %d" % workers[2][0].returncode)
         survivors = [workers[r][1] for r in (0, 1, 3)]
-        wait_until(lambda: all(last_step(p, 2) >= 0 for p in survivors), 120, "version 2")
+        wait_until(lambda: all(first_step_after(p, running) >= 0 for p in survivors), 120,
+                   "a step on a newer version")
         recovery = time.time() - killed
-        before = max(last_step(p, 1) for p in survivors)
-        resumed = min(int(e["step"]) for e in events(survivors[0], "step")
-                      if e["plan_version"] == "2")
+        before = max(last_step_upto(p, running) for p in survivors)
+        resumed = first_step_after(survivors[0], running)
         return recovery, before + 1 - resumed
     finally:
         for p, _ in workers:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
+        cancel(args, planner, job)
 
 
 def planner_kill_trial(args, work, planner, trial):
@@ -157,6 +189,7 @@ def planner_kill_trial(args, work, planner, trial):
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait()
+        cancel(args, planner, job)
 
 
 def main():
@@ -177,6 +210,8 @@ def main():
                                     "memory_bytes": 8e9} for d in range(4)]}, f)
         planner = Planner(args.build, work, args.lease)
         wk = [worker_kill_trial(args, work, planner, t) for t in range(args.trials)]
+        wt = [worker_kill_trial(args, work, planner, t, signal.SIGTERM)
+              for t in range(args.trials)]
         pk = []
         for t in range(args.trials):
             planner, recovery, dropped = planner_kill_trial(args, work, planner, t)
@@ -186,7 +221,8 @@ def main():
               "median of %d" % (args.lease, args.checkpoint_every, args.trials))
         print("| fault | recovery (s) | steps lost | trials (recovery s / steps lost) |")
         print("|---|---|---|---|")
-        for name, rows in (("worker kill -9", wk), ("planner kill -9", pk)):
+        for name, rows in (("worker kill -9", wk), ("worker SIGTERM (leave)", wt),
+                           ("planner kill -9", pk)):
             print("| %s | %.2f | %g | %s |" % (
                 name, statistics.median(r for r, _ in rows), statistics.median(s for _, s in rows),
                 ", ".join("%.2f/%d" % r for r in rows)))

@@ -1,10 +1,15 @@
 // pipeplan-worker: one per GPU (or per CPU rank). See docs/worker.md; flags,
 // --help, --version and exit codes follow pipeplan/cmdline (docs/cli.md):
-// 0 done or stopped, 1 error, 2 bad flags or configuration, 3 the planner
-// was unavailable, 4 the job was deleted or cancelled (do not restart).
+// 0 done or stopped (left the job), 1 error, 2 bad flags or configuration, 3 the planner
+// was unavailable, 4 the job was deleted or cancelled (do not restart),
+// 128 + the signal on a second SIGTERM / SIGINT.
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -28,8 +33,18 @@ using pipeplan::cmdline::ParsedFlags;
 using pipeplan::cmdline::UsageError;
 
 pipeplan::worker::Worker* g_worker = nullptr;
+std::atomic<int> g_signals{0};  // lock-free: safe in a signal handler
 
-void OnSignal(int) {
+// The first SIGTERM or SIGINT is a graceful leave at the next step boundary
+// (docs/elastic.md); a second one, for an operator or supervisor who will
+// not wait for it, exits at once with 128 + the signal (the peers recover as
+// from a lost worker).
+void OnSignal(int sig) {
+  if (g_signals.fetch_add(1) > 0) {
+    static const char kMessage[] = "pipeplan-worker: second signal, exiting now\n";
+    (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    std::_Exit(128 + sig);
+  }
   if (g_worker) g_worker->Stop();
 }
 

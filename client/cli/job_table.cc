@@ -22,6 +22,8 @@ const char* WorkerStateName(v1::WorkerState s) {
       return "lost";
     case v1::WORKER_DONE:
       return "done";
+    case v1::WORKER_LEFT:
+      return "left";
     default:
       return "unknown";
   }

@@ -473,6 +473,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   v1::HeartbeatResponse r;
   r.set_current_plan_version(job->record.current_version);
   r.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
+  r.set_job_state(job->record.state);
   return r;
 }
 
@@ -561,8 +562,23 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
     return absl::FailedPreconditionError(absl::StrCat(
         "worker \"", request.worker_id(), "\" is not registered with job ", request.job_id()));
   }
+  // A worker leaving a job that goes on is LEFT: never lost, and the policy
+  // replans over the live workers at once.
+  const bool leaving =
+      request.leaving() && request.error().empty() &&
+      (job->record.state == v1::JOB_RUNNING || job->record.state == v1::JOB_PENDING);
+  // The version whose ranks must all be done for the job to complete: the
+  // one this worker trained to the end on, which may be older than the
+  // current one (a version published as training reached max_steps never
+  // ran).
+  std::shared_ptr<const v1::VersionedPlan> trained = job->current;
+  if (request.plan_version() > 0 && request.plan_version() < job->record.current_version) {
+    absl::StatusOr<v1::VersionedPlan> older =
+        store_->GetPlan(job->record.id, request.plan_version());
+    if (older.ok()) trained = std::make_shared<const v1::VersionedPlan>(*std::move(older));
+  }
   WorkerRecord rec = it->second.record;
-  rec.state = v1::WORKER_DONE;
+  rec.state = leaving ? v1::WORKER_LEFT : v1::WORKER_DONE;
   rec.last_step = std::max(rec.last_step, request.step() - 1);
   PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(rec));
   it->second.record = rec;
@@ -574,9 +590,16 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
     next = v1::JOB_FAILED;
     message = absl::StrCat("worker ", request.worker_id(), " at step ", request.step(), ": ",
                            request.error());
-  } else if (request.error().empty() && (next == v1::JOB_RUNNING || next == v1::JOB_PENDING) &&
-             AllRanksDoneLocked(*job)) {
+  } else if (request.error().empty() && !leaving &&
+             (next == v1::JOB_RUNNING || next == v1::JOB_PENDING) &&
+             AllRanksDoneLocked(*job, trained->plan())) {
     next = v1::JOB_COMPLETED;
+  }
+  if (leaving) {
+    LogInfo("worker_left", {{"job", job->record.id},
+                            {"plan_version", absl::StrCat(job->record.current_version)},
+                            {"worker", request.worker_id()},
+                            {"step", absl::StrCat(request.step())}});
   }
   if (next != job->record.state) {
     PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job->record.id, next, message));
@@ -589,10 +612,10 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
   return ToProtoLocked(*job, /*with_plan=*/false);
 }
 
-bool JobRegistry::AllRanksDoneLocked(const Job& job) const {
+bool JobRegistry::AllRanksDoneLocked(const Job& job, const v1::Plan& plan) const {
   int done = 0;
   for (const auto& [id, w] : job.workers) {
-    if (RankOfDevice(job.current->plan(), w.record.info.device_id()) < 0) continue;
+    if (RankOfDevice(plan, w.record.info.device_id()) < 0) continue;
     if (w.record.state != v1::WORKER_DONE) return false;
     ++done;
   }

@@ -5,10 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/job_observer.h"
+#include "pipeplan/server/live_devices.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
 #include "pipeplan/server/release_memory.h"
@@ -87,13 +89,14 @@ void PlannerHandlers::PublishSolveGauges() {
 }
 
 absl::StatusOr<v1::Plan> PlannerHandlers::Solve(const v1::PlanRequest& request,
-                                                const CallContext& ctx) {
+                                                const CallContext& ctx, bool fit_to_devices) {
   if (ctx.cancelled->load()) return absl::CancelledError("the call was cancelled before solving");
   const absl::Time start = clock_->Now();
   if (start >= ctx.deadline) {
     return absl::DeadlineExceededError("the deadline passed before the solve started");
   }
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(request, options_.limits));
+  if (fit_to_devices) FitToDevices(in);
   in.options.deadline = std::min(in.options.deadline, ctx.deadline - options_.deadline_margin);
   in.options.cancelled = ctx.cancelled.get();
   const absl::Time solve_start = absl::Now();
@@ -200,8 +203,18 @@ absl::StatusOr<v1::VersionedPlan> PlannerHandlers::SolveAndPublish(const v1::Pla
                                                                    const std::string& job_id,
                                                                    const std::string& reason,
                                                                    const CallContext& ctx) {
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, Solve(request, ctx));
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t version, registry_.PublishPlan(job_id, request, plan, reason));
+  // Like the policy's replans: stages go only where a worker is alive, and
+  // the stored request stays the job's whole cluster.
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, registry_.GetJob(job_id));
+  const LostDevices lost = FindLostDevices(job, request.cluster());
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest live, OnLiveDevices(request, lost, job_id));
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, Solve(live, ctx, /*fit_to_devices=*/true));
+  const std::string why =
+      lost.devices.empty()
+          ? reason
+          : absl::StrCat(reason, " (left out, no live worker: ", absl::StrJoin(lost.devices, ", "),
+                         ")");
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t version, registry_.PublishPlan(job_id, request, plan, why));
   if (metrics_) metrics_->CountReplan("requested");
   return registry_.GetPlan(job_id, version);
 }
@@ -258,7 +271,11 @@ absl::StatusOr<v1::HeartbeatResponse> PlannerHandlers::Heartbeat(
 }
 
 absl::StatusOr<v1::Job> PlannerHandlers::FinishWorker(const v1::FinishWorkerRequest& request) {
-  return registry_.FinishWorker(request);
+  absl::StatusOr<v1::Job> job = registry_.FinishWorker(request);
+  // A worker that left (SIGTERM) is replanned around now, not at the next
+  // policy tick: its peers wait for the new version.
+  if (job.ok() && request.leaving() && !request.whole_job()) policy_.Tick();
+  return job;
 }
 
 absl::StatusOr<v1::ReportStepResponse> PlannerHandlers::ReportStep(

@@ -19,6 +19,7 @@
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/calibrated_model.h"
+#include "pipeplan/server/live_devices.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
 
@@ -40,53 +41,19 @@ std::string Ratio(double rel) {
   return rel >= 1 ? absl::StrFormat("%.1fx slower", rel) : absl::StrFormat("%.1fx faster", 1 / rel);
 }
 
-// Who can run a stage: a replan places stages only on devices with a live
-// (ACTIVE) worker. A job no worker has joined yet plans onto its whole
-// cluster.
-struct LostDevices {
-  // Devices of the cluster without a live worker (sorted): what a replan
-  // leaves out.
-  std::vector<std::string> devices;
-  // Of those, devices whose workers are lost, and those workers: what the
-  // reason names.
-  std::vector<std::string> lost;
-  std::vector<std::string> workers;
-};
-
-LostDevices FindLostDevices(const v1::Job& job, const v1::ClusterTopology& cluster) {
-  LostDevices out;
-  if (job.workers().empty()) return out;
-  std::set<std::string> live;
-  std::map<std::string, std::vector<std::string>> lost_by_device;
-  for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() == v1::WORKER_ACTIVE) live.insert(w.info().device_id());
-  }
-  for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() == v1::WORKER_LOST && !live.contains(w.info().device_id())) {
-      lost_by_device[w.info().device_id()].push_back(w.info().worker_id());
-    }
-  }
-  std::set<std::string> excluded;
-  for (const v1::Device& d : cluster.devices()) {
-    if (!live.contains(d.id())) excluded.insert(d.id());
-  }
-  out.devices.assign(excluded.begin(), excluded.end());
-  for (const auto& [device, workers] : lost_by_device) {
-    out.lost.push_back(device);
-    out.workers.insert(out.workers.end(), workers.begin(), workers.end());
-  }
-  return out;
+bool Gone(const v1::WorkerStatus& w) {
+  return w.state() == v1::WORKER_LOST || w.state() == v1::WORKER_LEFT;
 }
 
-// Devices with a rank whose every worker is lost: what Tick replans without.
+// Devices with a rank whose every worker is lost or left: what Tick replans
+// without.
 std::set<std::string> LostRankDevices(const v1::Job& job) {
   std::set<std::string> active_devices, lost_devices;
   for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() != v1::WORKER_LOST) active_devices.insert(w.info().device_id());
+    if (!Gone(w)) active_devices.insert(w.info().device_id());
   }
   for (const v1::WorkerStatus& w : job.workers()) {
-    if (w.state() == v1::WORKER_LOST && w.rank() >= 0 &&
-        !active_devices.contains(w.info().device_id())) {
+    if (Gone(w) && w.rank() >= 0 && !active_devices.contains(w.info().device_id())) {
       lost_devices.insert(w.info().device_id());
     }
   }
@@ -214,13 +181,7 @@ absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
       v1::PlanRequest calibrated,
       CalibratedRequest(request, factors.by_device, factors.default_factor, lost.devices, links));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options.limits));
-  in.options.num_ranks = std::min(in.options.num_ranks, in.cluster->num_devices());
-  if (in.options.num_replicas > 0) {
-    // Replicas the devices left cannot hold shrink with them.
-    in.options.num_replicas =
-        std::max(1, std::min(in.options.num_replicas,
-                             in.cluster->num_devices() / std::max(1, in.options.num_ranks)));
-  }
+  FitToDevices(in);
   const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
   in.options.time_limit_seconds = std::max(0.01, std::min(limit, options.max_solve_seconds));
   return in;
@@ -289,8 +250,11 @@ double PredictedGain(const ReplanOutcome& o) {
 }
 
 std::string LostReason(const LostDevices& lost) {
+  const char* what = lost.left.size() == lost.workers.size() ? " left"
+                     : lost.left.empty()                     ? " lost"
+                                                             : " lost or left";
   return absl::StrCat(lost.workers.size() == 1 ? "worker " : "workers ",
-                      absl::StrJoin(lost.workers, ", "), " lost (device",
+                      absl::StrJoin(lost.workers, ", "), what, " (device",
                       lost.lost.size() == 1 ? " " : "s ", absl::StrJoin(lost.lost, ", "), ")");
 }
 
@@ -394,7 +358,9 @@ int ReplanPolicy::Tick() {
   }
   int submitted = 0;
   for (const v1::Job& job : jobs) {
-    if (job.state() == v1::JOB_CANCELLED) continue;  // gets no new versions
+    // An ended job gets no new versions (a cancelled one cannot, and one that
+    // completed or failed would send its waiting workers a plan nobody runs).
+    if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) continue;
     JobState& st = jobs_[job.id()];
     if (st.version != job.plan_version()) {
       st.version = job.plan_version();

@@ -3,12 +3,16 @@
 // same surviving processes and losses equal to an uninterrupted run rolled
 // back to the checkpoint, a restart grows it back to 4; a planner killed for
 // 3 leases leaves training running and loses no report; --max-steps
-// completes the job with nobody lost; a duplicate worker id is refused.
+// completes the job with nobody lost; a duplicate worker id is refused;
+// SIGTERM is a graceful leave (the others go on, zero steps lost); a version
+// published at the end does not hold the job.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -265,6 +269,71 @@ TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
   EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
 }
 
+// SIGTERM on one of 4 torch workers: every rank checkpoints the step where
+// it leaves, the planner replans at once, and the three others (the same
+// processes) resume on 3 ranks from that very step: no step lost, every loss
+// the reference's. SIGTERM to the rest stops the job without failing it.
+TEST_F(ElasticTrainingTest, SigtermLeavesAndTheOthersLoseNoStep) {
+  constexpr int kEvery = 10;
+  const std::string job = CreateJob({"--max-steps", "100000", "--checkpoint-dir", Path("ckpt"),
+                                     "--checkpoint-every", absl::StrCat(kEvery)});
+  ASSERT_FALSE(job.empty());
+  std::vector<std::unique_ptr<WorkerProcess>> w;
+  for (int r = 0; r < 4; ++r) w.push_back(StartWorker(job, r));
+  const int64_t leave_after = 15 + static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) % 10);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const auto s = w[2]->Values("step", "step");
+        return !s.empty() && Int(s.back()) >= leave_after;
+      },
+      absl::Seconds(240)))
+      << w[2]->Output();
+  const absl::Time sent = absl::Now();
+  w[2]->Signal(SIGTERM);
+  ASSERT_EQ(w[2]->Wait(absl::Seconds(60)), 0) << w[2]->Output();
+  const auto left_at = w[2]->Values("leave", "step");
+  ASSERT_EQ(left_at.size(), 1u) << w[2]->Output();
+
+  const std::vector<int> stay = {0, 1, 3};
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int r : stay) {
+          const auto s = w[r]->Values("step", "step");
+          if (FirstStepOf(*w[r], 2) < 0 || Int(s.back()) < Int(left_at[0]) + 5) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)))
+      << w[0]->Output() << planner_->stderr_text();
+  std::cout << "leave_to_first_step_seconds=" << absl::ToDoubleSeconds(absl::Now() - sent) << "\n";
+  for (int r : stay) {
+    EXPECT_EQ(w[r]->Wait(absl::ZeroDuration()), -1) << "w" << r << " exited: " << w[r]->Output();
+    EXPECT_TRUE(absl::StrContains(w[r]->Output(), "ranks=3")) << w[r]->Output();
+    EXPECT_EQ(FirstStepOf(*w[r], 2), Int(left_at[0])) << "steps lost\n" << w[r]->Output();
+  }
+  for (int r : stay) w[r]->Signal(SIGTERM);
+  for (int r : stay) EXPECT_EQ(w[r]->Wait(absl::Seconds(60)), 0) << w[r]->Output();
+
+  int64_t last = 0;
+  for (const auto& r : Reports(job)) last = std::max(last, r.step());
+  const std::map<int64_t, double> want = Reference(static_cast<int>(last + 1));
+  int checked = 0;
+  for (const auto& r : Reports(job)) {
+    if (!r.has_loss()) continue;
+    ASSERT_TRUE(want.contains(r.step())) << r.step();
+    EXPECT_NEAR(r.loss(), want.at(r.step()), 1e-4 * std::abs(want.at(r.step())))
+        << "step " << r.step() << " of version " << r.plan_version();
+    ++checked;
+  }
+  EXPECT_GE(checked, last);
+  auto state = client_->GetJob(job);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->state(), v1::JOB_RUNNING) << state->failure_message();
+  for (const auto& ws : state->workers()) {
+    EXPECT_EQ(ws.state(), v1::WORKER_LEFT) << ws.info().worker_id();
+  }
+}
+
 TEST_F(ElasticTrainingTest, MaxStepsCompletesTheJobAndNobodyIsLost) {
   const std::string job = CreateJob({"--max-steps", "50"});
   ASSERT_FALSE(job.empty());
@@ -293,29 +362,46 @@ struct SyntheticJob {
   std::unique_ptr<PlannerProcess> planner;
   std::unique_ptr<client::PlannerClient> client;
   std::string job;
-  std::vector<std::string> devices;
+  double step_seconds = 0;                 // planned
+  std::vector<std::string> devices;        // with a rank in version 1
+  std::vector<std::string> spare_devices;  // without
 
-  void Start() {
-    auto planner = PlannerProcess::Start(PlannerFlags({"--data-dir", data.path()}));
+  void Start(std::vector<std::string> planner_flags = {}, int ranks = 4) {
+    planner_flags.insert(planner_flags.end(), {"--data-dir", data.path()});
+    auto planner = PlannerProcess::Start(PlannerFlags(planner_flags));
     ASSERT_TRUE(planner.ok()) << planner.status();
     this->planner = *std::move(planner);
     auto client = this->planner->Client();
     ASSERT_TRUE(client.ok());
     this->client = *std::move(client);
     v1::PlanRequest r = SmallRequest();
-    r.mutable_options()->set_num_ranks(4);
-    // One pipeline on four of the eight devices: the test starts four workers.
+    r.mutable_options()->set_num_ranks(ranks);
+    // One pipeline on `ranks` of the eight devices: a worker for each.
     r.mutable_options()->set_max_replicas(1);
     auto created = this->client->CreateJob("elastic", r);
     ASSERT_TRUE(created.ok()) << created.status();
     job = created->id();
+    step_seconds = created->plan().step_seconds();
     for (const auto& s : created->plan().stages()) devices.push_back(s.device_id());
+    for (const auto& d : r.cluster().devices()) {
+      if (std::find(devices.begin(), devices.end(), d.id()) == devices.end()) {
+        spare_devices.push_back(d.id());
+      }
+    }
   }
+  // `flags` replace WorkerArgs' values of the same flags or are appended.
   std::unique_ptr<WorkerProcess> Worker(const std::string& id, const std::string& device,
-                                        std::vector<std::string> extra = {}) {
+                                        std::vector<std::string> flags = {}) {
     std::vector<std::string> args = WorkerArgs(planner->address(), job, id, device);
-    for (const char* a : {"--time-scale", "0.2"}) args.push_back(a);
-    args.insert(args.end(), extra.begin(), extra.end());
+    flags.insert(flags.begin(), {"--time-scale", "0.2"});
+    for (size_t i = 0; i + 1 < flags.size(); i += 2) {
+      auto it = std::find(args.begin(), args.end(), flags[i]);
+      if (it != args.end() && it + 1 != args.end()) {
+        *(it + 1) = flags[i + 1];
+      } else {
+        args.insert(args.end(), {flags[i], flags[i + 1]});
+      }
+    }
     return std::make_unique<WorkerProcess>(dir.path(), id, args);
   }
 };
@@ -343,9 +429,9 @@ TEST(ElasticPlannerOutage, TrainingGoesOnAndEveryReportIsStoredOnce) {
   auto client = c.planner->Client();
   ASSERT_TRUE(client.ok());
   c.client = *std::move(client);
-  // Run past the grace period, then stop at a common step boundary.
+  // Run past the grace period, then stop the whole job (every worker leaves).
   absl::SleepFor(absl::Seconds(2 * kLeaseSeconds + 1));
-  w[0]->Signal(SIGTERM);
+  for (int r = 0; r < 4; ++r) w[r]->Signal(SIGTERM);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(w[r]->Wait(absl::Seconds(60)), 0) << w[r]->Output();
 
   auto job = c.client->GetJob(c.job);
@@ -389,6 +475,147 @@ TEST(ElasticIdentity, ASecondWorkerWithTheSameIdIsRefusedAtOnce) {
   ASSERT_TRUE(job.ok());
   ASSERT_EQ(job->workers_size(), 1);
   EXPECT_EQ(job->workers(0).info().device_id(), c.devices[0]);
+}
+
+// SIGTERM on one worker (a pod eviction, `systemctl stop` of one host) is a
+// graceful leave: it exits 0 at a step boundary and is LEFT, never lost; the
+// planner replans over the others at once (no lease wait); they are the
+// same processes and go on from the step where it left. SIGTERM to all of
+// them then stops the job cleanly without failing it.
+TEST(ElasticLeave, SigtermOnOneWorkerLeavesAndTheOthersGoOn) {
+  SyntheticJob c;
+  // Only a plan without a device (infinitely better than one that cannot
+  // run) passes this gain: no calibration replan comes in between.
+  ASSERT_NO_FATAL_FAILURE(c.Start({"--replan-min-gain", "0.99"}));
+  std::vector<std::unique_ptr<WorkerProcess>> w;
+  for (int r = 0; r < 4; ++r) w.push_back(c.Worker(absl::StrCat("w", r), c.devices[r]));
+  ASSERT_TRUE(WaitFor([&] { return w[0]->Values("step", "step").size() >= 5; }, absl::Seconds(60)))
+      << w[0]->Output();
+
+  const absl::Time sent = absl::Now();
+  w[2]->Signal(SIGTERM);
+  ASSERT_EQ(w[2]->Wait(absl::Seconds(20)), 0) << w[2]->Output();
+  const auto left_at = w[2]->Values("leave", "step");
+  ASSERT_EQ(left_at.size(), 1u) << w[2]->Output();
+  const std::vector<int> stay = {0, 1, 3};
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int r : stay) {
+          if (FirstStepOf(*w[r], 2) < 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)))
+      << w[0]->Output() << c.planner->stderr_text();
+  const absl::Duration recovery = absl::Now() - sent;
+  std::cout << "leave_to_first_step_seconds=" << absl::ToDoubleSeconds(recovery) << "\n";
+  for (int r : stay) {
+    EXPECT_EQ(w[r]->Wait(absl::ZeroDuration()), -1) << "w" << r << " exited: " << w[r]->Output();
+    EXPECT_TRUE(absl::StrContains(w[r]->Output(), "event=peer_left")) << w[r]->Output();
+    EXPECT_TRUE(absl::StrContains(w[r]->Output(), "ranks=3")) << w[r]->Output();
+    // No step lost: the first step of version 2 is the one after the leave.
+    EXPECT_EQ(FirstStepOf(*w[r], 2), Int(left_at[0])) << w[r]->Output();
+  }
+  auto v2 = c.client->GetPlan(c.job, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_TRUE(absl::StrContains(v2->reason(), "w2 left")) << v2->reason();
+  for (const auto& st : v2->plan().stages()) EXPECT_NE(st.device_id(), c.devices[2]);
+  auto job = c.client->GetJob(c.job);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_RUNNING);
+  for (const auto& ws : job->workers()) {
+    EXPECT_EQ(ws.state(), ws.info().worker_id() == "w2" ? v1::WORKER_LEFT : v1::WORKER_ACTIVE)
+        << ws.info().worker_id();
+  }
+
+  // The whole job stopped: every worker exits 0, the job is not failed and
+  // nobody is lost, well past the lease.
+  for (int r : stay) w[r]->Signal(SIGTERM);
+  for (int r : stay) EXPECT_EQ(w[r]->Wait(absl::Seconds(30)), 0) << w[r]->Output();
+  absl::SleepFor(absl::Seconds(2 * kLeaseSeconds + 1));
+  job = c.client->GetJob(c.job);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_RUNNING) << job->failure_message();
+  for (const auto& ws : job->workers()) {
+    EXPECT_EQ(ws.state(), v1::WORKER_LEFT) << ws.info().worker_id();
+  }
+  EXPECT_FALSE(absl::StrContains(c.planner->stderr_text(), "worker_lost"))
+      << c.planner->stderr_text();
+}
+
+// A second SIGTERM does not wait for a step boundary: a worker stuck in its
+// rendezvous (its peers never came) exits at once with 128 + SIGTERM.
+TEST(ElasticLeave, ASecondSigtermExitsAtOnce) {
+  SyntheticJob c;
+  ASSERT_NO_FATAL_FAILURE(c.Start());
+  auto w0 = c.Worker("w0", c.devices[0]);
+  ASSERT_TRUE(WaitFor([&] { return !w0->Values("registered", "rank").empty(); }, absl::Seconds(30)))
+      << w0->Output();
+  absl::SleepFor(absl::Milliseconds(300));  // into the rendezvous
+  w0->Signal(SIGTERM);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(w0->Wait(absl::ZeroDuration()), -1) << "the first SIGTERM waits for the rendezvous";
+  const absl::Time sent = absl::Now();
+  w0->Signal(SIGTERM);
+  EXPECT_EQ(w0->Wait(absl::Seconds(5)), 128 + SIGTERM) << w0->Output();
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(5));
+}
+
+// A version published while the running one trains its last step never
+// runs: the job still completes when that version's ranks finish, and a
+// worker that has a rank only in the new version exits 0 instead of waiting
+// for peers that are gone.
+TEST(ElasticCompletion, AVersionPublishedAtTheEndDoesNotHoldTheJob) {
+  SyntheticJob c;
+  // No policy replans: the test publishes version 2 itself.
+  ASSERT_NO_FATAL_FAILURE(c.Start({"--replan", "off"}, /*ranks=*/2));
+  ASSERT_GT(c.step_seconds, 0);
+  // Steps of ~1.5 s, so version 2 lands inside the last one.
+  const std::string scale = absl::StrCat(1.5 / c.step_seconds);
+  constexpr int kSteps = 4;
+  std::vector<std::unique_ptr<WorkerProcess>> w;
+  for (int r = 0; r < 2; ++r) {
+    w.push_back(c.Worker(absl::StrCat("w", r), c.devices[r],
+                         {"--time-scale", scale, "--steps", absl::StrCat(kSteps)}));
+  }
+  auto extra =
+      c.Worker("w2", c.spare_devices[0], {"--time-scale", scale, "--connect-timeout-seconds", "5"});
+  ASSERT_TRUE(
+      WaitFor([&] { return !extra->Values("registered", "rank").empty(); }, absl::Seconds(30)))
+      << extra->Output();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const auto s = w[0]->Values("step", "step");
+        return !s.empty() && Int(s.back()) >= kSteps - 2;
+      },
+      absl::Seconds(60)))
+      << w[0]->Output();
+  v1::ReplanJobRequest replan;
+  replan.set_job_id(c.job);
+  replan.mutable_options()->set_num_ranks(3);
+  replan.mutable_options()->set_max_replicas(1);
+  auto v2 = c.client->ReplanJob(replan);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  bool ranks_w2 = false;
+  for (const auto& st : v2->plan().stages()) ranks_w2 |= st.device_id() == c.spare_devices[0];
+  ASSERT_TRUE(ranks_w2) << "version 2 must give w2 a rank";
+
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(w[r]->Wait(absl::Seconds(30)), 0) << w[r]->Output();
+  // Its rendezvous for version 2 gives up after 3 connect timeouts.
+  EXPECT_EQ(extra->Wait(absl::Seconds(60)), 0) << extra->Output();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(absl::StrContains(w[r]->Output(), "plan_version=2 rank="))
+        << "version 2 must come too late to run\n"
+        << w[r]->Output();
+  }
+  EXPECT_TRUE(absl::StrContains(extra->Output(), "event=job_completed")) << extra->Output();
+  auto job = c.client->GetJob(c.job);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_COMPLETED) << job->failure_message();
+  EXPECT_EQ(job->plan_version(), 2);
+  for (const auto& ws : job->workers()) {
+    EXPECT_EQ(ws.state(), v1::WORKER_DONE) << ws.info().worker_id();
+  }
 }
 
 }  // namespace

@@ -126,7 +126,8 @@ TEST(ReplanIntegration, SlowWorkerGetsLessWorkInVersionTwo) {
   ASSERT_TRUE(now_job.ok());
   EXPECT_EQ(now_job->plan_version(), 2);
 
-  workers[0]->Signal(SIGTERM);
+  // Stop the whole job: every worker leaves (docs/elastic.md).
+  for (auto& w : workers) w->Signal(SIGTERM);
   for (auto& w : workers) ASSERT_EQ(w->Wait(absl::Seconds(15)), 0) << w->Output();
 
   std::set<int64_t> first_v2;

@@ -230,6 +230,10 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
   ASSERT_OK_AND_ASSIGN(rr, c->ReportStep(report));
   EXPECT_EQ(rr.current_plan_version(), 1);
 
+  // A replan plans only onto devices with a live worker: a second one for 2
+  // ranks.
+  ASSERT_OK_AND_ASSIGN(a0, c->RegisterWorker(job.id(), Worker("w0", "gpu0")));
+  EXPECT_EQ(a0.rank(), 0);
   v1::ReplanJobRequest replan;
   replan.set_job_id(job.id());
   *replan.mutable_options() = SmallRequest().options();
@@ -256,8 +260,8 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
 
   ASSERT_OK_AND_ASSIGN(shown, c->GetJob(job.id()));
   EXPECT_EQ(shown.plan_version(), 2);
-  ASSERT_EQ(shown.workers_size(), 1);
-  EXPECT_EQ(shown.workers(0).last_step(), 2);
+  ASSERT_EQ(shown.workers_size(), 2);  // sorted by id: w0, w1
+  EXPECT_EQ(shown.workers(1).last_step(), 2);
   ASSERT_OK_AND_ASSIGN(old, c->GetPlan(job.id(), 1));
   EXPECT_EQ(old.plan().stages_size(), 4);
   EXPECT_EQ(old.request().options().num_ranks(), 4);
@@ -266,7 +270,7 @@ TEST(PlannerService, WorkersWatchReportAndReplan) {
   EXPECT_TRUE(
       absl::StrContains(metrics, absl::StrCat("pipeplan_plan_version{job=\"", job.id(), "\"} 2")))
       << metrics;
-  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"active\"} 1"));
+  EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_workers{state=\"active\"} 2"));
   EXPECT_TRUE(absl::StrContains(metrics, "pipeplan_jobs 1"));
   // The current plan's predictions are exported with its version.
   ASSERT_OK_AND_ASSIGN(current, c->GetPlan(job.id(), 0));

@@ -297,7 +297,9 @@ TEST_F(TrainingTest, TwoWorkersMatchSingleProcessAcrossAReplan) {
   EXPECT_EQ(MetricValue(metrics, "pipeplan_worker_stage_compile_seconds_count{"), 2) << metrics;
   EXPECT_EQ(MetricValue(metrics, "pipeplan_worker_switch_seconds_count{"), 2) << metrics;
 
+  // Stop the whole job: both workers leave at a step boundary.
   w0->Signal(SIGTERM);
+  w1->Signal(SIGTERM);
   EXPECT_EQ(w0->Wait(absl::Seconds(60)), 0) << w0->Output();
   EXPECT_EQ(w1->Wait(absl::Seconds(60)), 0) << w1->Output();
   for (WorkerProcess* w : {w0.get(), w1.get()}) {

@@ -120,6 +120,8 @@ def test_job_lifecycle_with_training_spec(client):
 def test_watch_sees_a_replan(client):
     job = client.create_job("py-watch", GRAPH, CLUSTER, **OPTIONS)
     client.register_worker(job.id, "w0", "gpu0", host="127.0.0.1")
+    # A replan plans only onto devices with a live worker: two for 2 ranks.
+    client.register_worker(job.id, "w1", "gpu1", host="127.0.0.1")
     with client.watch_plan(job.id, "w0", known_version=0, timeout=60) as watch:
         first = next(watch)
         assert (first.version, first.rank, len(first.plan.stages)) == (1, 0, 4)
@@ -129,7 +131,8 @@ def test_watch_sees_a_replan(client):
         replanned = client.replan_job(job.id, reason="pytest", ranks=2)
         reader.join(timeout=60)
         assert not reader.is_alive()
-    assert replanned.version == 2 and replanned.reason == "pytest"
+    assert replanned.version == 2 and replanned.reason.startswith("pytest (left out")
+    assert {s.device_id for s in replanned.plan.stages} == {"gpu0", "gpu1"}
     # only ranks changed: the other options are the first version's
     assert replanned.request.options.microbatches == 8
     assert updates[0].version == 2 and len(updates[0].plan.stages) == 2

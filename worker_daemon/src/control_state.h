@@ -1,6 +1,6 @@
 // What the worker's watch and heartbeat threads learn from the planner (the
-// newest plan version, whether the job is gone, the lease), shared with the
-// step loop. Thread-safe; internal to libpipeplan_worker.
+// newest plan version, whether the job is gone or completed, the lease),
+// shared with the step loop. Thread-safe; internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_CONTROL_STATE_H_
 #define PIPEPLAN_WORKER_SRC_CONTROL_STATE_H_
 
@@ -50,6 +50,17 @@ class ControlState {
     return job_deleted_;
   }
 
+  // The job completed (its heartbeat says so): a worker without work in it
+  // stops waiting for one.
+  void MarkJobCompleted() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    job_completed_ = true;
+  }
+  bool JobCompleted() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return job_completed_;
+  }
+
   void SetLease(absl::Duration lease) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     lease_ = lease;
@@ -96,6 +107,7 @@ class ControlState {
   mutable absl::Mutex mu_;
   int64_t latest_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool job_deleted_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_completed_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   client::PlanWatch* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);

@@ -49,6 +49,7 @@ void ControlThreads::HeartbeatLoop() {
         planner_.Heartbeat(options_.job_id, options_.worker_id);
     if (hb.ok()) {
       state_.SawVersion(hb->current_plan_version());
+      if (hb->job_state() == v1::JOB_COMPLETED) state_.MarkJobCompleted();
     } else if (hb.status().code() == absl::StatusCode::kFailedPrecondition) {
       // The job does not know this worker (e.g. a planner restart lost it).
       (void)planner_.RegisterWorker(options_.job_id, info_);

@@ -34,9 +34,22 @@ bool StepLoop::ReachedMaxSteps() const {
 absl::Status StepLoop::Run() {
   while (true) {
     const bool connected = active_ && active_->connected();
-    if (stop_.load() && !connected) return absl::OkStatus();
     if (state_.JobDeleted()) {
       return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
+    }
+    if (state_.JobCompleted() && !connected) {
+      // Training ended on a version this worker had no rank in (a version
+      // published as it reached max_steps never ran): nothing left to do.
+      Emit(absl::StrCat("event=job_completed job=", options_.job_id, " worker=", options_.worker_id,
+                        " step=", step_));
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
+    if (stop_.load() && !connected) {
+      Emit(absl::StrCat("event=leave job=", options_.job_id, " worker=", options_.worker_id,
+                        " step=", step_, " connected=0"));
+      left_ = true;
+      return absl::OkStatus();
     }
     if (options_.steps > 0 && step_ >= options_.steps) {
       trained_to_the_end_ = true;
@@ -53,10 +66,9 @@ absl::Status StepLoop::Run() {
         PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(boundary.status(), active_->version));
         continue;
       }
-      if (boundary->stop) {
-        Emit(absl::StrCat("event=stop job=", options_.job_id, " worker=", options_.worker_id,
-                          " step=", step_));
-        return absl::OkStatus();
+      if (boundary->leave) {
+        if (Leave(*boundary)) return absl::OkStatus();
+        continue;
       }
       want = boundary->version;
     }
@@ -84,12 +96,45 @@ absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t versi
                     absl::CHexEscape(error.message()), "\""));
   // The planner replans without a lost device once its lease runs out; a
   // peer that restarted in place comes back in this same version.
-  const absl::Time deadline = absl::Now() + 2 * state_.Lease() + absl::Seconds(1);
-  while (!stop_.load() && !state_.JobDeleted() && state_.Latest() <= version &&
-         absl::Now() < deadline) {
+  WaitForNewerVersion(version, absl::Now() + 2 * state_.Lease() + absl::Seconds(1));
+  return absl::OkStatus();
+}
+
+void StepLoop::WaitForNewerVersion(int64_t version, absl::Time deadline) {
+  while (!stop_.load() && !state_.JobDeleted() && !state_.JobCompleted() &&
+         state_.Latest() <= version && absl::Now() < deadline) {
     if (state_.SleepOrShutdown(absl::Milliseconds(50))) break;
   }
-  return absl::OkStatus();
+}
+
+bool StepLoop::Leave(const Boundary& boundary) {
+  const int64_t version = active_->version;
+  // Every rank saves this step (the checkpoint's barriers span the ranks of
+  // replica 0, which alone writes): the ranks that stay resume from it on
+  // the next version instead of from an older checkpoint.
+  if (training_ && active_->replica == 0) {
+    absl::Status saved = training_->CheckpointNow(*active_->executor, version, step_);
+    if (!saved.ok()) {
+      // They fall back to the newest checkpoint there is.
+      Emit(absl::StrCat("event=checkpoint_failed job=", options_.job_id,
+                        " worker=", options_.worker_id, " step=", step_,
+                        " code=", absl::StatusCodeToString(saved.code())));
+    }
+  }
+  Emit(absl::StrCat(boundary.mine ? "event=leave" : "event=peer_left", " job=", options_.job_id,
+                    " worker=", options_.worker_id, " step=", step_, " plan_version=", version,
+                    " everyone=", boundary.everyone ? 1 : 0));
+  if (boundary.mine) {
+    left_ = true;
+    whole_job_left_ = boundary.everyone;
+    return true;
+  }
+  // The running version lost a rank: drop it (its transport included) and
+  // wait for the version the planner publishes when the leaver tells it; as
+  // after a failure, the same version is tried again after two leases.
+  active_.reset();
+  WaitForNewerVersion(version, absl::Now() + 2 * state_.Lease() + absl::Seconds(1));
+  return false;
 }
 
 absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_version) {
@@ -112,10 +157,19 @@ absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_versi
         transport.AllReduceMax(training_->Prepared(*agreed) ? 0 : 1, options_.comm_timeout));
     if (compiling != 0) boundary.version = active_->version;
   }
-  // A stop (SIGTERM) on any rank stops every rank at this boundary.
-  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t stop_vote,
-                            transport.AllReduceMax(stop_.load() ? 1 : 0, options_.comm_timeout));
-  boundary.stop = stop_vote != 0;
+  // A stop (SIGTERM) makes its rank leave at this boundary; read once, so
+  // this rank's vote and its part agree.
+  const bool stopping = stop_.load();
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t leave_vote,
+                            transport.AllReduceMax(stopping ? 1 : 0, options_.comm_timeout));
+  if (leave_vote != 0) {
+    // Only when someone leaves: does anyone stay?
+    PIPEPLAN_ASSIGN_OR_RETURN(const int64_t stay_vote,
+                              transport.AllReduceMax(stopping ? 0 : 1, options_.comm_timeout));
+    boundary.leave = true;
+    boundary.mine = stopping;
+    boundary.everyone = stay_vote == 0;
+  }
   return boundary;
 }
 
@@ -178,7 +232,8 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
 }
 
 void StepLoop::WaitForVersionAfter(int64_t version) {
-  while (!stop_.load() && !state_.JobDeleted() && state_.Latest() <= version) {
+  while (!stop_.load() && !state_.JobDeleted() && !state_.JobCompleted() &&
+         state_.Latest() <= version) {
     if (state_.SleepOrShutdown(absl::Milliseconds(100))) break;
   }
 }
@@ -218,6 +273,7 @@ absl::Status StepLoop::RunOneStep() {
                     " replica=", active_->replica, " seconds=", r.step_seconds, " report=",
                     report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
+  last_version_ = active_->version;
   // Replicas hold the same state: replica 0 alone writes checkpoints.
   if (!training_ || active_->replica != 0) return absl::OkStatus();
   absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);

@@ -7,7 +7,16 @@
 //   otherwise:              RunOneStep (run the rank's actions, report)
 //
 // Every rank runs the same sequence of boundaries, so all of them switch
-// plans, and stop, after the same step.
+// plans, and leave, after the same step.
+//
+// A stop (SIGTERM) is a leave, voted at the next boundary: every rank writes
+// a checkpoint of that step, the stopped ranks end the loop (left()) and the
+// others drop the running version and wait for the planner's next one,
+// which it publishes at once when the leaving worker says so (FinishWorker
+// with leaving); they resume from that checkpoint, so no step is lost. A
+// leaving rank cannot hand its state over directly: state moves over the
+// new version's transport, which only the new version's ranks join. When
+// every rank stops (the whole host), all of them leave the same way.
 //
 // A peer that dies (kill -9, a lost host) fails the vote, the step, the
 // checkpoint barrier or the next rendezvous with a transport error. The
@@ -28,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "active_plan.h"
 #include "control_state.h"
 #include "pipeplan/client/planner_client.h"
@@ -49,26 +59,43 @@ class StepLoop {
            const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
            ReportSender& reports);
 
-  // Runs until `options.steps` steps are done, a stop is voted at a boundary
-  // or requested while not connected (OK), the job is deleted (NOT_FOUND) or
-  // an error (a failed vote, switch or step).
+  // Runs until `options.steps` steps are done, the job completed without
+  // this worker, this worker leaves (a stop, at a boundary or while not
+  // connected; OK), the job is deleted (NOT_FOUND) or an error (a failed
+  // vote, switch or step).
   absl::Status Run();
   // Steps completed so far.
   int64_t steps() const { return step_; }
-  // True when Run returned because training reached its max_steps or the
-  // worker its --steps: the worker is done with the job.
+  // The plan version of the last step this worker ran (0: none).
+  int64_t plan_version() const { return last_version_; }
+  // True when Run returned because training reached its max_steps, the
+  // worker its --steps, or the job completed while this worker had no work
+  // in it: the worker is done with the job.
   bool trained_to_the_end() const { return trained_to_the_end_; }
+  // True when Run returned because this worker was stopped before the job's
+  // end: it leaves a job that goes on; with whole_job_left() every rank of
+  // the running version left with it.
+  bool left() const { return left_; }
+  bool whole_job_left() const { return whole_job_left_; }
 
  private:
   struct Boundary {
-    int64_t version = 0;  // the highest version any rank knows
-    bool stop = false;    // some rank was asked to stop
+    int64_t version = 0;    // the highest version any rank knows
+    bool leave = false;     // some rank was asked to stop: it leaves here
+    bool mine = false;      // this rank is one of them
+    bool everyone = false;  // every rank is one of them
   };
   absl::StatusOr<Boundary> AgreeAtBoundary(int64_t known_version);
   // Drops the running version and builds `version`; a device without a stage
   // in it waits for the next version.
   absl::Status SwitchTo(int64_t version);
   void WaitForVersionAfter(int64_t version);
+  // Waits up to `deadline` for a version newer than `version` (or a stop,
+  // the job's end).
+  void WaitForNewerVersion(int64_t version, absl::Time deadline);
+  // The boundary where ranks leave: saves the step, then ends this rank's
+  // part (true) or drops the running version to wait for the next (false).
+  bool Leave(const Boundary& boundary);
   absl::Status RunOneStep();
   bool ReachedMaxSteps() const;
   // After `error` (a vote, step, switch or checkpoint that failed at
@@ -94,7 +121,10 @@ class StepLoop {
   };
   std::optional<SwitchPause> unreported_switch_;
   int64_t step_ = 0;
+  int64_t last_version_ = 0;
   bool trained_to_the_end_ = false;
+  bool left_ = false;
+  bool whole_job_left_ = false;
 };
 
 }  // namespace pipeplan::worker

@@ -113,6 +113,7 @@ class TorchTraining final : public TrainingSession {
                                  Transport& world, Executor& executor, Executor* previous,
                                  const StagePlan* previous_plan, int64_t step) override;
   absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) override;
+  absl::Status CheckpointNow(Executor& executor, int64_t plan_version, int64_t steps) override;
 
  private:
   // The compile of `plan`'s stages (no Python yet): FAILED_PRECONDITION as
@@ -130,6 +131,7 @@ class TorchTraining final : public TrainingSession {
       const StagePlan& plan);
   absl::StatusOr<int64_t> ResumeFromCheckpoint(TorchExecutor& executor, Transport& transport,
                                                int rank, const char* why);
+  absl::Status WriteCheckpointAt(Executor& executor, int64_t plan_version, int64_t steps);
 
   const WorkerOptions& options_;
   client::PlannerClient& planner_;
@@ -390,6 +392,19 @@ absl::Status TorchTraining::MaybeCheckpoint(Executor& executor, int64_t plan_ver
                                             int64_t steps) {
   const int64_t every = spec_.checkpoint_every();
   if (every <= 0 || spec_.checkpoint_dir().empty() || steps % every != 0) return absl::OkStatus();
+  return WriteCheckpointAt(executor, plan_version, steps);
+}
+
+absl::Status TorchTraining::CheckpointNow(Executor& executor, int64_t plan_version, int64_t steps) {
+  const int64_t every = spec_.checkpoint_every();
+  if (spec_.checkpoint_dir().empty() || steps <= 0 || (every > 0 && steps % every == 0)) {
+    return absl::OkStatus();
+  }
+  return WriteCheckpointAt(executor, plan_version, steps);
+}
+
+absl::Status TorchTraining::WriteCheckpointAt(Executor& executor, int64_t plan_version,
+                                              int64_t steps) {
   CheckpointMeta meta{
       .step = steps, .plan_version = plan_version, .data_position = steps * spec_.batch_size()};
   const std::string dir = CheckpointDir(spec_.checkpoint_dir(), steps);

@@ -88,6 +88,11 @@ class TrainingSession {
   // one at this step (all ranks of replica 0 call it; the other replicas
   // hold the same state and write none).
   virtual absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) = 0;
+  // Writes a checkpoint after `steps` completed steps now, unless the job has
+  // no checkpoint directory or MaybeCheckpoint wrote this step's already
+  // (called like MaybeCheckpoint, at the boundary where a rank leaves, so
+  // the ranks that stay resume from it and lose no step).
+  virtual absl::Status CheckpointNow(Executor& executor, int64_t plan_version, int64_t steps) = 0;
 };
 
 // Reads the job (GetJob): FAILED_PRECONDITION (a job failure) when it has no

@@ -110,12 +110,20 @@ absl::Status Worker::Run() {
                       " reports=", reports.buffered()));
   }
   threads.Stop();
-  if (loop.trained_to_the_end() || (training && IsJobFailure(result))) {
-    // Done: the planner stops expecting heartbeats (it never reports this
-    // worker lost) and completes the job once every rank is done.
-    result = Finish(loop.steps(), result);
+  if (loop.trained_to_the_end() || loop.left() || (training && IsJobFailure(result))) {
+    // Done or leaving: the planner stops expecting heartbeats (it never
+    // reports this worker lost), completes the job once every rank is done,
+    // and replans without a worker that left.
+    result = Finish({.steps = loop.steps(),
+                     .plan_version = loop.plan_version(),
+                     .leaving = loop.left(),
+                     .whole_job = loop.whole_job_left()},
+                    result);
   }
-  if (result.ok()) {
+  if (result.ok() && loop.left()) {
+    Emit(absl::StrCat("event=left job=", o.job_id, " worker=", o.worker_id,
+                      " steps=", loop.steps()));
+  } else if (result.ok()) {
     Emit(absl::StrCat("event=done job=", o.job_id, " worker=", o.worker_id,
                       " steps=", loop.steps()));
   }
@@ -126,7 +134,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> Worker::StartTraining() {
 #ifdef PIPEPLAN_HAVE_TORCH
   absl::StatusOr<std::unique_ptr<TrainingSession>> training =
       StartTorchTraining(*client_, options_);
-  if (!training.ok()) return Finish(0, training.status());
+  if (!training.ok()) return Finish({}, training.status());
   if ((*training)->job_state() == v1::JOB_FAILED) {
     // A restarted worker of a failed job stops instead of crash-looping.
     PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, client_->GetJob(options_.job_id));
@@ -140,11 +148,14 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> Worker::StartTraining() {
 #endif
 }
 
-absl::Status Worker::Finish(int64_t steps, absl::Status result) {
+absl::Status Worker::Finish(const Ending& ending, absl::Status result) {
   v1::FinishWorkerRequest request;
   request.set_job_id(options_.job_id);
   request.set_worker_id(options_.worker_id);
-  request.set_step(steps);
+  request.set_step(ending.steps);
+  request.set_plan_version(ending.plan_version);
+  request.set_leaving(ending.leaving);
+  request.set_whole_job(ending.whole_job);
   if (!result.ok()) request.set_error(std::string(result.message()));
   // Retried while the planner is away or cannot write (bounded).
   const absl::Time deadline = absl::Now() + options_.connect_timeout;

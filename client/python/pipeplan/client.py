@@ -263,9 +263,13 @@ class Client:
         return self._call(self.stub.Heartbeat,
                           pb.HeartbeatRequest(job_id=job_id, worker_id=worker_id), timeout)
 
-    def finish_worker(self, job_id, worker_id, step, error="", timeout=None):
-        """Says the worker is done after `step` steps (error empty) or failed with an
-        error no restart fixes (the job fails); returns the pipeplan.v1.Job."""
+    def finish_worker(self, job_id, worker_id, step, error="", timeout=None, leaving=False,
+                      plan_version=0):
+        """Says the worker is done after `step` steps (error empty), failed with an
+        error no restart fixes (the job fails), or, with `leaving`, leaves a job that
+        goes on (WORKER_LEFT; the planner replans without it). `plan_version` is the
+        version it trained on (0: the current one). Returns the pipeplan.v1.Job."""
         return self._call(self.stub.FinishWorker,
                           pb.FinishWorkerRequest(job_id=job_id, worker_id=worker_id,
-                                                 step=step, error=error), timeout)
+                                                 step=step, error=error, leaving=leaving,
+                                                 plan_version=plan_version), timeout)

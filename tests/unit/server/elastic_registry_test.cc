@@ -100,6 +100,64 @@ TEST_F(ElasticRegistryTest, AWorkerIdIsBoundToItsDevice) {
   EXPECT_TRUE(registry_->RegisterWorker(id_, Worker("w0", "gpu1", "run-c")).ok());
 }
 
+// A worker that leaves (SIGTERM) is LEFT: no lease, never lost, the job goes
+// on (neither completed nor failed), and it is active again when it comes
+// back.
+TEST_F(ElasticRegistryTest, AWorkerThatLeavesIsLeftNotLostAndTheJobGoesOn) {
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w0", "gpu0")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w1", "gpu1")).ok());
+  ASSERT_TRUE(registry_->ReportStep(Report(id_, "w0", 0, "run-a", 1)).ok());
+  v1::FinishWorkerRequest leave = Finish(id_, "w1");
+  leave.set_leaving(true);
+  auto job = registry_->FinishWorker(leave);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_RUNNING);
+  EXPECT_EQ(job->workers(1).state(), v1::WORKER_LEFT);
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(registry_->CheckLeases(), 1);  // w0, which stopped heartbeating here
+  EXPECT_EQ(registry_->GetJob(id_)->workers(1).state(), v1::WORKER_LEFT);
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w1", "gpu1", "run-b")).ok());
+  EXPECT_EQ(registry_->GetJob(id_)->workers(1).state(), v1::WORKER_ACTIVE);
+  // Every worker leaving (the whole host stopped) does not end the job.
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w0", "gpu0", "run-b")).ok());
+  for (const char* w : {"w0", "w1"}) {
+    v1::FinishWorkerRequest all = Finish(id_, w);
+    all.set_leaving(true);
+    all.set_whole_job(true);
+    ASSERT_TRUE(registry_->FinishWorker(all).ok());
+  }
+  EXPECT_EQ(registry_->GetJob(id_)->state(), v1::JOB_RUNNING);
+  EXPECT_EQ(registry_->counts().lost_workers, 0);
+}
+
+// A version published as training reached max_steps never ran: the job
+// completes when the ranks of the version that trained to the end finished,
+// though a worker that has a rank only in the new version never will.
+TEST_F(ElasticRegistryTest, TheVersionThatTrainedToTheEndCompletesTheJob) {
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w0", "gpu0")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w1", "gpu1")).ok());
+  ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w2", "gpu2")).ok());
+  ASSERT_TRUE(registry_->ReportStep(Report(id_, "w0", 0, "run-a", 1)).ok());
+  ASSERT_TRUE(
+      registry_
+          ->PublishPlan(id_, testing::SmallRequest(), PlanOn({"gpu0", "gpu1", "gpu2"}), "joined")
+          .ok());
+  v1::FinishWorkerRequest f0 = Finish(id_, "w0");
+  f0.set_plan_version(1);
+  ASSERT_TRUE(registry_->FinishWorker(f0).ok());
+  EXPECT_EQ(registry_->GetJob(id_)->state(), v1::JOB_RUNNING);  // w1 still trains
+  v1::FinishWorkerRequest f1 = Finish(id_, "w1");
+  f1.set_plan_version(1);
+  auto done = registry_->FinishWorker(f1);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), v1::JOB_COMPLETED);
+  // w2 hears it with its heartbeat, and finishes too.
+  auto hb = registry_->Heartbeat(id_, "w2");
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->job_state(), v1::JOB_COMPLETED);
+  EXPECT_EQ(registry_->FinishWorker(Finish(id_, "w2"))->state(), v1::JOB_COMPLETED);
+}
+
 TEST_F(ElasticRegistryTest, PendingRunningCompletedAndNobodyLost) {
   EXPECT_EQ(registry_->GetJob(id_)->state(), v1::JOB_PENDING);
   ASSERT_TRUE(registry_->RegisterWorker(id_, Worker("w0", "gpu0")).ok());

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
+#include "pipeplan/server/clock.h"
 #include "pipeplan/server/log.h"
 #include "test_util.h"
 
@@ -261,6 +267,67 @@ TEST_F(PlannerHandlersTest, ListStepReportsIsBoundedInBytes) {
   ASSERT_EQ(got->reports_size(), 3);     // 3 x ~3 KB fit in 10,000 bytes
   EXPECT_EQ(got->reports(0).step(), 7);  // oldest first
   EXPECT_EQ(got->reports(2).step(), 9);
+}
+
+// A replan by hand (`jobs replan`) places stages only on devices with an
+// ACTIVE worker, like the policy's: not on a lost worker's device nor on
+// devices no worker runs on, and a request for more ranks than live workers
+// gets one rank per live worker. With no live worker at all it is refused.
+TEST_F(PlannerHandlersTest, ReplanJobPlansOnlyOntoLiveWorkers) {
+  FakeClock clock;
+  HandlerOptions o;
+  o.solver_threads = 2;
+  o.registry.lease = absl::Seconds(10);
+  PlannerHandlers h(o, store_.get(), &clock);
+  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
+    v1::CreateJobRequest r;
+    r.set_name("j");
+    *r.mutable_request() = testing::SmallRequest();  // 4 ranks on 8 devices
+    h.HandleCreateJob(r, {}, cb);
+  });
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->plan().stages_size(), 4);
+  std::vector<std::string> devices;
+  for (const v1::Stage& st : job->plan().stages()) devices.push_back(st.device_id());
+  for (int w = 0; w < 4; ++w) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_job_id(job->id());
+    reg.mutable_worker()->set_worker_id(absl::StrCat("w", w));
+    reg.mutable_worker()->set_device_id(devices[w]);
+    ASSERT_TRUE(h.RegisterWorker(reg).ok());
+  }
+  // w3 misses its lease; the others heartbeat.
+  clock.Advance(absl::Seconds(11));
+  for (int w = 0; w < 3; ++w) {
+    v1::HeartbeatRequest hb;
+    hb.set_job_id(job->id());
+    hb.set_worker_id(absl::StrCat("w", w));
+    ASSERT_TRUE(h.Heartbeat(hb).ok());
+  }
+  ASSERT_EQ(h.registry().CheckLeases(), 1);
+  auto replan = [&] {
+    return Await<v1::VersionedPlan>([&](Callback<v1::VersionedPlan> cb) {
+      v1::ReplanJobRequest r;
+      r.set_job_id(job->id());
+      h.HandleReplanJob(r, {}, cb);
+    });
+  };
+  auto v2 = replan();
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version(), 2);
+  ASSERT_EQ(v2->plan().stages_size(), 3);
+  const std::set<std::string> live(devices.begin(), devices.begin() + 3);
+  for (const v1::Stage& st : v2->plan().stages()) {
+    EXPECT_TRUE(live.contains(st.device_id())) << st.device_id() << " has no live worker";
+  }
+  EXPECT_NE(v2->reason().find(devices[3]), std::string::npos) << v2->reason();
+  // The stored request stays the job's whole cluster.
+  EXPECT_EQ(v2->request().cluster().devices_size(), 8);
+
+  // Nobody live: nothing to plan onto.
+  clock.Advance(absl::Seconds(11));
+  ASSERT_EQ(h.registry().CheckLeases(), 3);
+  EXPECT_EQ(replan().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

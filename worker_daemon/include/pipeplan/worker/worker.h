@@ -59,13 +59,15 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   // Runs until `steps` steps are done (OK), the training spec's max_steps
-  // are (OK, reported with FinishWorker), Stop() was called (OK), the job
-  // was deleted (NOT_FOUND), the job failed (IsJobFailure) or an
-  // unrecoverable error.
+  // are (OK, reported with FinishWorker), the job completed without this
+  // worker (OK), Stop() was called (OK, the worker left the job: reported
+  // with FinishWorker), the job was deleted (NOT_FOUND), the job failed
+  // (IsJobFailure) or an unrecoverable error.
   absl::Status Run();
-  // Asks Run to return after the current step; the other ranks stop at the
-  // same step boundary (the stop is voted on with the plan version).
-  // Async-signal-safe.
+  // Asks Run to leave the job after the current step: at that step boundary
+  // every rank saves a checkpoint, this worker tells the planner it leaves
+  // and returns, and the other ranks go on with the plan the planner makes
+  // without it (step_loop.h). Async-signal-safe.
   void Stop() { stop_.store(true); }
 
   // "HOST:PORT" of the metrics endpoint, empty when off.
@@ -79,8 +81,15 @@ class Worker {
   // --executor torch: the job's training session (a failed job: a job
   // failure).
   absl::StatusOr<std::unique_ptr<TrainingSession>> StartTraining();
+  // How a worker ends its part in the job, for FinishWorker.
+  struct Ending {
+    int64_t steps = 0;
+    int64_t plan_version = 0;  // the version it last trained on (0: none)
+    bool leaving = false;      // stopped before the job's end
+    bool whole_job = false;    // every rank of its version left with it
+  };
   // FinishWorker with `result` (its message when not OK); returns `result`.
-  absl::Status Finish(int64_t steps, absl::Status result);
+  absl::Status Finish(const Ending& ending, absl::Status result);
 
   WorkerOptions options_;
   std::atomic<bool> stop_{false};

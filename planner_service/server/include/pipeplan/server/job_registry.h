@@ -9,7 +9,8 @@
 //
 // Leases: a worker's lease runs `lease` from its last RegisterWorker,
 // Heartbeat or ReportStep; CheckLeases marks expired ones lost. A worker that
-// called FinishWorker is DONE and holds no lease until it heartbeats again. After
+// called FinishWorker is DONE (LEFT when it left a job that goes on) and holds
+// no lease until it heartbeats again. After
 // Recover every worker's lease restarts (for two leases, the grace
 // period), so workers that reconnect after a planner restart are never
 // declared lost for the planner's downtime.
@@ -206,7 +207,10 @@ class JobRegistry {
   const Job* FindLocked(const std::string& job_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   v1::Job ToProtoLocked(const Job& job, bool with_plan) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  bool AllRanksDoneLocked(const Job& job) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // True when every worker with a rank in `plan` (a version of `job`) is
+  // DONE, and there is one.
+  bool AllRanksDoneLocked(const Job& job, const v1::Plan& plan) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::shared_ptr<const v1::PlanUpdate> UpdateFor(const Job& job,
                                                   const std::string& worker_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

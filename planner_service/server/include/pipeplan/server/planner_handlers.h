@@ -110,10 +110,13 @@ class PlannerHandlers {
   ReplanPolicy& replan_policy() { return policy_; }
 
  private:
-  // Validates, solves (honouring deadline and cancellation) and converts.
-  absl::StatusOr<v1::Plan> Solve(const v1::PlanRequest& request, const CallContext& ctx);
+  // Validates, solves (honouring deadline and cancellation) and converts;
+  // `fit_to_devices` caps the ranks and replicas at the request's cluster.
+  absl::StatusOr<v1::Plan> Solve(const v1::PlanRequest& request, const CallContext& ctx,
+                                 bool fit_to_devices = false);
   absl::Status CheckLimits(const v1::PlanRequest& request) const;
-  // ReplanJob's work on the pool: solve, publish as the next version.
+  // ReplanJob's work on the pool: solve over the devices with a live worker
+  // (live_devices.h), publish as the next version.
   absl::StatusOr<v1::VersionedPlan> SolveAndPublish(const v1::PlanRequest& request,
                                                     const std::string& job_id,
                                                     const std::string& reason,
