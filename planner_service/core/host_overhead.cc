@@ -16,13 +16,8 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Messages the report's rank posted: its SEND and RECV timings.
-int Messages(const StepSample& s) {
-  int n = 0;
-  for (const TimingSample& t : s.timings) {
-    if (absl::StrContains(t.action, "SEND_") || absl::StrContains(t.action, "RECV_")) ++n;
-  }
-  return n;
+bool IsMessage(const TimingSample& t) {
+  return absl::StrContains(t.action, "SEND_") || absl::StrContains(t.action, "RECV_");
 }
 
 // The values within `cutoff` MADs of their median (all of them when the MAD
@@ -52,12 +47,21 @@ HostOverhead FitHostOverhead(std::span<const StepSample> samples,
                              const HostOverheadOptions& options) {
   std::map<std::string, std::vector<double>> per_message;
   for (const StepSample& s : samples) {
-    if (s.device_id.empty() || !(s.step_seconds > 0) || !std::isfinite(s.step_seconds)) continue;
-    if (!(s.compute_seconds > 0)) continue;  // no breakdown reported
-    const int messages = Messages(s);
-    if (messages == 0) continue;
-    const double host = s.step_seconds - s.compute_seconds - std::max(0.0, s.comm_seconds);
-    per_message[s.device_id].push_back(std::max(0.0, host) / messages);
+    if (s.device_id.empty()) continue;
+    int messages = 0;
+    bool stamped = false;
+    double host = 0;
+    for (const TimingSample& t : s.timings) {
+      if (!IsMessage(t)) continue;
+      ++messages;
+      stamped = stamped || t.post_unix_us > 0;
+      // Posting and waiting are charged to the action; the wait is not host time.
+      const double posting = t.seconds - std::max(0.0, t.wait_seconds);
+      if (std::isfinite(posting)) host += std::max(0.0, posting);
+    }
+    // Without wall-clock stamps the worker did not report its waits apart.
+    if (messages == 0 || !stamped) continue;
+    per_message[s.device_id].push_back(host / messages);
   }
   HostOverhead out;
   std::vector<double> fitted;

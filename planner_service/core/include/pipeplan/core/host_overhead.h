@@ -3,17 +3,18 @@
 // The simulator charges a rank its compute and lets transfers run beside it;
 // a real rank also spends host time on every SEND and RECV it posts (Gloo
 // writes as much of a message into the socket as it can in the caller's
-// thread) and a little between actions (buffers, bookkeeping). With 8 MB
-// messages on loopback that is milliseconds per message, tens of per cent of
-// a communication-bound step, and nothing else in the model accounts for it.
+// thread). With 8 MB messages on loopback that is milliseconds per message,
+// 15-25% of a communication-bound step, and nothing else in the model
+// accounts for it.
 //
-// Each report measures it directly: the rank's step time less its compute
-// and less the time it blocked waiting for transfers is host time outside
-// the model, and the report names how many messages the rank posted. Per
-// report, host seconds per message = that remainder / messages; per device,
-// the median over the reports after dropping those beyond `mad_cutoff`
-// median absolute deviations (a descheduled step). The simulator charges it
-// to the posting rank at every SEND and RECV (StageCosts.message_host).
+// Each report measures it directly: a SEND or RECV timing is its posting
+// time plus the seconds the rank later blocked waiting for it
+// (wait_seconds), so seconds - wait_seconds is host time. Per report, host
+// seconds per message = that sum / messages; per device, the median over the
+// reports after dropping those beyond `mad_cutoff` median absolute
+// deviations (a descheduled step). Per-step costs that do not grow with
+// messages (an optimizer step, a loss) are not in it. The simulator charges
+// it to the posting rank at every SEND and RECV (StageCosts.message_host).
 //
 // Plain structs only (no protobuf); reentrant.
 #ifndef PIPEPLAN_CORE_HOST_OVERHEAD_H_
@@ -48,10 +49,10 @@ struct HostOverhead {
   bool empty() const { return devices.empty(); }
 };
 
-// Fits per device from reports that carry a step breakdown (step_seconds,
-// compute_seconds, comm_seconds) and at least one SEND or RECV timing.
-// Reports without a device, without the breakdown or without messages are
-// skipped; devices with fewer than min_samples reports get no fit.
+// Fits per device from reports with SEND/RECV timings that carry wall-clock
+// stamps (post_unix_us; older workers did not report waits apart). Reports
+// without a device or such messages are skipped; devices with fewer than
+// min_samples reports get no fit.
 HostOverhead FitHostOverhead(std::span<const StepSample> samples,
                              const HostOverheadOptions& options = {});
 
