@@ -68,6 +68,12 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
     c.forward_transfer.push_back(cluster.TransferSeconds(from, to, bytes));
     c.backward_transfer.push_back(cluster.TransferSeconds(to, from, bytes));
   }
+  if (!as_run.host_overhead.empty()) {
+    for (int st = 0; st < num_stages; ++st) {
+      c.message_host.push_back(
+          as_run.host_overhead.MessageSeconds(cluster.device(plan.stage_device[st]).id));
+    }
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(
       out.simulation, schedule::Simulate(lowered, c, {.record_timeline = as_run.record_timeline}));
   return out;

@@ -126,14 +126,16 @@ absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
   const LinkCalibration links = CalibrateLinks(
       samples, ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()), options.links);
   for (const FittedLink& l : links.links) *out.add_links() = LinkFitToProto(l);
+  const HostOverhead host = FitHostOverhead(samples, options.host);
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest request,
                             CalibratedRequest(vp.request(), factors, default_factor, {}, links));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(request, options.limits));
   PIPEPLAN_ASSIGN_OR_RETURN(FixedPlan fixed, FixedPlanOf(*plan, *in.cluster, in.options));
   PIPEPLAN_ASSIGN_OR_RETURN(
       AsRunResult predicted,
-      SimulateAsRun(*in.graph, *in.cluster, fixed,
-                    {.shipped_bytes = ShippedBytes(samples, plan->num_stages())}));
+      SimulateAsRun(
+          *in.graph, *in.cluster, fixed,
+          {.shipped_bytes = ShippedBytes(samples, plan->num_stages()), .host_overhead = host}));
   out.set_predicted_step_seconds(predicted.simulation.step_seconds);
   out.set_predicted_bubble_ratio(predicted.simulation.bubble_ratio);
   if (out.measured_step_seconds() > 0) {

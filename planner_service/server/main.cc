@@ -82,7 +82,9 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Value("max-report-bytes", "N", "one step report, serialized (262144)")
         .Value("max-report-timings", "N", "timings in one step report (16384)")
         .Value("report-retention", "N", "step reports kept per job (10000)")
-        .Value("report-retention-seconds", "S", "and none older than S (0: no age limit)");
+        .Value("report-retention-seconds", "S", "and none older than S (0: no age limit)")
+        .Value("job-gauge-seconds", "S",
+               "refresh running jobs' pipeplan_job_* gauges every S (5; 0: on GetJob only)");
     return f;
   }();
   return *flags;
@@ -164,6 +166,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   PIPEPLAN_RETURN_IF_ERROR(ReadLimits(f, c));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "solver-threads", &h.solver_threads));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "lease-seconds", &h.registry.lease));
+  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "job-gauge-seconds", &c->job_gauge_period));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
   PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "drain-seconds", drain));
   PIPEPLAN_ASSIGN_OR_RETURN(std::string replan, f.GetChoice("replan", {"on", "off"}, "on"));

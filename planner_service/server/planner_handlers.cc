@@ -240,6 +240,17 @@ absl::StatusOr<v1::Job> PlannerHandlers::GetJob(const v1::GetJobRequest& request
   return job;
 }
 
+void PlannerHandlers::RefreshJobGauges() {
+  if (!metrics_) return;
+  for (const v1::Job& job : registry_.ListJobs()) {
+    if (job.state() != v1::JOB_RUNNING) continue;
+    absl::StatusOr<v1::JobObservation> seen =
+        ObserveJob(registry_, job.id(),
+                   {.warmup_steps = options_.replan.warmup_steps, .limits = options_.limits});
+    if (seen.ok()) metrics_->SetJobObservation(job.id(), JobFiguresOf(*seen));
+  }
+}
+
 absl::StatusOr<v1::ListJobsResponse> PlannerHandlers::ListJobs(const v1::ListJobsRequest&) {
   v1::ListJobsResponse out;
   for (v1::Job& job : registry_.ListJobs()) *out.add_jobs() = std::move(job);

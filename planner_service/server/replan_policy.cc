@@ -190,13 +190,16 @@ absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
 // Step seconds of a plan under the calibrated model, simulated as the
 // workers run it (transfers overlap compute), so the current and the new
 // plan compare as they will be measured: infinite when it cannot run there
-// (unreadable, or a stage on a device that is gone).
-absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in) {
+// (unreadable, or a stage on a device that is gone). Each device's measured
+// host time per message (host_overhead.h) goes with it into either plan.
+absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in,
+                                  const HostOverhead& host) {
   if (!readable) return kInf;
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
   if (!fixed.ok() && fixed.status().code() == absl::StatusCode::kNotFound) return kInf;
   PIPEPLAN_RETURN_IF_ERROR(fixed.status());
-  PIPEPLAN_ASSIGN_OR_RETURN(AsRunResult score, SimulateAsRun(*in.graph, *in.cluster, *fixed));
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunResult score,
+                            SimulateAsRun(*in.graph, *in.cluster, *fixed, {.host_overhead = host}));
   return score.simulation.step_seconds;
 }
 
@@ -470,9 +473,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
                             ReportSamples(*registry_, job, vp.version(), options_.report_window));
   PIPEPLAN_ASSIGN_OR_RETURN(Estimate est,
                             EstimateFactors(samples, current, lost, calibrating, options_));
+  const std::vector<StepSample> settled = AfterWarmup(samples, options_.warmup_steps);
   const LinkCalibration links =
-      CalibrateLinks(AfterWarmup(samples, options_.warmup_steps),
-                     ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()));
+      CalibrateLinks(settled, ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()));
+  const HostOverhead host = FitHostOverhead(settled);
   factors_text = FactorsText(est.result);
   if (metrics_) {
     for (const DeviceFactor& f : est.result.devices) {
@@ -500,13 +504,13 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
   outcome.new_step_seconds = result->step_seconds;
   if (absl::StatusOr<DecodedPlan> decoded = DecodePlan(next); decoded.ok()) {
-    if (absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in); as_run.ok()) {
+    if (absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, host); as_run.ok()) {
       outcome.new_step_seconds = *as_run;
     }
   }
 
   // Step 3: the current plan under the same model; publish when it pays.
-  absl::StatusOr<double> cur = ScoreUnder(current, readable, in);
+  absl::StatusOr<double> cur = ScoreUnder(current, readable, in, host);
   if (!cur.ok() && calibrating) {
     return no_change(absl::StrCat("cannot score the current plan: ", cur.status().message()));
   }

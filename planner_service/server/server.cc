@@ -101,6 +101,7 @@ struct PlannerServer::Impl {
   absl::Notification stop_leases;
   std::thread lease_thread;
   std::thread replan_thread;
+  std::thread gauge_thread;
   std::atomic<bool> shut_down{false};
   // Recovered and not draining: health may follow the store.
   std::atomic<bool> serving{false};
@@ -209,6 +210,14 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
       }
     });
   }
+  if (config.job_gauge_period > absl::ZeroDuration() && impl.metrics) {
+    const absl::Duration gauge_period = config.job_gauge_period;
+    impl.gauge_thread = std::thread([&impl, gauge_period] {
+      while (!impl.stop_leases.WaitForNotificationWithTimeout(gauge_period)) {
+        impl.handlers->RefreshJobGauges();
+      }
+    });
+  }
   impl.config = std::move(config);
   const JobRegistry::Counts c = impl.handlers->registry().counts();
   LogInfo("planner_started",
@@ -239,6 +248,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   impl_->stop_leases.Notify();
   if (impl_->lease_thread.joinable()) impl_->lease_thread.join();
   if (impl_->replan_thread.joinable()) impl_->replan_thread.join();
+  if (impl_->gauge_thread.joinable()) impl_->gauge_thread.join();
   impl_->handlers->Shutdown();
   LogInfo("planner_stopped", {});
 }

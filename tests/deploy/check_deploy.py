@@ -33,7 +33,7 @@ PROMETHEUS_METRICS = {"up"}
 # Label names the dashboard and rules may use: the code's labels, the target
 # labels, `exported_job` (the exposed `job` renamed by Prometheus), `le`.
 KNOWN_LABELS = {"job", "exported_job", "instance", "worker", "method", "code", "state",
-                "result", "le", "version", "reason", "device", "node"}
+                "result", "le", "version", "reason", "device", "node", "kind"}
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool",
                    "and", "or", "unless", "offset", "atan2", "inf", "nan"}
 PROMQL_AGGREGATIONS = {"sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk",
@@ -91,12 +91,17 @@ def code_metrics():
     """{name: kind} for every Build<Kind>().Name("pipeplan_...") in the code."""
     found = {}
     pat = re.compile(r'Build(Counter|Gauge|Histogram|Summary)\(\)\s*\.Name\(\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"')
+    helper = re.compile(r'AddGauge\(\s*\w+\s*,\s*"(pipeplan_[a-zA-Z0-9_]*)"')
     for top in METRIC_SOURCES:
         for d, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if f.endswith((".cc", ".h", ".cpp")):
-                    for kind, name in pat.findall(read(os.path.join(d, f))):
+                    text = read(os.path.join(d, f))
+                    for kind, name in pat.findall(text):
                         found[name] = kind.lower()
+                    # The worker's AddGauge(registry, "name", ...) helper.
+                    for name in helper.findall(text):
+                        found[name] = "gauge"
     return found
 
 

@@ -11,9 +11,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pipeplan/convert/plan_decoder.h"
@@ -80,6 +82,12 @@ void RunFidelity(v1::Schedule schedule) {
   EXPECT_GT(std::abs(o.planned_step_seconds() - o.measured_step_seconds()),
             0.25 * o.measured_step_seconds())
       << what;
+  // The figures, for the calibration table in docs/observability.md.
+  std::printf(
+      "fidelity: measured %.4f s, predicted %.4f s (planned %.4f s), error %.3f; "
+      "bubble measured %.3f predicted %.3f\n",
+      o.measured_step_seconds(), o.predicted_step_seconds(), o.planned_step_seconds(),
+      o.prediction_error_ratio(), o.measured_bubble_ratio(), o.predicted_bubble_ratio());
   EXPECT_LT(o.prediction_error_ratio(), 0.15) << what;
   EXPECT_NEAR(o.predicted_bubble_ratio(), o.measured_bubble_ratio(), 0.05) << what;
   ASSERT_FALSE(o.links().empty()) << what;
@@ -115,12 +123,54 @@ void RunFidelity(v1::Schedule schedule) {
   EXPECT_EQ(ComputeOrder(*measured), program);
 }
 
+// The planner's per-job gauges follow a running job on their own timer:
+// nobody calls GetJob, yet a scrape shows the measured step time.
+TEST(FidelityIntegration, JobGaugesRefreshWithoutGetJob) {
+  auto planner = PlannerProcess::Start({"--replan", "off", "--job-gauge-seconds", "0.5"});
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  auto client = (*planner)->Client();
+  ASSERT_TRUE(client.ok());
+  v1::PlanRequest request = UniformChainRequest({.forward_flops = 2e10});
+  auto job = (*client)->CreateJob("gauges", request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  TempDir dir;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> args =
+        WorkerArgs((*planner)->address(), job->id(), absl::StrCat("w", r), absl::StrCat("gpu", r));
+    args.insert(args.end(), {"--steps", "400"});
+    workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
+  }
+  const std::string measured =
+      absl::StrCat("pipeplan_job_step_seconds{job=\"", job->id(), "\",kind=\"measured\"} ");
+  std::string metrics;
+  bool seen = false;
+  for (int i = 0; i < 240 && !seen; ++i) {
+    absl::SleepFor(absl::Milliseconds(250));
+    absl::StatusOr<std::string> m = ScrapeMetrics((*planner)->metrics_port());
+    if (!m.ok()) continue;
+    metrics = *std::move(m);
+    const size_t at = metrics.find(measured);
+    seen = at != std::string::npos && metrics.compare(at + measured.size(), 2, "0\n") != 0;
+  }
+  for (auto& w : workers) w->Signal(SIGTERM);
+  for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(60)), 0) << w->Output();
+  EXPECT_TRUE(seen) << metrics;
+  EXPECT_TRUE(absl::StrContains(
+      metrics, absl::StrCat("pipeplan_job_prediction_error_ratio{job=\"", job->id(), "\"}")))
+      << metrics;
+}
+
 // KNOWN GAP (disabled until closed; run with --gtest_also_run_disabled_tests):
-// on a 2-core machine the calibrated prediction is 25% (1F1B: 0.20 s vs
-// 0.27 s measured) and 29% (interleaved: 0.46 s vs 0.64 s) short, against
-// +294% / +968% uncalibrated; bubble 0.71 vs 0.78 and 0.82 vs 0.87. The
-// rest is time the rank spends posting 8 MB sends and transfers contending
-// for the same cores, which the simulator's independent links do not model.
+// with the measured host time per message in the model (host_overhead.h),
+// 1F1B passed once on a quiet 2-core machine; with the machine shared (load
+// average 6-10) the calibrated prediction is 21-25% short for 1F1B (e.g.
+// 0.19 s vs 0.24 s measured) and 21-27% for interleaved (0.55 s vs 0.69 s);
+// bubble within 0.03-0.06. What is left is waiting: ranks wake late from
+// RECV waits and sleeps on an oversubscribed host, and transfers contend for
+// the same cores, which the fitted links' mean times do not carry (see
+// docs/observability.md). A residual fitted as "measured - simulated" would
+// pass by construction and is not used.
 TEST(FidelityIntegration, DISABLED_OneF1BCommVisible) { RunFidelity(v1::SCHEDULE_1F1B); }
 
 TEST(FidelityIntegration, DISABLED_Interleaved1F1BCommVisible) {

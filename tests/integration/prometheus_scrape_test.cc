@@ -316,6 +316,49 @@ absl::StatusOr<std::vector<Sample>> Query(int port, const std::string& query, st
   return out;
 }
 
+// Every query of the Grafana dashboard at `path` as (panel title, PromQL),
+// nested row panels included, with Grafana's variables replaced by what a
+// plain query accepts: intervals by 1m/5m, template variables by ".*".
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> DashboardQueries(
+    const std::string& path) {
+  Struct dashboard;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!google::protobuf::util::JsonStringToMessage(text.str(), &dashboard).ok()) {
+    return absl::DataLossError(path + " is not JSON");
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<const Value*> panels;
+  if (const Value* top = Field(dashboard, "panels")) panels.push_back(top);
+  while (!panels.empty()) {
+    const Value* list = panels.back();
+    panels.pop_back();
+    for (const Value& p : list->list_value().values()) {
+      if (const Value* inner = Field(p.struct_value(), "panels")) panels.push_back(inner);
+      const Value* targets = Field(p.struct_value(), "targets");
+      if (targets == nullptr) continue;
+      for (const Value& t : targets->list_value().values()) {
+        std::string expr = StringField(t.struct_value(), "expr");
+        for (auto [from, to] :
+             {std::pair{"$__rate_interval", "1m"}, {"$__interval", "1m"}, {"$__range", "5m"}}) {
+          for (size_t at; (at = expr.find(from)) != std::string::npos;) {
+            expr.replace(at, std::string_view(from).size(), to);
+          }
+        }
+        for (size_t at; (at = expr.find('$')) != std::string::npos;) {
+          size_t end = at + 1;
+          if (end < expr.size() && expr[end] == '{') end = expr.find('}', end) + 1;
+          while (end < expr.size() && (absl::ascii_isalnum(expr[end]) || expr[end] == '_')) ++end;
+          expr.replace(at, end - at, ".*");
+        }
+        if (!expr.empty()) out.emplace_back(StringField(p.struct_value(), "title"), expr);
+      }
+    }
+  }
+  return out;
+}
+
 // A child process (no shell) with stdout and stderr in `log_path`. The
 // destructor stops it (SIGTERM, then SIGKILL) and reaps it; nothing but this
 // pid is ever signalled.
@@ -585,11 +628,22 @@ TEST(PrometheusScrape, ShippedConfigScrapesThePlannerAndRulesLoad) {
       }
     }
   }
-  for (const char* want : {"PipeplanPlannerDown", "PipeplanPlannerAbsent", "PipeplanSolverGapHigh",
-                           "PipeplanSolveLatencyP99High", "PipeplanWorkersLost"}) {
+  for (const char* want :
+       {"PipeplanPlannerDown", "PipeplanPlannerAbsent", "PipeplanSolverGapHigh",
+        "PipeplanSolveLatencyP99High", "PipeplanWorkersLost", "PipeplanPredictionErrorHigh"}) {
     EXPECT_NE(std::find(alert_names.begin(), alert_names.end(), want), alert_names.end())
         << want << " not loaded:\n"
         << Tail(rules_raw);
+  }
+
+  // Every dashboard query is PromQL this Prometheus evaluates to a vector.
+  auto queries = DashboardQueries(deploy + "/../grafana/pipeplan-dashboard.json");
+  ASSERT_TRUE(queries.ok()) << queries.status();
+  EXPECT_GE(queries->size(), 30u);
+  for (const auto& [title, expr] : *queries) {
+    std::string raw;
+    absl::StatusOr<std::vector<Sample>> r = Query(prom.port, expr, &raw);
+    EXPECT_TRUE(r.ok()) << title << ": " << expr << ": " << r.status() << "\n" << Tail(raw);
   }
 
   // 5. Tear down: both stop on SIGTERM well within the bound.

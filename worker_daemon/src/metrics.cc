@@ -27,6 +27,7 @@ struct WorkerMetrics::Impl {
   prometheus::Gauge* comm_seconds = nullptr;
   prometheus::Gauge* bubble_ratio = nullptr;
   prometheus::Gauge* peak_memory_bytes = nullptr;
+  prometheus::Gauge* device_memory_bytes = nullptr;
   prometheus::Gauge* samples_per_second = nullptr;
   prometheus::Histogram* compile_seconds = nullptr;
   prometheus::Histogram* switch_seconds = nullptr;
@@ -96,6 +97,9 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
   impl->peak_memory_bytes =
       AddGauge(r, "pipeplan_worker_peak_memory_bytes",
                "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
+  impl->device_memory_bytes =
+      AddGauge(r, "pipeplan_worker_device_memory_bytes",
+               "Memory of the worker's device, as registered with the planner.", labels);
   impl->samples_per_second =
       &prometheus::BuildGauge()
            .Name("pipeplan_worker_samples_per_second")
@@ -153,6 +157,7 @@ void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds
 void WorkerMetrics::SetSamplesPerSecond(double samples_per_second) {
   impl_->samples_per_second->Set(samples_per_second);
 }
+void WorkerMetrics::SetDeviceMemoryBytes(double bytes) { impl_->device_memory_bytes->Set(bytes); }
 void WorkerMetrics::ObserveSwitch(double compile_seconds, double switch_seconds) {
   impl_->compile_seconds->Observe(compile_seconds);
   impl_->switch_seconds->Observe(switch_seconds);

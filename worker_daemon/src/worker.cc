@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
     PIPEPLAN_ASSIGN_OR_RETURN(w->metrics_,
                               WorkerMetrics::Start(w->options_.metrics_listen, w->options_.job_id,
                                                    w->options_.worker_id));
+    w->metrics_->SetDeviceMemoryBytes(w->options_.memory_bytes);
   }
   return w;
 }

@@ -68,11 +68,11 @@ void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationR
 
 absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, const StageCosts& costs,
                                           const SimulateOptions& options) {
-  // Fast path: one fused pass for a valid schedule. Anything unusual (or a
-  // timeline request) takes the checked path below, which reports errors in
-  // the documented order: structure, then costs, then deadlocks.
-  if (!options.record_timeline && internal::CheckHeader(schedule).ok() &&
-      CheckStageCosts(costs, schedule.num_stages).ok()) {
+  // Fast path: one fused pass for a valid schedule. Anything unusual (a
+  // timeline request, or host time charged to messages) takes the checked path below, which reports
+  // errors in the documented order: structure, then costs, then deadlocks.
+  if (!options.record_timeline && costs.message_host.empty() &&
+      internal::CheckHeader(schedule).ok() && CheckStageCosts(costs, schedule.num_stages).ok()) {
     SimulationResult fast;
     if (internal::SimulateFast(schedule, costs, fast)) return fast;
   }

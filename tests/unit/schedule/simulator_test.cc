@@ -130,6 +130,26 @@ TEST(SimulatorTest, TransfersDelayTheConsumer) {
   EXPECT_DOUBLE_EQ(r->idle_seconds[1], 3.75);
 }
 
+TEST(SimulatorTest, PostingAMessageHoldsTheRankButIsNotCompute) {
+  const PipelineSchedule s =
+      testing::MakeSchedule({0, 1}, 1, {"0F0,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,1B0,1SEND_B0"});
+  StageCosts costs = StageCosts::Uniform(2, 1, 1, 1);
+  costs.forward_transfer = {0.5};
+  costs.backward_transfer = {0.25};
+  costs.message_host = {0.5, 2};
+  absl::StatusOr<SimulationResult> r = Simulate(s, costs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Rank 1 posts RECV_F0 until 2, so 1F0 [2,3] (not [1.5,2.5]), 1B0 [3,5],
+  // SEND_B0 at 5 lands at 5.25 and holds rank 1 to 7; rank 0 runs 0B0
+  // [5.25,7.25].
+  EXPECT_DOUBLE_EQ(r->step_seconds, 7.25);
+  EXPECT_DOUBLE_EQ(r->busy_seconds[0], 3);
+  EXPECT_DOUBLE_EQ(r->idle_seconds[1], 4.25);
+  costs.message_host = {1};
+  EXPECT_THAT(std::string(Simulate(s, costs).status().message()),
+              HasSubstr("message_host has 1 entries, want 2"));
+}
+
 TEST(SimulatorTest, RejectsBadCostsAndBrokenSchedules) {
   absl::StatusOr<PipelineSchedule> s = BuildSchedule(ScheduleKind::k1F1B, 2, 2, 1);
   ASSERT_TRUE(s.ok());

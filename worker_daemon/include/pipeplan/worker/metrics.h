@@ -40,6 +40,9 @@ class WorkerMetrics {
   void SetStepBreakdown(double compute_seconds, double comm_seconds, double bubble_ratio,
                         double peak_memory_bytes);
   void SetSamplesPerSecond(double samples_per_second);
+  // The device memory this worker registered (--memory-bytes): what the
+  // dashboard's memory headroom divides the peak by.
+  void SetDeviceMemoryBytes(double bytes);
   // One plan switch: compiling the new version's stages (mostly before the
   // switch, in the background) and the time training paused for it.
   void ObserveSwitch(double compile_seconds, double switch_seconds);

@@ -9,7 +9,9 @@
 // boundary (relay: bytes of every edge that crosses the boundary, over the
 // link between the two stages' devices), so its step time and bubble ratio
 // are what a calibrated cluster predicts the workers will measure, and its
-// timeline lines up action by action with the workers' reports.
+// timeline lines up action by action with the workers' reports. With a
+// fitted host overhead, each SEND and RECV also holds its rank for the host
+// time the workers were measured to spend posting a message.
 //
 // Reentrant; no I/O.
 #ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_
@@ -21,6 +23,7 @@
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/graph.h"
+#include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/schedule/simulator.h"
 
 namespace pipeplan {
@@ -38,6 +41,9 @@ struct AsRunOptions {
   // another size than the cost model's (the synthetic one ships the graph's
   // bytes at the graph's precision).
   std::vector<double> shipped_bytes;
+  // Host seconds each SEND and RECV costs its rank, by the stage's device
+  // (host_overhead.h); empty: posting is free.
+  HostOverhead host_overhead;
 };
 
 // `plan` under `cluster`'s costs, transfers as the runtime does them.

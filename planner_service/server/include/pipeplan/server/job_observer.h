@@ -11,7 +11,8 @@
 // Predicted: the plan simulated as the workers run it (runtime_model.h)
 // under the job's calibrated cluster: the plan's device factors updated by
 // the reports', and links fitted from paired SEND/RECV timings over the
-// plan's recorded fits.
+// plan's recorded fits, and each rank held for the host seconds per message
+// its device was measured to spend posting SENDs and RECVs.
 //
 // Thread safety: reentrant; reads the registry (thread-safe).
 #ifndef PIPEPLAN_SERVER_JOB_OBSERVER_H_
@@ -21,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipeplan/core/graph.h"
+#include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/link_calibration.h"
 #include "pipeplan/server/job_registry.h"
 #include "pipeplan/server/metrics.h"
@@ -34,6 +36,7 @@ struct ObserverOptions {
   int min_device_samples = 3;
   int report_window = 2'000;
   LinkFitOptions links;
+  HostOverheadOptions host;
   GraphLimits limits;
 };
 

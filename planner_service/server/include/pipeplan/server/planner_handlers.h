@@ -83,6 +83,10 @@ class PlannerHandlers {
                        Callback<v1::VersionedPlan> done);
 
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  // Observes every RUNNING job and sets its pipeplan_job_* gauges, so a
+  // scrape sees them without anyone calling GetJob (server.cc runs it on a
+  // timer). Jobs whose plan cannot be observed keep their last figures.
+  void RefreshJobGauges();
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request);
   absl::StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);

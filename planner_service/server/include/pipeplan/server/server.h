@@ -43,6 +43,9 @@ struct ServerConfig {
   absl::Duration lease_check_period = absl::Milliseconds(250);
   // How often the replanning policy looks at the jobs (handlers.replan).
   absl::Duration replan_check_period = absl::Milliseconds(500);
+  // How often RUNNING jobs' pipeplan_job_* gauges are refreshed from their
+  // reports (PlannerHandlers::RefreshJobGauges); zero: only on GetJob.
+  absl::Duration job_gauge_period = absl::Seconds(5);
   HandlerOptions handlers;
   // Step reports the store keeps per job: the newest `report_retention`,
   // none older than `report_max_age` (zero: no age limit).
