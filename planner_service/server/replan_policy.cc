@@ -395,6 +395,7 @@ int ReplanPolicy::Tick() {
   int submitted = 0;
   for (const v1::Job& job : jobs) {
     if (job.state() == v1::JOB_CANCELLED) continue;  // gets no new versions
+    if (!registry_->Owns(job.id())) continue;        // another replica's to replan
     JobState& st = jobs_[job.id()];
     if (st.version != job.plan_version()) {
       st.version = job.plan_version();
@@ -583,8 +584,9 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Publish(const std::string& job_id,
                                                     const v1::VersionedPlan& current,
                                                     const v1::Plan& next, const std::string& reason,
                                                     ReplanTrigger trigger, ReplanOutcome outcome) {
-  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version, registry_->PublishPlan(job_id, current.request(), next,
-                                                                    reason, current.version()));
+  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version,
+                            registry_->PublishPlan(job_id, current.request(), next, reason,
+                                                   current.version(), PublishAs::kOwner));
   if (metrics_) metrics_->CountReplan(TriggerName(trigger));
   outcome.published = true;
   outcome.reason = reason;

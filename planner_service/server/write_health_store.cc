@@ -45,6 +45,36 @@ class WriteHealthStore final : public Store {
   }
   absl::StatusOr<std::vector<StoredJob>> Load() override { return store_->Load(); }
 
+  bool shared() const override { return store_->shared(); }
+  absl::StatusOr<std::vector<JobHead>> JobHeads() override { return store_->JobHeads(); }
+  absl::StatusOr<StoredJob> LoadJob(const std::string& job_id) override {
+    return store_->LoadJob(job_id);
+  }
+  absl::StatusOr<WorkerRecord> GetWorker(const std::string& job_id,
+                                         const std::string& worker_id) override {
+    return store_->GetWorker(job_id, worker_id);
+  }
+  absl::Status TouchWorker(const std::string& job_id, const std::string& worker_id,
+                           int64_t heartbeat_unix_ms) override {
+    return Saw(store_->TouchWorker(job_id, worker_id, heartbeat_unix_ms));
+  }
+  absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                    const std::string& address, absl::Duration ttl,
+                                    bool force) override {
+    return store_->ClaimJob(job_id, owner, address, ttl, force);
+  }
+  absl::StatusOr<std::vector<JobLease>> RenewJobLeases(const std::string& owner,
+                                                       absl::Duration ttl) override {
+    return store_->RenewJobLeases(owner, ttl);
+  }
+  absl::Status AppendPlanFenced(const v1::VersionedPlan& plan, const JobLease& fence) override {
+    return Saw(store_->AppendPlanFenced(plan, fence));
+  }
+  absl::Status SetJobStateFenced(const std::string& job_id, v1::JobState state,
+                                 const std::string& message, const JobLease& fence) override {
+    return Saw(store_->SetJobStateFenced(job_id, state, message, fence));
+  }
+
  private:
   absl::Status Saw(absl::Status s) {
     bool writing;
