@@ -48,6 +48,18 @@ absl::Status OverLimit(absl::string_view what, absl::string_view flag, int64_t l
   return absl::ResourceExhaustedError(absl::StrCat(what, ", over the limit --", flag, "=", limit));
 }
 
+// "v<N>/...": the plan version workers put in front of their keys; -1 for
+// a key without one.
+int64_t KeyVersion(const std::string& key) {
+  const size_t slash = key.find('/');
+  int64_t version = 0;
+  if (key.size() < 3 || key[0] != 'v' || slash == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(key).substr(1, slash - 1), &version) || version < 0) {
+    return -1;
+  }
+  return version;
+}
+
 absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
 }
@@ -504,6 +516,10 @@ absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
   *next.mutable_request() = request;
   next.set_reason(std::string(reason));
   PIPEPLAN_RETURN_IF_ERROR(AppendPlanToStore(next, as));
+  if (ownership_) {
+    // Best effort, as in memory: the keys of versions before the previous.
+    (void)store_->RendezvousTrim(job_id, next.version() - 1);
+  }
   ApplyPlanLocked(*job, std::make_shared<const v1::VersionedPlan>(std::move(next)));
   return job->record.current_version;
 }
@@ -852,6 +868,10 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
                                   " bytes of rendezvous keys and values (all jobs)"),
                      "rendezvous-max-bytes", options_.rendezvous_max_bytes);
   }
+  if (ownership_) {
+    // Shared: workers of the job on other replicas read it from the store.
+    PIPEPLAN_RETURN_IF_ERROR(store_->RendezvousPut(job_id, key, value, KeyVersion(key)));
+  }
   // A fresh string, so a shorter value does not keep a longer one's buffer.
   if (is_new) {
     job->rendezvous.emplace(key, value);
@@ -866,14 +886,8 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
 void JobRegistry::DropRendezvousBeforeLocked(Job& job, int64_t oldest_kept) {
   absl::erase_if(job.rendezvous, [&](const auto& kv) {
     const std::string& key = kv.first;
-    // "v<N>/...": the plan version workers put in front of their keys.
-    const size_t slash = key.find('/');
-    int64_t version = 0;
-    if (key.size() < 3 || key[0] != 'v' || slash == std::string::npos ||
-        !absl::SimpleAtoi(absl::string_view(key).substr(1, slash - 1), &version) ||
-        version >= oldest_kept) {
-      return false;
-    }
+    const int64_t version = KeyVersion(key);
+    if (version < 0 || version >= oldest_kept) return false;
     const int64_t bytes = static_cast<int64_t>(key.size() + kv.second.size());
     job.rendezvous_bytes -= bytes;
     rendezvous_bytes_ -= bytes;
@@ -885,12 +899,29 @@ absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::
                                                                      const std::string& key) const {
   absl::ReaderMutexLock l(&mu_);
   const Job* job = FindLocked(job_id);
+  if (!job && ownership_ && store_->GetPlan(job_id, 1).ok()) {
+    // Replicated: a job this replica has not synced yet.
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                              store_->RendezvousFetch(job_id, key));
+    v1::RendezvousGetResponse r;
+    r.set_found(stored.has_value());
+    if (stored) r.set_value(*std::move(stored));
+    return r;
+  }
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   v1::RendezvousGetResponse r;
   if (auto it = job->rendezvous.find(key); it != job->rendezvous.end()) {
     r.set_found(true);
     r.set_value(it->second);
+  } else if (ownership_) {
+    // Set through another replica.
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                              store_->RendezvousFetch(job_id, key));
+    if (stored) {
+      r.set_found(true);
+      r.set_value(*std::move(stored));
+    }
   }
   return r;
 }

@@ -67,6 +67,7 @@ ALTER TABLE step_reports ADD COLUMN time_ms BIGINT NOT NULL DEFAULT 0;
     // 3: job ownership between replicated planners. One row per owned job;
     // `token` grows at each change of owner and fences the owner's writes;
     // expiry is by the database's clock, so replicas' clocks do not matter.
+    // And the rendezvous space, so a job's workers may use any replica.
     R"sql(
 CREATE TABLE job_leases (
   job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
@@ -75,6 +76,12 @@ CREATE TABLE job_leases (
   token BIGINT NOT NULL,
   expires_at TIMESTAMPTZ NOT NULL);
 CREATE INDEX job_leases_by_owner ON job_leases(owner);
+CREATE TABLE rendezvous (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  value BYTEA NOT NULL,
+  version BIGINT NOT NULL,
+  PRIMARY KEY (job_id, key));
 )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -356,6 +363,41 @@ class PostgresStore : public Store {
     return pool_->Transaction([&](PgConnection& c) -> absl::Status {
       PIPEPLAN_RETURN_IF_ERROR(CheckFence(c, job_id, fence));
       return SetStateIn(c, job_id, state, failure_message);
+    });
+  }
+
+  absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                             const std::string& value, int64_t version) override {
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
+      absl::Status s = c.Exec(
+                            "INSERT INTO rendezvous VALUES ($1, $2, $3, $4) ON CONFLICT "
+                            "(job_id, key) DO UPDATE SET value=EXCLUDED.value",
+                            {job_id, key, PgBytes(value), absl::StrCat(version)})
+                           .status();
+      if (s.code() == absl::StatusCode::kNotFound) {
+        return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      }
+      return s;
+    });
+  }
+
+  absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                             const std::string& key) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::optional<std::string>> {
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("SELECT value FROM rendezvous WHERE job_id=$1 AND key=$2",
+                                       {job_id, key}, /*binary_result=*/true));
+      if (r.rows() == 0) return std::optional<std::string>();
+      return std::optional<std::string>(r.Bytes(0, 0));
+    });
+  }
+
+  absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept) override {
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
+      return c
+          .Exec("DELETE FROM rendezvous WHERE job_id=$1 AND version >= 0 AND version < $2",
+                {job_id, absl::StrCat(oldest_kept)})
+          .status();
     });
   }
 

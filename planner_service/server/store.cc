@@ -42,4 +42,16 @@ absl::Status Store::SetJobStateFenced(const std::string&, v1::JobState, const st
   return NotShared();
 }
 
+absl::Status Store::RendezvousPut(const std::string&, const std::string&, const std::string&,
+                                  int64_t) {
+  return NotShared();
+}
+
+absl::StatusOr<std::optional<std::string>> Store::RendezvousFetch(const std::string&,
+                                                                  const std::string&) {
+  return NotShared();
+}
+
+absl::Status Store::RendezvousTrim(const std::string&, int64_t) { return NotShared(); }
+
 }  // namespace pipeplan::server

@@ -74,6 +74,17 @@ class WriteHealthStore final : public Store {
                                  const std::string& message, const JobLease& fence) override {
     return Saw(store_->SetJobStateFenced(job_id, state, message, fence));
   }
+  absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                             const std::string& value, int64_t version) override {
+    return Saw(store_->RendezvousPut(job_id, key, value, version));
+  }
+  absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                             const std::string& key) override {
+    return store_->RendezvousFetch(job_id, key);
+  }
+  absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept) override {
+    return store_->RendezvousTrim(job_id, oldest_kept);
+  }
 
  private:
   absl::Status Saw(absl::Status s) {

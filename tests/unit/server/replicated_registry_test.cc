@@ -190,6 +190,14 @@ TEST_F(ReplicatedTest, ReplicasFollowEachOtherAndTakeOverExpiredJobs) {
   EXPECT_EQ(b.registry->RegisterWorker(job->id(), w).status().code(),
             absl::StatusCode::kInvalidArgument);  // no device: but the job was found
 
+  // Rendezvous through different replicas.
+  ASSERT_TRUE(a.registry->RendezvousSet(job->id(), "v1/addr/0", "127.0.0.1:1").ok());
+  auto got = b.registry->RendezvousGet(job->id(), "v1/addr/0");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->found());
+  EXPECT_EQ(got->value(), "127.0.0.1:1");
+  EXPECT_FALSE(b.registry->RendezvousGet(job->id(), "v1/addr/1")->found());
+
   ASSERT_TRUE(a.registry->PublishPlan(job->id(), v1::PlanRequest(), v1::Plan(), "v2").ok());
   ASSERT_TRUE(b.registry->SyncFromStore().ok());
   auto current = b.registry->GetPlan(job->id(), 0);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,6 +141,16 @@ class Store {
   virtual absl::Status AppendPlanFenced(const v1::VersionedPlan& plan, const JobLease& fence);
   virtual absl::Status SetJobStateFenced(const std::string& job_id, v1::JobState state,
                                          const std::string& failure_message, const JobLease& fence);
+  // The rendezvous space, shared so that workers of one job may talk to
+  // different replicas. `version`: the plan version the key belongs to
+  // ("v<N>/..."), -1 for none. NOT_FOUND for an unknown job.
+  virtual absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                                     const std::string& value, int64_t version);
+  // nullopt for a key not set.
+  virtual absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                                     const std::string& key);
+  // Drops the job's keys of versions 0 .. oldest_kept - 1.
+  virtual absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept);
 };
 
 struct SqliteStoreOptions {
