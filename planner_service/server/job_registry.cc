@@ -21,6 +21,8 @@ namespace {
 constexpr size_t kMaxIdBytes = 256;
 // Step reports Recover reads per job, at most.
 constexpr int64_t kRecoverReportBytes = int64_t{64} << 20;
+// Step reports read when a worker first reaches this replica, at most.
+constexpr int64_t kAdoptReportBytes = int64_t{8} << 20;
 // Freeing at least this much makes DeleteJob return memory to the OS.
 constexpr int64_t kReleaseMemoryBytes = 1 << 20;
 
@@ -162,6 +164,17 @@ JobRegistry::Worker* JobRegistry::FindWorkerLocked(Job& job, const std::string& 
   const absl::Time now = clock_->Now();
   Worker& w = job.workers[worker_id] = Worker{*std::move(stored), now + options_.lease};
   w.stored_heartbeat = absl::FromUnixMillis(w.record.last_heartbeat_unix_ms);
+  // Its newest stored report (newest first), so that a report it resends
+  // after its replica died is not stored twice.
+  if (auto reports = store_->RecentStepReports(job.record.id, 1'000, kAdoptReportBytes);
+      reports.ok()) {
+    for (const v1::ReportStepRequest& r : *reports) {
+      if (r.worker_id() != worker_id) continue;
+      if (w.report_run_id.empty()) w.report_run_id = r.run_id();
+      if (r.run_id() == w.report_run_id) w.report_seq = std::max(w.report_seq, r.seq());
+      w.record.last_step = std::max(w.record.last_step, r.step());
+    }
+  }
   UpdateGaugesLocked();
   return &w;
 }
@@ -250,17 +263,20 @@ void JobRegistry::SyncJob(const JobHead& head) {
   absl::StatusOr<StoredJob> stored = store_->LoadJob(head.id);
   if (!stored.ok()) return;
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(head.id);
-  if (job == nullptr || stored->job.current_version <= job->record.current_version) return;
-  for (WorkerRecord& w : stored->workers) {
-    auto it = job->workers.find(w.info.worker_id());
-    if (it == job->workers.end()) {
-      job->workers[w.info.worker_id()] = Worker{std::move(w), clock_->Now() + options_.lease};
+  if (Job* job = FindLocked(head.id)) ApplyStoredLocked(*job, *std::move(stored));
+}
+
+void JobRegistry::ApplyStoredLocked(Job& job, StoredJob stored) {
+  if (stored.job.current_version <= job.record.current_version) return;
+  for (WorkerRecord& w : stored.workers) {
+    auto it = job.workers.find(w.info.worker_id());
+    if (it == job.workers.end()) {
+      job.workers[w.info.worker_id()] = Worker{std::move(w), clock_->Now() + options_.lease};
     } else {
       it->second.record.state = w.state;
     }
   }
-  ApplyPlanLocked(*job, std::make_shared<const v1::VersionedPlan>(std::move(stored->current)));
+  ApplyPlanLocked(job, std::make_shared<const v1::VersionedPlan>(std::move(stored.current)));
   UpdateGaugesLocked();
 }
 
@@ -721,6 +737,13 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   // answer's current_plan_version tells the worker to switch. Calibration
   // reads only the current version's reports. A version the job never had
   // is an error.
+  if (ownership_ && report.plan_version() > job->record.current_version) {
+    // Published by another replica since this one's last sync: catch up
+    // rather than refuse a version that exists.
+    if (absl::StatusOr<StoredJob> stored = store_->LoadJob(job->record.id); stored.ok()) {
+      ApplyStoredLocked(*job, *std::move(stored));
+    }
+  }
   if (report.plan_version() > job->record.current_version || report.plan_version() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "report for plan version ", report.plan_version(), " but job ", report.job_id(),

@@ -247,6 +247,8 @@ class JobRegistry {
   void StoreHeartbeatLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replicated: whether an expired worker heartbeat through another replica.
   bool HeartbeatElsewhereLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Memory and watchers follow `stored` when it is a newer version.
+  void ApplyStoredLocked(Job& job, StoredJob stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SyncFromStore's part for one job head.
   void SyncJob(const JobHead& head);
   // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
