@@ -773,13 +773,49 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
     job->record.state = v1::JOB_RUNNING;
     LogInfo("job_state", {{"job", job->record.id}, {"state", "JOB_RUNNING"}});
   }
+  if (ownership_) return AppendReportUnlocked(report, w, std::move(r));
   PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   w.record.last_step = std::max(w.record.last_step, report.step());
   w.report_run_id = report.run_id();
   w.report_seq = report.seq();
-  StoreHeartbeatLocked(w, now);
+  return r;
+}
+
+absl::StatusOr<v1::ReportStepResponse> JobRegistry::AppendReportUnlocked(
+    const v1::ReportStepRequest& report, Worker& w, v1::ReportStepResponse r) {
+  // Replicated: PostgreSQL takes concurrent inserts, so the report is
+  // stored without the registry's lock (one lock per replica would
+  // otherwise bound its reports/s by one round trip each). A worker sends
+  // one report at a time; one that resends while the first is still being
+  // stored is asked to retry, so the duplicate check above stays exact.
+  if (w.report_in_flight) {
+    return absl::UnavailableError(
+        absl::StrCat("a report of worker ", report.worker_id(), " is being stored; retry"));
+  }
+  w.report_in_flight = true;
+  mu_.Unlock();
+  const absl::Status stored = store_->AppendStepReport(report);
+  mu_.Lock();
+  // The job or worker may be gone meanwhile (deleted here or elsewhere).
+  Job* job = FindLocked(report.job_id());
+  if (job == nullptr) return stored.ok() ? absl::StatusOr<v1::ReportStepResponse>(r) : stored;
+  auto it = job->workers.find(report.worker_id());
+  if (it == job->workers.end()) {
+    return stored.ok() ? absl::StatusOr<v1::ReportStepResponse>(r) : stored;
+  }
+  Worker& again = it->second;
+  again.report_in_flight = false;
+  PIPEPLAN_RETURN_IF_ERROR(stored);
+  const absl::Time now = clock_->Now();
+  again.lease_expiry = now + options_.lease;
+  again.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  again.record.last_step = std::max(again.record.last_step, report.step());
+  if (report.run_id() != again.report_run_id) again.report_seq = 0;
+  again.report_run_id = report.run_id();
+  again.report_seq = std::max(again.report_seq, report.seq());
+  StoreHeartbeatLocked(again, now);
   return r;
 }
 

@@ -212,6 +212,8 @@ class JobRegistry {
     int64_t report_seq = 0;
     // Replicated: when this replica last wrote the worker's heartbeat.
     absl::Time stored_heartbeat = absl::InfinitePast();
+    // Replicated: a report of this worker is being stored (without mu_).
+    bool report_in_flight = false;
   };
   struct WatchEntry {
     std::string worker_id;
@@ -249,6 +251,11 @@ class JobRegistry {
   bool HeartbeatElsewhereLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Memory and watchers follow `stored` when it is a newer version.
   void ApplyStoredLocked(Job& job, StoredJob stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportStep's store write on a shared store, with mu_ released around
+  // it; `w` is valid only until then.
+  absl::StatusOr<v1::ReportStepResponse> AppendReportUnlocked(const v1::ReportStepRequest& report,
+                                                              Worker& w, v1::ReportStepResponse r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SyncFromStore's part for one job head.
   void SyncJob(const JobHead& head);
   // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
