@@ -181,12 +181,11 @@ JobRegistry::Worker* JobRegistry::FindWorkerLocked(Job& job, const std::string& 
 
 void JobRegistry::StoreHeartbeatLocked(Worker& w, absl::Time now) {
   if (!ownership_ || now - w.stored_heartbeat < options_.lease / 4) return;
-  // Best effort: a failed write leaves the owner to read an older time; the
-  // next heartbeat tries again.
-  if (store_->TouchWorker(w.record.job_id, w.record.info.worker_id(), absl::ToUnixMillis(now))
-          .ok()) {
-    w.stored_heartbeat = now;
-  }
+  // Written in batches by SyncFromStore (every ~200 ms): one statement for
+  // all of this replica's workers instead of one per heartbeat.
+  w.stored_heartbeat = now;
+  pending_heartbeats_.push_back(
+      {w.record.job_id, w.record.info.worker_id(), absl::ToUnixMillis(now)});
 }
 
 bool JobRegistry::HeartbeatElsewhereLocked(Worker& w, absl::Time now) {
@@ -203,6 +202,16 @@ bool JobRegistry::HeartbeatElsewhereLocked(Worker& w, absl::Time now) {
 
 absl::Status JobRegistry::SyncFromStore() {
   if (!ownership_) return absl::OkStatus();
+  std::vector<WorkerHeartbeat> heartbeats;
+  {
+    absl::MutexLock l(&mu_);
+    heartbeats.swap(pending_heartbeats_);
+  }
+  if (absl::Status touched = store_->TouchWorkers(heartbeats); !touched.ok()) {
+    // Best effort: the owner sees older times; the workers' next
+    // heartbeats are written with the next batch.
+    LogWarn("heartbeats_not_stored", {{"error", std::string(touched.message())}});
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<JobHead> heads, store_->JobHeads());
   ownership_->Tick(heads);
   absl::flat_hash_map<std::string, bool> in_store;

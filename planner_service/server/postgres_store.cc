@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "pipeplan/core/status_macros.h"
@@ -88,6 +89,17 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // Any 64-bit constant shared by every pipeplan planner: serialises migrations.
 constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock(7606202611230015)";
+
+// `text` as a double-quoted element of a PostgreSQL array literal.
+std::string ArrayElement(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
 
 absl::StatusOr<int64_t> ParseInt(const PgResult& r, int row, int col) {
   int64_t v = 0;
@@ -314,19 +326,24 @@ class PostgresStore : public Store {
     });
   }
 
-  absl::Status TouchWorker(const std::string& job_id, const std::string& worker_id,
-                           int64_t heartbeat_unix_ms) override {
+  absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats) override {
+    if (heartbeats.empty()) return absl::OkStatus();
+    std::vector<std::string> jobs, workers, times;
+    for (const WorkerHeartbeat& h : heartbeats) {
+      jobs.push_back(ArrayElement(h.job_id));
+      workers.push_back(ArrayElement(h.worker_id));
+      times.push_back(absl::StrCat(h.unix_ms));
+    }
     return pool_->Run([&](PgConnection& c) -> absl::Status {
-      PIPEPLAN_ASSIGN_OR_RETURN(
-          PgResult r,
-          c.Exec("UPDATE workers SET last_heartbeat_ms = GREATEST(last_heartbeat_ms, $3) "
-                 "WHERE job_id=$1 AND worker_id=$2 RETURNING 1",
-                 {job_id, worker_id, absl::StrCat(heartbeat_unix_ms)}));
-      if (r.rows() == 0) {
-        return absl::NotFoundError(
-            absl::StrCat("worker ", worker_id, " of job ", job_id, " not found"));
-      }
-      return absl::OkStatus();
+      return c
+          .Exec(
+              "UPDATE workers w SET last_heartbeat_ms = GREATEST(w.last_heartbeat_ms, v.ms) "
+              "FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(job_id, worker_id, ms) "
+              "WHERE w.job_id = v.job_id AND w.worker_id = v.worker_id",
+              {absl::StrCat("{", absl::StrJoin(jobs, ","), "}"),
+               absl::StrCat("{", absl::StrJoin(workers, ","), "}"),
+               absl::StrCat("{", absl::StrJoin(times, ","), "}")})
+          .status();
     });
   }
 

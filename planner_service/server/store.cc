@@ -20,9 +20,7 @@ absl::StatusOr<WorkerRecord> Store::GetWorker(const std::string&, const std::str
   return NotShared();
 }
 
-absl::Status Store::TouchWorker(const std::string&, const std::string&, int64_t) {
-  return NotShared();
-}
+absl::Status Store::TouchWorkers(const std::vector<WorkerHeartbeat>&) { return NotShared(); }
 
 absl::StatusOr<JobLease> Store::ClaimJob(const std::string&, const std::string&, const std::string&,
                                          absl::Duration, bool) {

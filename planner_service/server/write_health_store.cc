@@ -54,9 +54,8 @@ class WriteHealthStore final : public Store {
                                          const std::string& worker_id) override {
     return store_->GetWorker(job_id, worker_id);
   }
-  absl::Status TouchWorker(const std::string& job_id, const std::string& worker_id,
-                           int64_t heartbeat_unix_ms) override {
-    return Saw(store_->TouchWorker(job_id, worker_id, heartbeat_unix_ms));
+  absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats) override {
+    return Saw(store_->TouchWorkers(heartbeats));
   }
   absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
                                     const std::string& address, absl::Duration ttl,

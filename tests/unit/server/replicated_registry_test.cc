@@ -131,6 +131,31 @@ TEST_F(ReplicatedTest, LeaseHasOneOwnerAndTokensFenceTheOldOne) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Heartbeats are batched into one statement; ids with characters of the
+// array syntax survive it; an older time never replaces a newer one.
+TEST_F(ReplicatedTest, HeartbeatBatchesKeepTheNewestTime) {
+  std::unique_ptr<Store> s = Open();
+  ASSERT_NE(s, nullptr);
+  const std::string job = "j,\"{x}\\";
+  ASSERT_TRUE(s->CreateJob({job, "", 1, 1}, Version(job, 1, "created")).ok());
+  std::vector<std::string> ids = {"w0", "w \"1\"", "w\\2,{}"};
+  for (const std::string& id : ids) {
+    WorkerRecord w;
+    w.job_id = job;
+    w.info.set_worker_id(id);
+    w.last_heartbeat_unix_ms = 1000;
+    ASSERT_TRUE(s->PutWorker(w).ok());
+  }
+  ASSERT_TRUE(
+      s->TouchWorkers(
+           {{job, ids[0], 5000}, {job, ids[1], 6000}, {job, ids[2], 500}, {job, "unknown", 9000}})
+          .ok());
+  EXPECT_EQ(s->GetWorker(job, ids[0])->last_heartbeat_unix_ms, 5000);
+  EXPECT_EQ(s->GetWorker(job, ids[1])->last_heartbeat_unix_ms, 6000);
+  EXPECT_EQ(s->GetWorker(job, ids[2])->last_heartbeat_unix_ms, 1000);
+  EXPECT_TRUE(s->TouchWorkers({}).ok());
+}
+
 // Two registries publish version N+1 of one job at once, the owner and an
 // operator's replan on the other replica (which takes the job over):
 // exactly one version N+1 is stored, the other call fails, and the loser

@@ -19,8 +19,9 @@
 // (every ~200 ms) brings in what the other replicas wrote: new and deleted
 // jobs, plan versions (pushed to this replica's watchers), job states. A
 // job or worker this replica has not seen yet is read from the store on
-// first use. Heartbeats are written through (at most every lease/4 per
-// worker) so the job's owner sees workers that talk to other replicas; only
+// first use. Heartbeats are written to the store (at most every lease/4 per
+// worker, batched by SyncFromStore) so the job's owner sees workers that
+// talk to other replicas; only
 // the owner (JobOwnership) declares workers lost, and its plan versions and
 // job state changes are fenced by its lease token.
 //
@@ -245,7 +246,8 @@ class JobRegistry {
   // Memory and watchers follow a version already in the store.
   void ApplyPlanLocked(Job& job, std::shared_ptr<const v1::VersionedPlan> plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the worker's heartbeat through (replicated, at most every lease/4).
+  // Queues the worker's heartbeat for the store (replicated, at most every
+  // lease/4 per worker; written in one batch by SyncFromStore).
   void StoreHeartbeatLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replicated: whether an expired worker heartbeat through another replica.
   bool HeartbeatElsewhereLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -284,6 +286,8 @@ class JobRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // all jobs
+  // Replicated: heartbeats to write with the next SyncFromStore.
+  std::vector<WorkerHeartbeat> pending_heartbeats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::server

@@ -60,6 +60,12 @@ struct JobLease {
   int64_t token = 0;
 };
 
+struct WorkerHeartbeat {
+  std::string job_id;
+  std::string worker_id;
+  int64_t unix_ms = 0;
+};
+
 // A job as the shared store has it now: what a replica compares with its
 // memory to follow the other replicas' writes (JobRegistry::SyncFromStore).
 struct JobHead {
@@ -119,10 +125,10 @@ class Store {
   // NOT_FOUND for an unknown job or worker.
   virtual absl::StatusOr<WorkerRecord> GetWorker(const std::string& job_id,
                                                  const std::string& worker_id);
-  // Records a heartbeat of an ACTIVE worker (the owner reads it before it
-  // declares the worker lost). NOT_FOUND for an unknown worker.
-  virtual absl::Status TouchWorker(const std::string& job_id, const std::string& worker_id,
-                                   int64_t heartbeat_unix_ms);
+  // Records workers' heartbeats (job id, worker id, unix ms), a batch in
+  // one statement; a time older than the stored one and an unknown worker
+  // are ignored. The owner reads them before it declares a worker lost.
+  virtual absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats);
   // Takes the job's lease for `owner` for `ttl` (by the database's clock)
   // when nobody holds it, it expired, `owner` holds it already (a renewal,
   // same token) or `force` (an operator's request taking the job over);
