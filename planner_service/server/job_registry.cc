@@ -203,9 +203,17 @@ bool JobRegistry::HeartbeatElsewhereLocked(Worker& w, absl::Time now) {
 absl::Status JobRegistry::SyncFromStore() {
   if (!ownership_) return absl::OkStatus();
   std::vector<WorkerHeartbeat> heartbeats;
+  // The owner watches every worker of its jobs, also those that registered
+  // through other replicas: every lease/2 it reads its jobs' workers.
+  bool workers_due = false;
   {
     absl::MutexLock l(&mu_);
     heartbeats.swap(pending_heartbeats_);
+    if (const absl::Time now = clock_->Now();
+        now - last_owned_workers_read_ >= options_.lease / 2) {
+      last_owned_workers_read_ = now;
+      workers_due = true;
+    }
   }
   if (absl::Status touched = store_->TouchWorkers(heartbeats); !touched.ok()) {
     // Best effort: the owner sees older times; the workers' next
@@ -218,6 +226,7 @@ absl::Status JobRegistry::SyncFromStore() {
   for (const JobHead& head : heads) {
     in_store[head.id] = true;
     SyncJob(head);
+    if (workers_due && ownership_->Lease(head.id)) AdoptStoredWorkers(head.id);
   }
   absl::MutexLock l(&mu_);
   std::vector<std::string> gone;
@@ -243,6 +252,25 @@ namespace {
 // Job states only move forward: pending, running, then an end.
 int StateOrder(v1::JobState s) { return s == v1::JOB_PENDING ? 0 : s == v1::JOB_RUNNING ? 1 : 2; }
 }  // namespace
+
+void JobRegistry::AdoptStoredWorkers(const std::string& job_id) {
+  absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
+  if (!stored.ok()) return;
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (job == nullptr) return;
+  bool added = false;
+  for (WorkerRecord& w : stored->workers) {
+    if (job->workers.contains(w.info.worker_id())) continue;
+    // Its lease runs from the heartbeat another replica stored.
+    const absl::Time seen = absl::FromUnixMillis(w.last_heartbeat_unix_ms);
+    const std::string id = w.info.worker_id();
+    Worker& adopted = job->workers[id] = Worker{std::move(w), seen + options_.lease};
+    adopted.stored_heartbeat = seen;
+    added = true;
+  }
+  if (added) UpdateGaugesLocked();
+}
 
 void JobRegistry::SyncJob(const JobHead& head) {
   std::shared_ptr<const v1::VersionedPlan> newer;

@@ -64,12 +64,14 @@ class ReplicatedTest : public ::testing::Test {
     std::unique_ptr<JobOwnership> ownership;
     std::unique_ptr<JobRegistry> registry;
   };
-  Replica Start(const std::string& id, absl::Duration lease = absl::Seconds(10)) {
+  Replica Start(const std::string& id, absl::Duration lease = absl::Seconds(10),
+                absl::Duration worker_lease = absl::Seconds(10)) {
     Replica r;
     r.store = Open();
     r.ownership = std::make_unique<JobOwnership>(r.store.get(),
                                                  JobOwnership::Options{id, id + ":7600", lease});
-    r.registry = std::make_unique<JobRegistry>(r.store.get(), RealClock(), JobRegistry::Options{});
+    r.registry = std::make_unique<JobRegistry>(r.store.get(), RealClock(),
+                                               JobRegistry::Options{.lease = worker_lease});
     r.registry->EnableReplication(r.ownership.get());
     EXPECT_TRUE(r.registry->Recover().ok());
     return r;
@@ -244,6 +246,41 @@ TEST_F(ReplicatedTest, ReplicasFollowEachOtherAndTakeOverExpiredJobs) {
           ->PublishPlan(job->id(), v1::PlanRequest(), v1::Plan(), "stale A", 2, PublishAs::kOwner)
           .ok());
   EXPECT_FALSE(a.registry->Owns(job->id()));
+}
+
+// Only the owner declares a worker lost, also one that registered through
+// another replica; a heartbeat through another replica keeps it alive.
+TEST_F(ReplicatedTest, OnlyTheOwnerDeclaresWorkersLost) {
+  Replica a = Start("A", absl::Seconds(10), absl::Milliseconds(600));
+  Replica b = Start("B", absl::Seconds(10), absl::Milliseconds(600));
+  v1::PlanRequest request;
+  request.mutable_cluster()->add_devices()->set_id("d0");
+  request.mutable_cluster()->add_devices()->set_id("d1");
+  auto job = a.registry->CreateJob("lost", request, v1::Plan());
+  ASSERT_TRUE(job.ok());
+  for (const char* id : {"w0", "w1"}) {
+    v1::WorkerInfo w;
+    w.set_worker_id(id);
+    w.set_device_id(id == std::string("w0") ? "d0" : "d1");
+    ASSERT_TRUE(b.registry->RegisterWorker(job->id(), w).ok());
+  }
+  // w1 heartbeats through B (batched into the store by B's sync); w0 is
+  // silent. B does not own the job: it declares nobody lost.
+  const absl::Time end = absl::Now() + absl::Milliseconds(1500);
+  int lost_by_a = 0;
+  while (absl::Now() < end) {
+    ASSERT_TRUE(b.registry->Heartbeat(job->id(), "w1").ok());
+    ASSERT_TRUE(b.registry->SyncFromStore().ok());
+    ASSERT_TRUE(a.registry->SyncFromStore().ok());
+    EXPECT_EQ(b.registry->CheckLeases(), 0);
+    lost_by_a += a.registry->CheckLeases();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(lost_by_a, 1);
+  auto seen = a.store->GetWorker(job->id(), "w0");
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->state, v1::WORKER_LOST);
+  EXPECT_EQ(a.store->GetWorker(job->id(), "w1")->state, v1::WORKER_ACTIVE);
 }
 
 }  // namespace

@@ -258,6 +258,9 @@ class JobRegistry {
   absl::StatusOr<v1::ReportStepResponse> AppendReportUnlocked(const v1::ReportStepRequest& report,
                                                               Worker& w, v1::ReportStepResponse r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the job's workers this replica does not hold yet (registered
+  // through other replicas), so its owner can declare them lost.
+  void AdoptStoredWorkers(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // SyncFromStore's part for one job head.
   void SyncJob(const JobHead& head);
   // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
@@ -286,6 +289,8 @@ class JobRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // all jobs
+  // Replicated: when SyncFromStore last read the owned jobs' workers.
+  absl::Time last_owned_workers_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Replicated: heartbeats to write with the next SyncFromStore.
   std::vector<WorkerHeartbeat> pending_heartbeats_ ABSL_GUARDED_BY(mu_);
 };
