@@ -5,8 +5,12 @@
 //      the request cache never answers),
 //   3. ReportStep from N workers at 1 report/s each (open loop, paced).
 //
-//   pipeplan-loadgen [--planner ADDR] [--seconds S] [--concurrency C]
-//                    [--cold-concurrency C] [--workers N] [--data DIR]
+//   pipeplan-loadgen [--planner ADDR[,ADDR...]] [--seconds S] [--concurrency C]
+//                    [--cold-concurrency C] [--workers N] [--data DIR] [--cold on|off]
+//
+// With several addresses (replicated planners on one PostgreSQL) the calls
+// are spread round robin over one client per replica: Plan call i and
+// worker w go to replica i % n and w % n.
 //
 // Without --planner it starts a planner in-process on 127.0.0.1:0 with a
 // throwaway data directory.
@@ -25,6 +29,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
@@ -48,6 +53,13 @@ struct Options {
   int cold_concurrency = 0;  // 0: hardware threads
   int workers = 1000;
   std::string data = std::string(PIPEPLAN_SOURCE_DIR) + "/tests/data";
+  bool cold = true;
+};
+
+// One client per planner address; call i uses clients[i % size].
+struct Clients {
+  std::vector<std::unique_ptr<PlannerClient>> all;
+  PlannerClient& operator[](int64_t i) const { return *all[static_cast<size_t>(i) % all.size()]; }
 };
 
 struct Result {
@@ -138,7 +150,8 @@ Result ClosedLoop(const std::string& name, int threads, double seconds, F call) 
   return r;
 }
 
-Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& req) {
+Result ReportSteps(const Clients& clients, const Options& o, const v1::PlanRequest& req) {
+  PlannerClient& c = clients[0];
   Result r;
   r.name = absl::StrFormat("ReportStep, %d workers x 1/s", o.workers);
   auto job = c.CreateJob("loadgen", req);
@@ -153,7 +166,7 @@ Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& re
     info.set_worker_id(absl::StrFormat("w%04d", w));
     info.set_device_id(req.cluster().devices(w % devices).id());
     info.set_host("127.0.0.1");
-    if (auto a = c.RegisterWorker(job->id(), info); !a.ok()) {
+    if (auto a = clients[w].RegisterWorker(job->id(), info); !a.ok()) {
       r.first_error = a.status().ToString();
       r.errors = 1;
       return r;
@@ -186,7 +199,7 @@ Result ReportSteps(PlannerClient& c, const Options& o, const v1::PlanRequest& re
           rep.set_worker_id(absl::StrFormat("w%04d", w));
           rep.set_step(k);
           const absl::Time t0 = absl::Now();
-          tally.Record(t0, c.ReportStep(rep).status());
+          tally.Record(t0, clients[w].ReportStep(rep).status());
         }
       }
       tally.MergeInto(r, mu);
@@ -216,6 +229,9 @@ bool Parse(int argc, char** argv, Options* o) {
       ok = absl::SimpleAtoi(value, &o->workers) && o->workers > 0;
     } else if (name == "--data") {
       o->data = value;
+    } else if (name == "--cold") {
+      ok = value == "on" || value == "off";
+      o->cold = value == "on";
     } else {
       ok = false;
     }
@@ -232,8 +248,9 @@ bool Parse(int argc, char** argv, Options* o) {
 int main(int argc, char** argv) {
   Options o;
   if (!Parse(argc, argv, &o)) {
-    std::cerr << "usage: pipeplan-loadgen [--planner ADDR] [--seconds S] [--concurrency C]\n"
-                 "                        [--cold-concurrency C] [--workers N] [--data DIR]\n";
+    std::cerr << "usage: pipeplan-loadgen [--planner ADDR[,ADDR...]] [--seconds S]\n"
+                 "                        [--concurrency C] [--cold-concurrency C] [--workers N]\n"
+                 "                        [--data DIR] [--cold on|off]\n";
     return 2;
   }
   if (o.cold_concurrency == 0) {
@@ -259,12 +276,16 @@ int main(int argc, char** argv) {
     own = *std::move(s);
     o.planner = absl::StrFormat("127.0.0.1:%d", own->port());
   }
-  auto client = PlannerClient::Connect({.address = o.planner, .timeout = absl::Seconds(120)});
-  if (!client.ok()) {
-    std::cerr << "pipeplan-loadgen: " << client.status() << "\n";
-    return 1;
+  Clients clients;
+  for (absl::string_view address : absl::StrSplit(o.planner, ',', absl::SkipEmpty())) {
+    auto client =
+        PlannerClient::Connect({.address = std::string(address), .timeout = absl::Seconds(120)});
+    if (!client.ok()) {
+      std::cerr << "pipeplan-loadgen: " << client.status() << "\n";
+      return 1;
+    }
+    clients.all.push_back(*std::move(client));
   }
-  PlannerClient& c = **client;
 
   v1::PlanRequest small;
   *small.mutable_graph() = ReadJson<v1::ModelGraph>(o.data + "/chain_small.json");
@@ -281,23 +302,27 @@ int main(int argc, char** argv) {
   gpt.mutable_options()->set_microbatches(16);
   gpt.mutable_options()->set_method(v1::METHOD_DP);
 
-  if (auto warm = c.Plan(small); !warm.ok()) {
-    std::cerr << "pipeplan-loadgen: cannot reach " << o.planner << ": " << warm.status() << "\n";
-    return 1;
+  for (size_t i = 0; i < clients.all.size(); ++i) {
+    if (auto warm = clients[static_cast<int64_t>(i)].Plan(small); !warm.ok()) {
+      std::cerr << "pipeplan-loadgen: cannot reach " << o.planner << ": " << warm.status() << "\n";
+      return 1;
+    }
   }
   std::vector<Result> results;
   results.push_back(ClosedLoop(absl::StrFormat("Plan cached (chain_small), c=%d", o.concurrency),
                                o.concurrency, o.seconds,
-                               [&](int64_t) { return c.Plan(small).status(); }));
-  results.push_back(ClosedLoop(absl::StrFormat("Plan cold (gpt_1k, %d nodes), c=%d",
-                                               gpt.graph().nodes_size(), o.cold_concurrency),
-                               o.cold_concurrency, o.seconds, [&](int64_t i) {
-                                 v1::PlanRequest r = gpt;
-                                 r.mutable_options()->set_time_limit_seconds(
-                                     30 + 1e-6 * static_cast<double>(i));
-                                 return c.Plan(r).status();
-                               }));
-  results.push_back(ReportSteps(c, o, small));
+                               [&](int64_t i) { return clients[i].Plan(small).status(); }));
+  if (o.cold) {
+    results.push_back(ClosedLoop(absl::StrFormat("Plan cold (gpt_1k, %d nodes), c=%d",
+                                                 gpt.graph().nodes_size(), o.cold_concurrency),
+                                 o.cold_concurrency, o.seconds, [&](int64_t i) {
+                                   v1::PlanRequest r = gpt;
+                                   r.mutable_options()->set_time_limit_seconds(
+                                       30 + 1e-6 * static_cast<double>(i));
+                                   return clients[i].Plan(r).status();
+                                 }));
+  }
+  results.push_back(ReportSteps(clients, o, small));
 
   std::cout << absl::StrFormat("\npipeplan-loadgen against %s (%s), %.0f s per scenario\n\n",
                                o.planner, own ? "in-process planner" : "remote planner", o.seconds);

@@ -64,7 +64,9 @@ const pipeplan::cmdline::FlagSet& WorkerFlags() {
   static const pipeplan::cmdline::FlagSet* flags = [] {
     auto* f = new pipeplan::cmdline::FlagSet("pipeplan-worker");
     f->Section("required")
-        .Value("planner", "ADDR", "the pipeplan-planner (host:port)")
+        .Value("planner", "ADDR",
+               "the pipeplan-planner (host:port), or replicas A,B,C: the next one\n"
+               "when one dies")
         .Value("job", "JOB", "the job to join (`pipeplan jobs create` prints it)")
         .Value("worker-id", "ID", "this worker's name, unique in the job")
         .Value("device", "DEVICE_ID", "the device of the job's cluster it runs as");

@@ -12,7 +12,8 @@ const cmdline::FlagSet& GlobalFlagSet() {
     auto* f = new cmdline::FlagSet("pipeplan");
     f->Section("global flags (before or after the command)")
         .Value("planner", "ADDR",
-               "talk to a running pipeplan-planner (e.g. 127.0.0.1:7600);\n"
+               "talk to a running pipeplan-planner (e.g. 127.0.0.1:7600), or\n"
+               "replicas A,B,C (the next one when one dies);\n"
                "without it, plan and simulate run in-process")
         .Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
         .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")

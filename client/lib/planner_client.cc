@@ -2,20 +2,75 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/credentials.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/status_map.h"
 
 namespace pipeplan::client {
 namespace {
+
+// One address as a numeric "ip:port" ("[ip6]:port"); *v6 says which family.
+absl::StatusOr<std::string> Numeric(const std::string& address, bool* v6) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planner address \"", address, "\" is not HOST:PORT"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve planner host \"", host, "\""));
+  }
+  char ip[NI_MAXHOST];
+  const int rc =
+      getnameinfo(found->ai_addr, found->ai_addrlen, ip, sizeof(ip), nullptr, 0, NI_NUMERICHOST);
+  *v6 = found->ai_family == AF_INET6;
+  freeaddrinfo(found);
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("cannot resolve \"", host, "\""));
+  return *v6 ? absl::StrCat("[", ip, "]", address.substr(colon))
+             : absl::StrCat(ip, address.substr(colon));
+}
+
+// The gRPC target of ClientOptions::address: one address as given, a
+// comma-separated list as an ipv4:/ipv6: target that pick_first walks in
+// order (the first planner that answers; the next one when it dies).
+absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
+  if (address.find(',') == std::string::npos) return address;
+  std::vector<std::string> numeric;
+  bool any_v4 = false, any_v6 = false;
+  for (absl::string_view part : absl::StrSplit(address, ',', absl::SkipWhitespace())) {
+    bool v6 = false;
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string n,
+                              Numeric(std::string(absl::StripAsciiWhitespace(part)), &v6));
+    (v6 ? any_v6 : any_v4) = true;
+    numeric.push_back(std::move(n));
+  }
+  if (any_v4 && any_v6) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planner addresses \"", address, "\" mix IPv4 and IPv6"));
+  }
+  return absl::StrCat(any_v6 ? "ipv6:" : "ipv4:", absl::StrJoin(numeric, ","));
+}
 
 using server::FromGrpcStatus;
 
@@ -93,7 +148,17 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  c->channel_ = grpc::CreateCustomChannel(options.address, creds, args);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string target, ChannelTarget(options.address));
+  if (target != options.address) {
+    // Several planner replicas: keep to one until it fails, then the next.
+    args.SetLoadBalancingPolicyName("pick_first");
+    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+      // The certificate names the first address's host, not its IP.
+      const std::string first = options.address.substr(0, options.address.find(','));
+      args.SetSslTargetNameOverride(first.substr(0, first.rfind(':')));
+    }
+  }
+  c->channel_ = grpc::CreateCustomChannel(target, creds, args);
   c->stub_ = v1::PlannerService::NewStub(c->channel_);
   return c;
 }

@@ -1,6 +1,7 @@
 #include "pipeplan/server/job_registry.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -20,6 +21,8 @@ namespace {
 constexpr size_t kMaxIdBytes = 256;
 // Step reports Recover reads per job, at most.
 constexpr int64_t kRecoverReportBytes = int64_t{64} << 20;
+// Step reports read when a worker first reaches this replica, at most.
+constexpr int64_t kAdoptReportBytes = int64_t{8} << 20;
 // Freeing at least this much makes DeleteJob return memory to the OS.
 constexpr int64_t kReleaseMemoryBytes = 1 << 20;
 
@@ -47,6 +50,18 @@ absl::Status OverLimit(absl::string_view what, absl::string_view flag, int64_t l
   return absl::ResourceExhaustedError(absl::StrCat(what, ", over the limit --", flag, "=", limit));
 }
 
+// "v<N>/...": the plan version workers put in front of their keys; -1 for
+// a key without one.
+int64_t KeyVersion(const std::string& key) {
+  const size_t slash = key.find('/');
+  int64_t version = 0;
+  if (key.size() < 3 || key[0] != 'v' || slash == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(key).substr(1, slash - 1), &version) || version < 0) {
+    return -1;
+  }
+  return version;
+}
+
 absl::Status JobNotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
 }
@@ -60,44 +75,50 @@ absl::Status JobCancelled(const std::string& job_id) {
 JobRegistry::JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics)
     : store_(store), clock_(clock), options_(options), metrics_(metrics) {}
 
+JobRegistry::Job JobRegistry::JobFromStored(StoredJob sj, absl::Time now) const {
+  Job job;
+  job.record = sj.job;
+  job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
+  // Workers' last steps and last report numbers come from the stored
+  // reports (not rewritten per report; newest first): the newest ones,
+  // bounded in bytes, cover every live worker.
+  absl::flat_hash_map<std::string, int64_t> last_step;
+  absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> last_seq;
+  if (auto reports = store_->RecentStepReports(sj.job.id, 100'000, kRecoverReportBytes);
+      reports.ok()) {
+    for (const v1::ReportStepRequest& r : *reports) {
+      auto [it, inserted] = last_step.emplace(r.worker_id(), r.step());
+      if (!inserted) it->second = std::max(it->second, r.step());
+      auto [seq, first] = last_seq.emplace(r.worker_id(), std::make_pair(r.run_id(), r.seq()));
+      if (!first && seq->second.first == r.run_id()) {
+        seq->second.second = std::max(seq->second.second, r.seq());
+      }
+    }
+  }
+  for (WorkerRecord& w : sj.workers) {
+    std::string id = w.info.worker_id();
+    if (auto it = last_step.find(id); it != last_step.end()) {
+      w.last_step = std::max(w.last_step, it->second);
+    }
+    // Grace: workers learn of the restart only when their channel
+    // reconnects (backoff up to 1 s) and their next heartbeat (lease/3)
+    // gets through, so they get two leases before anyone is declared lost.
+    Worker& worker = job.workers[id] = Worker{std::move(w), now + 2 * options_.lease};
+    if (auto it = last_seq.find(id); it != last_seq.end()) {
+      worker.report_run_id = it->second.first;
+      worker.report_seq = it->second.second;
+    }
+  }
+  return job;
+}
+
 absl::Status JobRegistry::Recover() {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StoredJob> stored, store_->Load());
   absl::MutexLock l(&mu_);
   const absl::Time now = clock_->Now();
   for (StoredJob& sj : stored) {
-    Job job;
-    job.record = sj.job;
-    job.current = std::make_shared<const v1::VersionedPlan>(std::move(sj.current));
-    // Workers' last steps and last report numbers come from the stored
-    // reports (not rewritten per report; newest first): the newest ones,
-    // bounded in bytes, cover every live worker.
-    absl::flat_hash_map<std::string, int64_t> last_step;
-    absl::flat_hash_map<std::string, std::pair<std::string, int64_t>> last_seq;
-    if (auto reports = store_->RecentStepReports(sj.job.id, 100'000, kRecoverReportBytes);
-        reports.ok()) {
-      for (const v1::ReportStepRequest& r : *reports) {
-        auto [it, inserted] = last_step.emplace(r.worker_id(), r.step());
-        if (!inserted) it->second = std::max(it->second, r.step());
-        auto [seq, first] = last_seq.emplace(r.worker_id(), std::make_pair(r.run_id(), r.seq()));
-        if (!first && seq->second.first == r.run_id()) {
-          seq->second.second = std::max(seq->second.second, r.seq());
-        }
-      }
-    }
-    for (WorkerRecord& w : sj.workers) {
-      std::string id = w.info.worker_id();
-      if (auto it = last_step.find(id); it != last_step.end()) {
-        w.last_step = std::max(w.last_step, it->second);
-      }
-      // Grace: workers learn of the restart only when their channel
-      // reconnects (backoff up to 1 s) and their next heartbeat (lease/3)
-      // gets through, so they get two leases before anyone is declared lost.
-      Worker& worker = job.workers[id] = Worker{std::move(w), now + 2 * options_.lease};
-      if (auto it = last_seq.find(id); it != last_seq.end()) {
-        worker.report_run_id = it->second.first;
-        worker.report_seq = it->second.second;
-      }
-    }
+    Job job = JobFromStored(std::move(sj), now);
+    job.synced = ownership_ != nullptr;
     if (metrics_) {
       metrics_->SetPlan(job.record.id, job.record.current_version,
                         job.current->plan().step_seconds(), job.current->plan().bubble_ratio());
@@ -114,6 +135,186 @@ absl::Status JobRegistry::Recover() {
 JobRegistry::Job* JobRegistry::FindLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobRegistry::EnableReplication(JobOwnership* ownership) { ownership_ = ownership; }
+
+bool JobRegistry::Owns(const std::string& job_id) const {
+  return ownership_ == nullptr || ownership_->Lease(job_id).has_value();
+}
+
+JobRegistry::Job* JobRegistry::FindOrLoadLocked(const std::string& job_id) {
+  if (Job* job = FindLocked(job_id); job || !ownership_) return job;
+  absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
+  if (!stored.ok()) return nullptr;
+  // Created by another replica since this one's last sync.
+  Job job = JobFromStored(*std::move(stored), clock_->Now());
+  job.synced = true;
+  auto [it, inserted] = jobs_.emplace(job_id, std::move(job));
+  UpdateGaugesLocked();
+  return &it->second;
+}
+
+JobRegistry::Worker* JobRegistry::FindWorkerLocked(Job& job, const std::string& worker_id) {
+  if (auto it = job.workers.find(worker_id); it != job.workers.end()) return &it->second;
+  if (!ownership_) return nullptr;
+  // Registered through another replica.
+  absl::StatusOr<WorkerRecord> stored = store_->GetWorker(job.record.id, worker_id);
+  if (!stored.ok()) return nullptr;
+  const absl::Time now = clock_->Now();
+  Worker& w = job.workers[worker_id] = Worker{*std::move(stored), now + options_.lease};
+  w.stored_heartbeat = absl::FromUnixMillis(w.record.last_heartbeat_unix_ms);
+  // Its newest stored report (newest first), so that a report it resends
+  // after its replica died is not stored twice.
+  if (auto reports = store_->RecentStepReports(job.record.id, 1'000, kAdoptReportBytes);
+      reports.ok()) {
+    for (const v1::ReportStepRequest& r : *reports) {
+      if (r.worker_id() != worker_id) continue;
+      if (w.report_run_id.empty()) w.report_run_id = r.run_id();
+      if (r.run_id() == w.report_run_id) w.report_seq = std::max(w.report_seq, r.seq());
+      w.record.last_step = std::max(w.record.last_step, r.step());
+    }
+  }
+  UpdateGaugesLocked();
+  return &w;
+}
+
+void JobRegistry::StoreHeartbeatLocked(Worker& w, absl::Time now) {
+  if (!ownership_ || now - w.stored_heartbeat < options_.lease / 4) return;
+  // Written in batches by SyncFromStore (every ~200 ms): one statement for
+  // all of this replica's workers instead of one per heartbeat.
+  w.stored_heartbeat = now;
+  pending_heartbeats_.push_back(
+      {w.record.job_id, w.record.info.worker_id(), absl::ToUnixMillis(now)});
+}
+
+bool JobRegistry::HeartbeatElsewhereLocked(Worker& w, absl::Time now) {
+  if (!ownership_) return false;
+  absl::StatusOr<WorkerRecord> stored =
+      store_->GetWorker(w.record.job_id, w.record.info.worker_id());
+  if (!stored.ok()) return false;
+  const absl::Time seen = absl::FromUnixMillis(stored->last_heartbeat_unix_ms);
+  if (seen + options_.lease <= now) return false;
+  w.lease_expiry = seen + options_.lease;
+  w.record.last_heartbeat_unix_ms = stored->last_heartbeat_unix_ms;
+  return true;
+}
+
+absl::Status JobRegistry::SyncFromStore() {
+  if (!ownership_) return absl::OkStatus();
+  std::vector<WorkerHeartbeat> heartbeats;
+  // The owner watches every worker of its jobs, also those that registered
+  // through other replicas: every lease/2 it reads its jobs' workers.
+  bool workers_due = false;
+  {
+    absl::MutexLock l(&mu_);
+    heartbeats.swap(pending_heartbeats_);
+    if (const absl::Time now = clock_->Now();
+        now - last_owned_workers_read_ >= options_.lease / 2) {
+      last_owned_workers_read_ = now;
+      workers_due = true;
+    }
+  }
+  if (absl::Status touched = store_->TouchWorkers(heartbeats); !touched.ok()) {
+    // Best effort: the owner sees older times; the workers' next
+    // heartbeats are written with the next batch.
+    LogWarn("heartbeats_not_stored", {{"error", std::string(touched.message())}});
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<JobHead> heads, store_->JobHeads());
+  ownership_->Tick(heads);
+  absl::flat_hash_map<std::string, bool> in_store;
+  for (const JobHead& head : heads) {
+    in_store[head.id] = true;
+    SyncJob(head);
+    if (workers_due && ownership_->Lease(head.id)) AdoptStoredWorkers(head.id);
+  }
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> gone;
+  for (const auto& [id, job] : jobs_) {
+    if (job.synced && !in_store.contains(id)) gone.push_back(id);
+  }
+  for (const std::string& id : gone) {
+    Job& job = jobs_.find(id)->second;
+    const absl::Status closed = absl::NotFoundError(absl::StrCat("job \"", id, "\" was deleted"));
+    for (WatchEntry& w : job.watches) {
+      if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+    }
+    rendezvous_bytes_ -= job.rendezvous_bytes;
+    if (metrics_) metrics_->RemoveJob(id);
+    jobs_.erase(id);
+    LogInfo("job_deleted", {{"job", id}, {"by", "another planner"}});
+  }
+  if (!gone.empty()) UpdateGaugesLocked();
+  return absl::OkStatus();
+}
+
+namespace {
+// Job states only move forward: pending, running, then an end.
+int StateOrder(v1::JobState s) { return s == v1::JOB_PENDING ? 0 : s == v1::JOB_RUNNING ? 1 : 2; }
+}  // namespace
+
+void JobRegistry::AdoptStoredWorkers(const std::string& job_id) {
+  absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
+  if (!stored.ok()) return;
+  absl::MutexLock l(&mu_);
+  Job* job = FindLocked(job_id);
+  if (job == nullptr) return;
+  bool added = false;
+  for (WorkerRecord& w : stored->workers) {
+    if (job->workers.contains(w.info.worker_id())) continue;
+    // Its lease runs from the heartbeat another replica stored.
+    const absl::Time seen = absl::FromUnixMillis(w.last_heartbeat_unix_ms);
+    const std::string id = w.info.worker_id();
+    Worker& adopted = job->workers[id] = Worker{std::move(w), seen + options_.lease};
+    adopted.stored_heartbeat = seen;
+    added = true;
+  }
+  if (added) UpdateGaugesLocked();
+}
+
+void JobRegistry::SyncJob(const JobHead& head) {
+  std::shared_ptr<const v1::VersionedPlan> newer;
+  {
+    absl::MutexLock l(&mu_);
+    Job* job = FindLocked(head.id);
+    if (job == nullptr) {
+      FindOrLoadLocked(head.id);
+      return;
+    }
+    job->synced = true;
+    if (StateOrder(head.state) > StateOrder(job->record.state)) {
+      job->record.state = head.state;
+      job->record.failure_message = head.failure_message;
+      if (head.state == v1::JOB_CANCELLED) {
+        const absl::Status closed = JobCancelled(head.id);
+        for (WatchEntry& w : job->watches) {
+          if (auto watcher = w.watcher.lock()) watcher->OnClose(closed);
+        }
+        job->watches.clear();
+      }
+    }
+    if (head.current_version <= job->record.current_version) return;
+  }
+  // Another replica published: read the version (and the workers it
+  // reranked) outside the lock, then apply it unless it was meanwhile.
+  absl::StatusOr<StoredJob> stored = store_->LoadJob(head.id);
+  if (!stored.ok()) return;
+  absl::MutexLock l(&mu_);
+  if (Job* job = FindLocked(head.id)) ApplyStoredLocked(*job, *std::move(stored));
+}
+
+void JobRegistry::ApplyStoredLocked(Job& job, StoredJob stored) {
+  if (stored.job.current_version <= job.record.current_version) return;
+  for (WorkerRecord& w : stored.workers) {
+    auto it = job.workers.find(w.info.worker_id());
+    if (it == job.workers.end()) {
+      job.workers[w.info.worker_id()] = Worker{std::move(w), clock_->Now() + options_.lease};
+    } else {
+      it->second.record.state = w.state;
+    }
+  }
+  ApplyPlanLocked(job, std::make_shared<const v1::VersionedPlan>(std::move(stored.current)));
+  UpdateGaugesLocked();
 }
 
 absl::Status JobRegistry::UpdateWorkerLocked(Worker& w, WorkerRecord next) {
@@ -194,6 +395,15 @@ absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
   *first.mutable_request() = request;
   first.set_reason("created");
   PIPEPLAN_RETURN_IF_ERROR(store_->CreateJob(job.record, first));
+  if (ownership_) {
+    // Its creator owns it first; a failed claim leaves it to the next
+    // replica's sync, which claims jobs without a live owner.
+    job.synced = true;
+    if (auto claimed = ownership_->Claim(job.record.id, /*force=*/false); !claimed.ok()) {
+      LogWarn("job_not_claimed",
+              {{"job", job.record.id}, {"error", std::string(claimed.status().message())}});
+    }
+  }
   job.current = std::make_shared<const v1::VersionedPlan>(std::move(first));
   const std::string id = job.record.id;
   auto [it, inserted] = jobs_.emplace(id, std::move(job));
@@ -207,10 +417,18 @@ absl::StatusOr<v1::Job> JobRegistry::CreateJob(const std::string& name,
 }
 
 absl::StatusOr<v1::Job> JobRegistry::GetJob(const std::string& job_id) const {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    if (const Job* job = FindLocked(job_id)) return ToProtoLocked(*job, /*with_plan=*/true);
+    if (!ownership_) return JobNotFound(job_id);
+  }
+  // Replicated: a job another replica created since this one's last sync.
+  absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
+  if (stored.status().code() == absl::StatusCode::kNotFound) return JobNotFound(job_id);
+  if (!stored.ok()) return stored.status();
+  const Job job = JobFromStored(*std::move(stored), clock_->Now());
   absl::ReaderMutexLock l(&mu_);
-  const Job* job = FindLocked(job_id);
-  if (!job) return JobNotFound(job_id);
-  return ToProtoLocked(*job, /*with_plan=*/true);
+  return ToProtoLocked(job, /*with_plan=*/true);
 }
 
 std::vector<v1::Job> JobRegistry::ListJobs() const {
@@ -272,7 +490,7 @@ absl::StatusOr<v1::Job> JobRegistry::MarkCancelled(const std::string& job_id,
                                                       "); nothing to cancel"));
   }
   const std::string message = reason.empty() ? "cancelled" : absl::StrCat("cancelled: ", reason);
-  PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job_id, v1::JOB_CANCELLED, message));
+  PIPEPLAN_RETURN_IF_ERROR(SetJobStateInStore(job_id, v1::JOB_CANCELLED, message));
   job->record.state = v1::JOB_CANCELLED;
   job->record.failure_message = message;
   // Workers learn it as they would a deletion: their stream ends NOT_FOUND.
@@ -296,12 +514,17 @@ absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id
   {
     absl::ReaderMutexLock l(&mu_);
     const Job* job = FindLocked(job_id);
+    if (!job && ownership_ && version > 0) return store_->GetPlan(job_id, version);
+    if (!job && ownership_) {
+      absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
+      if (stored.ok()) return std::move(stored->current);
+    }
     if (!job) return JobNotFound(job_id);
     if (version < 0) {
       return absl::InvalidArgumentError(absl::StrCat("version must be >= 0, got ", version));
     }
     if (version == 0 || version == job->record.current_version) return *job->current;
-    if (version > job->record.current_version) {
+    if (version > job->record.current_version && !ownership_) {
       return absl::NotFoundError(absl::StrCat("job ", job_id, " has no plan version ", version,
                                               " (current is ", job->record.current_version, ")"));
     }
@@ -326,9 +549,9 @@ std::shared_ptr<const v1::PlanUpdate> JobRegistry::UpdateFor(const Job& job,
 absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
                                                  const v1::PlanRequest& request,
                                                  const v1::Plan& plan, const std::string& reason,
-                                                 int64_t expected_version) {
+                                                 int64_t expected_version, PublishAs as) {
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
+  Job* job = FindOrLoadLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) {
     return absl::FailedPreconditionError(
@@ -345,32 +568,72 @@ absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
   *next.mutable_plan() = plan;
   *next.mutable_request() = request;
   next.set_reason(std::string(reason));
-  PIPEPLAN_RETURN_IF_ERROR(store_->AppendPlan(next));
-  job->record.current_version = next.version();
-  job->current = std::make_shared<const v1::VersionedPlan>(std::move(next));
+  PIPEPLAN_RETURN_IF_ERROR(AppendPlanToStore(next, as));
+  if (ownership_) {
+    // Best effort, as in memory: the keys of versions before the previous.
+    (void)store_->RendezvousTrim(job_id, next.version() - 1);
+  }
+  ApplyPlanLocked(*job, std::make_shared<const v1::VersionedPlan>(std::move(next)));
+  return job->record.current_version;
+}
+
+absl::Status JobRegistry::AppendPlanToStore(const v1::VersionedPlan& plan, PublishAs as) {
+  if (!ownership_) return store_->AppendPlan(plan);
+  std::optional<JobLease> lease = ownership_->Lease(plan.job_id());
+  if (!lease && as == PublishAs::kOwner) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", plan.job_id(), " is owned by another planner; only its owner replans it"));
+  }
+  if (!lease) {
+    // An operator's replan here takes the job over: the next token fences
+    // the previous owner out.
+    PIPEPLAN_ASSIGN_OR_RETURN(JobLease taken, ownership_->Claim(plan.job_id(), /*force=*/true));
+    lease = taken;
+  }
+  absl::Status s = store_->AppendPlanFenced(plan, *lease);
+  if (s.code() == absl::StatusCode::kFailedPrecondition) ownership_->Drop(plan.job_id());
+  return s;
+}
+
+absl::Status JobRegistry::SetJobStateInStore(const std::string& job_id, v1::JobState state,
+                                             const std::string& message) {
+  if (ownership_) {
+    if (std::optional<JobLease> lease = ownership_->Lease(job_id)) {
+      absl::Status s = store_->SetJobStateFenced(job_id, state, message, *lease);
+      if (s.code() == absl::StatusCode::kFailedPrecondition) ownership_->Drop(job_id);
+      return s;
+    }
+  }
+  // Not the owner: a state a worker or an operator reports (running, done,
+  // failed, cancelled) is a fact, written as such.
+  return store_->SetJobState(job_id, state, message);
+}
+
+void JobRegistry::ApplyPlanLocked(Job& job, std::shared_ptr<const v1::VersionedPlan> plan) {
+  job.record.current_version = plan->version();
+  job.current = std::move(plan);
   // Workers switching from the previous version may still read its keys.
-  DropRendezvousBeforeLocked(*job, job->record.current_version - 1);
+  DropRendezvousBeforeLocked(job, job.record.current_version - 1);
   // New ranks for the new plan.
-  for (auto& [wid, w] : job->workers) {
-    w.record.rank = RankOfDevice(plan, w.record.info.device_id());
+  for (auto& [wid, w] : job.workers) {
+    w.record.rank = RankOfDevice(job.current->plan(), w.record.info.device_id());
   }
   std::vector<WatchEntry> alive;
-  for (WatchEntry& w : job->watches) {
+  for (WatchEntry& w : job.watches) {
     if (auto watcher = w.watcher.lock()) {
-      watcher->OnPlan(UpdateFor(*job, w.worker_id));
+      watcher->OnPlan(UpdateFor(job, w.worker_id));
       alive.push_back(std::move(w));
     }
   }
-  job->watches = std::move(alive);
+  job.watches = std::move(alive);
   if (metrics_) {
-    metrics_->SetPlan(job->record.id, job->record.current_version,
-                      job->current->plan().step_seconds(), job->current->plan().bubble_ratio());
+    metrics_->SetPlan(job.record.id, job.record.current_version, job.current->plan().step_seconds(),
+                      job.current->plan().bubble_ratio());
   }
-  LogInfo("plan_published", {{"job", job->record.id},
-                             {"plan_version", absl::StrCat(job->record.current_version)},
-                             {"reason", std::string(reason)},
-                             {"watchers", absl::StrCat(job->watches.size())}});
-  return job->record.current_version;
+  LogInfo("plan_published", {{"job", job.record.id},
+                             {"plan_version", absl::StrCat(job.record.current_version)},
+                             {"reason", job.current->reason()},
+                             {"watchers", absl::StrCat(job.watches.size())}});
 }
 
 absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& job_id,
@@ -385,9 +648,10 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
         "worker.memory_bytes and worker.measured_bandwidth_bytes_per_second must be >= 0");
   }
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
+  Job* job = FindOrLoadLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
+  FindWorkerLocked(*job, info.worker_id());  // replicated: registered elsewhere before
   const v1::ClusterTopology& cluster = job->current->request().cluster();
   const bool known_device =
       std::any_of(cluster.devices().begin(), cluster.devices().end(),
@@ -424,6 +688,7 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
   PIPEPLAN_RETURN_IF_ERROR(store_->PutWorker(rec));
   const bool reconnect = it != job->workers.end();
   Worker next{rec, now + options_.lease};
+  next.stored_heartbeat = now;
   if (reconnect) {
     next.report_run_id = it->second.report_run_id;
     next.report_seq = it->second.report_seq;
@@ -448,15 +713,15 @@ absl::StatusOr<v1::Assignment> JobRegistry::RegisterWorker(const std::string& jo
 absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& job_id,
                                                              const std::string& worker_id) {
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
+  Job* job = FindOrLoadLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
-  auto it = job->workers.find(worker_id);
-  if (it == job->workers.end()) {
+  Worker* found = FindWorkerLocked(*job, worker_id);
+  if (found == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker \"", worker_id, "\" is not registered with job ", job_id, "; call RegisterWorker"));
   }
-  Worker& w = it->second;
+  Worker& w = *found;
   const absl::Time now = clock_->Now();
   if (w.record.state != v1::WORKER_ACTIVE) {
     WorkerRecord back = w.record;
@@ -470,6 +735,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   }
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  StoreHeartbeatLocked(w, now);
   v1::HeartbeatResponse r;
   r.set_current_plan_version(job->record.current_version);
   r.set_lease_seconds(absl::ToDoubleSeconds(options_.lease));
@@ -496,11 +762,11 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
                      options_.max_report_bytes);
   }
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(report.job_id());
+  Job* job = FindOrLoadLocked(report.job_id());
   if (!job) return JobNotFound(report.job_id());
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(report.job_id());
-  auto it = job->workers.find(report.worker_id());
-  if (it == job->workers.end()) {
+  Worker* found = FindWorkerLocked(*job, report.worker_id());
+  if (found == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker \"", report.worker_id(), "\" is not registered with job ", report.job_id()));
   }
@@ -509,6 +775,13 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   // answer's current_plan_version tells the worker to switch. Calibration
   // reads only the current version's reports. A version the job never had
   // is an error.
+  if (ownership_ && report.plan_version() > job->record.current_version) {
+    // Published by another replica since this one's last sync: catch up
+    // rather than refuse a version that exists.
+    if (absl::StatusOr<StoredJob> stored = store_->LoadJob(job->record.id); stored.ok()) {
+      ApplyStoredLocked(*job, *std::move(stored));
+    }
+  }
   if (report.plan_version() > job->record.current_version || report.plan_version() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "report for plan version ", report.plan_version(), " but job ", report.job_id(),
@@ -517,7 +790,7 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   if (report.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
   }
-  Worker& w = it->second;
+  Worker& w = *found;
   const absl::Time now = clock_->Now();
   v1::ReportStepResponse r;
   r.set_current_plan_version(job->record.current_version);
@@ -534,16 +807,53 @@ absl::StatusOr<v1::ReportStepResponse> JobRegistry::ReportStep(
   }
   if (job->record.state == v1::JOB_PENDING) {
     PIPEPLAN_RETURN_IF_ERROR(
-        store_->SetJobState(job->record.id, v1::JOB_RUNNING, job->record.failure_message));
+        SetJobStateInStore(job->record.id, v1::JOB_RUNNING, job->record.failure_message));
     job->record.state = v1::JOB_RUNNING;
     LogInfo("job_state", {{"job", job->record.id}, {"state", "JOB_RUNNING"}});
   }
+  if (ownership_) return AppendReportUnlocked(report, w, std::move(r));
   PIPEPLAN_RETURN_IF_ERROR(store_->AppendStepReport(report));
   w.lease_expiry = now + options_.lease;
   w.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
   w.record.last_step = std::max(w.record.last_step, report.step());
   w.report_run_id = report.run_id();
   w.report_seq = report.seq();
+  return r;
+}
+
+absl::StatusOr<v1::ReportStepResponse> JobRegistry::AppendReportUnlocked(
+    const v1::ReportStepRequest& report, Worker& w, v1::ReportStepResponse r) {
+  // Replicated: PostgreSQL takes concurrent inserts, so the report is
+  // stored without the registry's lock (one lock per replica would
+  // otherwise bound its reports/s by one round trip each). A worker sends
+  // one report at a time; one that resends while the first is still being
+  // stored is asked to retry, so the duplicate check above stays exact.
+  if (w.report_in_flight) {
+    return absl::UnavailableError(
+        absl::StrCat("a report of worker ", report.worker_id(), " is being stored; retry"));
+  }
+  w.report_in_flight = true;
+  mu_.Unlock();
+  const absl::Status stored = store_->AppendStepReport(report);
+  mu_.Lock();
+  // The job or worker may be gone meanwhile (deleted here or elsewhere).
+  Job* job = FindLocked(report.job_id());
+  if (job == nullptr) return stored.ok() ? absl::StatusOr<v1::ReportStepResponse>(r) : stored;
+  auto it = job->workers.find(report.worker_id());
+  if (it == job->workers.end()) {
+    return stored.ok() ? absl::StatusOr<v1::ReportStepResponse>(r) : stored;
+  }
+  Worker& again = it->second;
+  again.report_in_flight = false;
+  PIPEPLAN_RETURN_IF_ERROR(stored);
+  const absl::Time now = clock_->Now();
+  again.lease_expiry = now + options_.lease;
+  again.record.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  again.record.last_step = std::max(again.record.last_step, report.step());
+  if (report.run_id() != again.report_run_id) again.report_seq = 0;
+  again.report_run_id = report.run_id();
+  again.report_seq = std::max(again.report_seq, report.seq());
+  StoreHeartbeatLocked(again, now);
   return r;
 }
 
@@ -555,8 +865,21 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
     return absl::InvalidArgumentError(absl::StrCat("step is negative: ", request.step()));
   }
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(request.job_id());
+  Job* job = FindOrLoadLocked(request.job_id());
   if (!job) return JobNotFound(request.job_id());
+  if (ownership_) {
+    // Other workers may have finished through other replicas.
+    if (absl::StatusOr<StoredJob> stored = store_->LoadJob(request.job_id()); stored.ok()) {
+      for (WorkerRecord& w : stored->workers) {
+        auto at = job->workers.find(w.info.worker_id());
+        if (at == job->workers.end()) {
+          job->workers[w.info.worker_id()] = Worker{std::move(w), clock_->Now() + options_.lease};
+        } else {
+          at->second.record.state = w.state;
+        }
+      }
+    }
+  }
   auto it = job->workers.find(request.worker_id());
   if (it == job->workers.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -602,7 +925,7 @@ absl::StatusOr<v1::Job> JobRegistry::FinishWorker(const v1::FinishWorkerRequest&
                             {"step", absl::StrCat(request.step())}});
   }
   if (next != job->record.state) {
-    PIPEPLAN_RETURN_IF_ERROR(store_->SetJobState(job->record.id, next, message));
+    PIPEPLAN_RETURN_IF_ERROR(SetJobStateInStore(job->record.id, next, message));
     job->record.state = next;
     job->record.failure_message = message;
     LogInfo("job_state",
@@ -643,7 +966,7 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
                      "rendezvous-max-value-bytes", options_.rendezvous_max_value_bytes);
   }
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
+  Job* job = FindOrLoadLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   auto it = job->rendezvous.find(key);
@@ -667,6 +990,10 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
                                   " bytes of rendezvous keys and values (all jobs)"),
                      "rendezvous-max-bytes", options_.rendezvous_max_bytes);
   }
+  if (ownership_) {
+    // Shared: workers of the job on other replicas read it from the store.
+    PIPEPLAN_RETURN_IF_ERROR(store_->RendezvousPut(job_id, key, value, KeyVersion(key)));
+  }
   // A fresh string, so a shorter value does not keep a longer one's buffer.
   if (is_new) {
     job->rendezvous.emplace(key, value);
@@ -681,14 +1008,8 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
 void JobRegistry::DropRendezvousBeforeLocked(Job& job, int64_t oldest_kept) {
   absl::erase_if(job.rendezvous, [&](const auto& kv) {
     const std::string& key = kv.first;
-    // "v<N>/...": the plan version workers put in front of their keys.
-    const size_t slash = key.find('/');
-    int64_t version = 0;
-    if (key.size() < 3 || key[0] != 'v' || slash == std::string::npos ||
-        !absl::SimpleAtoi(absl::string_view(key).substr(1, slash - 1), &version) ||
-        version >= oldest_kept) {
-      return false;
-    }
+    const int64_t version = KeyVersion(key);
+    if (version < 0 || version >= oldest_kept) return false;
     const int64_t bytes = static_cast<int64_t>(key.size() + kv.second.size());
     job.rendezvous_bytes -= bytes;
     rendezvous_bytes_ -= bytes;
@@ -700,12 +1021,29 @@ absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::
                                                                      const std::string& key) const {
   absl::ReaderMutexLock l(&mu_);
   const Job* job = FindLocked(job_id);
+  if (!job && ownership_ && store_->GetPlan(job_id, 1).ok()) {
+    // Replicated: a job this replica has not synced yet.
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                              store_->RendezvousFetch(job_id, key));
+    v1::RendezvousGetResponse r;
+    r.set_found(stored.has_value());
+    if (stored) r.set_value(*std::move(stored));
+    return r;
+  }
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
   v1::RendezvousGetResponse r;
   if (auto it = job->rendezvous.find(key); it != job->rendezvous.end()) {
     r.set_found(true);
     r.set_value(it->second);
+  } else if (ownership_) {
+    // Set through another replica.
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> stored,
+                              store_->RendezvousFetch(job_id, key));
+    if (stored) {
+      r.set_found(true);
+      r.set_value(*std::move(stored));
+    }
   }
   return r;
 }
@@ -715,8 +1053,12 @@ int JobRegistry::CheckLeases() {
   const absl::Time now = clock_->Now();
   int lost = 0;
   for (auto& [id, job] : jobs_) {
+    // Replicated: only the job's owner declares its workers lost, and only
+    // after reading the heartbeats other replicas wrote.
+    if (!Owns(id)) continue;
     for (auto& [wid, w] : job.workers) {
-      if (w.record.state == v1::WORKER_ACTIVE && now >= w.lease_expiry) {
+      if (w.record.state == v1::WORKER_ACTIVE && now >= w.lease_expiry &&
+          !HeartbeatElsewhereLocked(w, now)) {
         WorkerRecord gone = w.record;
         gone.state = v1::WORKER_LOST;
         if (absl::Status saved = UpdateWorkerLocked(w, std::move(gone)); !saved.ok()) {
@@ -742,9 +1084,10 @@ absl::Status JobRegistry::Watch(const std::string& job_id, const std::string& wo
                                 int64_t known_version, std::weak_ptr<PlanWatcher> watcher) {
   if (worker_id.size() > kMaxIdBytes) return absl::InvalidArgumentError("worker_id is too long");
   absl::MutexLock l(&mu_);
-  Job* job = FindLocked(job_id);
+  Job* job = FindOrLoadLocked(job_id);
   if (!job) return JobNotFound(job_id);
   if (job->record.state == v1::JOB_CANCELLED) return JobCancelled(job_id);
+  FindWorkerLocked(*job, worker_id);  // its rank, when it registered elsewhere
   auto w = watcher.lock();
   if (!w) return absl::CancelledError("watcher gone");
   // Drop watches whose stream ended.

@@ -46,6 +46,11 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Value("auth-token-file", "FILE", "require \"authorization: Bearer <first line of FILE>\"")
         .Value("solver-threads", "N", "solver pool size (0: one per core, at least 2)")
         .Value("lease-seconds", "S", "worker lease (10)")
+        .Value("job-lease-seconds", "S",
+               "replicated planners: a job owner's lease; another replica takes\n"
+               "the job within about this long after its owner dies (10)")
+        .Value("advertise-address", "HOST:PORT",
+               "replicated planners: where others reach this one (the listen address)")
         .Value("cache-ttl-seconds", "S",
                "how long identical Plan requests are answered from cache (60)")
         .Value("drain-seconds", "S", "NOT_SERVING period before stopping on SIGTERM (1)")
@@ -167,6 +172,8 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "solver-threads", &h.solver_threads));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "lease-seconds", &h.registry.lease));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "job-gauge-seconds", &c->job_gauge_period));
+  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "job-lease-seconds", &c->job_lease));
+  c->advertise_address = f.Get("advertise-address").value_or("");
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
   PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "drain-seconds", drain));
   PIPEPLAN_ASSIGN_OR_RETURN(std::string replan, f.GetChoice("replan", {"on", "off"}, "on"));

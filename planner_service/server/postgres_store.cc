@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "pipeplan/core/status_macros.h"
@@ -64,11 +65,41 @@ CREATE INDEX step_reports_by_job ON step_reports(job_id, seq);
     R"sql(
 ALTER TABLE step_reports ADD COLUMN time_ms BIGINT NOT NULL DEFAULT 0;
 )sql",
+    // 3: job ownership between replicated planners. One row per owned job;
+    // `token` grows at each change of owner and fences the owner's writes;
+    // expiry is by the database's clock, so replicas' clocks do not matter.
+    // And the rendezvous space, so a job's workers may use any replica.
+    R"sql(
+CREATE TABLE job_leases (
+  job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+  owner TEXT NOT NULL,
+  address TEXT NOT NULL,
+  token BIGINT NOT NULL,
+  expires_at TIMESTAMPTZ NOT NULL);
+CREATE INDEX job_leases_by_owner ON job_leases(owner);
+CREATE TABLE rendezvous (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  value BYTEA NOT NULL,
+  version BIGINT NOT NULL,
+  PRIMARY KEY (job_id, key));
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 // Any 64-bit constant shared by every pipeplan planner: serialises migrations.
 constexpr char kMigrationLock[] = "SELECT pg_advisory_xact_lock(7606202611230015)";
+
+// `text` as a double-quoted element of a PostgreSQL array literal.
+std::string ArrayElement(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
 
 absl::StatusOr<int64_t> ParseInt(const PgResult& r, int row, int col) {
   int64_t v = 0;
@@ -133,20 +164,7 @@ class PostgresStore : public Store {
   }
 
   absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
-    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
-      // FOR UPDATE: two planners appending to one job serialise here, and the
-      // second sees the first's version.
-      PIPEPLAN_ASSIGN_OR_RETURN(int64_t current, CurrentVersion(c, plan.job_id(), true));
-      if (plan.version() != current + 1) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", plan.job_id(), ": version ", plan.version(), " does not follow ", current));
-      }
-      PIPEPLAN_RETURN_IF_ERROR(InsertPlan(c, plan));
-      return c
-          .Exec("UPDATE jobs SET current_version=$1 WHERE id=$2",
-                {absl::StrCat(plan.version()), plan.job_id()})
-          .status();
-    });
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status { return AppendIn(c, plan); });
   }
 
   absl::Status DeleteJob(const std::string& job_id) override {
@@ -161,11 +179,7 @@ class PostgresStore : public Store {
   absl::Status SetJobState(const std::string& job_id, v1::JobState state,
                            const std::string& failure_message) override {
     return pool_->Transaction([&](PgConnection& c) -> absl::Status {
-      PIPEPLAN_ASSIGN_OR_RETURN(
-          PgResult r, c.Exec("UPDATE jobs SET state=$1, failure=$2 WHERE id=$3 RETURNING id",
-                             {absl::StrCat(static_cast<int>(state)), failure_message, job_id}));
-      if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-      return absl::OkStatus();
+      return SetStateIn(c, job_id, state, failure_message);
     });
   }
 
@@ -204,7 +218,9 @@ class PostgresStore : public Store {
   }
 
   absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
-    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+    // One statement, committed on its own: one round trip per report (the
+    // hot path of every worker), no BEGIN/COMMIT around it.
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
       PIPEPLAN_ASSIGN_OR_RETURN(
           PgResult r,
           c.Exec("INSERT INTO step_reports(job_id, report, time_ms) VALUES ($1, $2, $3)",
@@ -218,12 +234,14 @@ class PostgresStore : public Store {
           options_.report_max_age > absl::ZeroDuration()
               ? absl::ToUnixMillis(options_.clock->Now() - options_.report_max_age)
               : std::numeric_limits<int64_t>::min();
-      return c
-          .Exec(
-              "DELETE FROM step_reports WHERE job_id=$1 AND (time_ms < $3 OR seq <= (SELECT seq "
-              "FROM step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT 1 OFFSET $2))",
-              {report.job_id(), absl::StrCat(options_.report_window), absl::StrCat(oldest_ms)})
-          .status();
+      // Housekeeping after the report is stored: a failed trim is not the
+      // report's failure (the caller would resend a stored report); the
+      // next trim of the job removes what this one left.
+      (void)c.Exec(
+          "DELETE FROM step_reports WHERE job_id=$1 AND (time_ms < $3 OR seq <= (SELECT seq "
+          "FROM step_reports WHERE job_id=$1 ORDER BY seq DESC LIMIT 1 OFFSET $2))",
+          {report.job_id(), absl::StrCat(options_.report_window), absl::StrCat(oldest_ms)});
+      return absl::OkStatus();
     });
   }
 
@@ -255,13 +273,246 @@ class PostgresStore : public Store {
   absl::StatusOr<std::vector<StoredJob>> Load() override {
     return pool_->Transaction([&](PgConnection& c) -> absl::StatusOr<std::vector<StoredJob>> {
       std::vector<StoredJob> out;
-      PIPEPLAN_RETURN_IF_ERROR(LoadJobs(c, &out));
-      PIPEPLAN_RETURN_IF_ERROR(LoadWorkers(c, &out));
+      PIPEPLAN_RETURN_IF_ERROR(LoadJobs(c, nullptr, &out));
+      PIPEPLAN_RETURN_IF_ERROR(LoadWorkers(c, nullptr, &out));
       return out;
     });
   }
 
+  bool shared() const override { return true; }
+
+  absl::StatusOr<std::vector<JobHead>> JobHeads() override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::vector<JobHead>> {
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r, c.Exec("SELECT j.id, j.current_version, j.state, j.failure, CASE WHEN "
+                             "l.expires_at > clock_timestamp() THEN l.owner ELSE '' END FROM "
+                             "jobs j LEFT JOIN job_leases l ON l.job_id = j.id ORDER BY j.id",
+                             {}, /*binary_result=*/true));
+      std::vector<JobHead> out(r.rows());
+      for (int i = 0; i < r.rows(); ++i) {
+        out[i].id = r.Bytes(i, 0);
+        out[i].current_version = r.BigEndianInt(i, 1);
+        out[i].state = static_cast<v1::JobState>(r.BigEndianInt(i, 2));
+        out[i].failure_message = r.Bytes(i, 3);
+        out[i].owner = r.Bytes(i, 4);
+      }
+      return out;
+    });
+  }
+
+  absl::StatusOr<StoredJob> LoadJob(const std::string& job_id) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::StatusOr<StoredJob> {
+      std::vector<StoredJob> out;
+      PIPEPLAN_RETURN_IF_ERROR(LoadJobs(c, &job_id, &out));
+      if (out.empty()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      PIPEPLAN_RETURN_IF_ERROR(LoadWorkers(c, &job_id, &out));
+      return std::move(out[0]);
+    });
+  }
+
+  absl::StatusOr<WorkerRecord> GetWorker(const std::string& job_id,
+                                         const std::string& worker_id) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<WorkerRecord> {
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r, c.Exec("SELECT job_id, info, rank, state, last_heartbeat_ms, last_step "
+                             "FROM workers WHERE job_id=$1 AND worker_id=$2",
+                             {job_id, worker_id}, /*binary_result=*/true));
+      WorkerRecord w;
+      if (r.rows() == 0 || !WorkerFromRow(r, 0, &w)) {
+        return absl::NotFoundError(
+            absl::StrCat("worker ", worker_id, " of job ", job_id, " not found"));
+      }
+      return w;
+    });
+  }
+
+  absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats) override {
+    if (heartbeats.empty()) return absl::OkStatus();
+    std::vector<std::string> jobs, workers, times;
+    for (const WorkerHeartbeat& h : heartbeats) {
+      jobs.push_back(ArrayElement(h.job_id));
+      workers.push_back(ArrayElement(h.worker_id));
+      times.push_back(absl::StrCat(h.unix_ms));
+    }
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
+      return c
+          .Exec(
+              "UPDATE workers w SET last_heartbeat_ms = GREATEST(w.last_heartbeat_ms, v.ms) "
+              "FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(job_id, worker_id, ms) "
+              "WHERE w.job_id = v.job_id AND w.worker_id = v.worker_id",
+              {absl::StrCat("{", absl::StrJoin(jobs, ","), "}"),
+               absl::StrCat("{", absl::StrJoin(workers, ","), "}"),
+               absl::StrCat("{", absl::StrJoin(times, ","), "}")})
+          .status();
+    });
+  }
+
+  absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                    const std::string& address, absl::Duration ttl,
+                                    bool force) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::StatusOr<JobLease> {
+      return ClaimIn(c, job_id, owner, address, ttl, force);
+    });
+  }
+
+  absl::StatusOr<std::vector<JobLease>> RenewJobLeases(const std::string& owner,
+                                                       absl::Duration ttl) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::vector<JobLease>> {
+      PIPEPLAN_ASSIGN_OR_RETURN(
+          PgResult r,
+          c.Exec("UPDATE job_leases SET expires_at = clock_timestamp() + $2 * interval "
+                 "'1 millisecond' WHERE owner=$1 RETURNING job_id, address, token",
+                 {owner, absl::StrCat(absl::ToInt64Milliseconds(ttl))}, /*binary_result=*/true));
+      std::vector<JobLease> out(r.rows());
+      for (int i = 0; i < r.rows(); ++i) {
+        out[i] = {r.Bytes(i, 0), owner, r.Bytes(i, 1), r.BigEndianInt(i, 2)};
+      }
+      return out;
+    });
+  }
+
+  absl::Status AppendPlanFenced(const v1::VersionedPlan& plan, const JobLease& fence) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      PIPEPLAN_RETURN_IF_ERROR(CheckFence(c, plan.job_id(), fence));
+      return AppendIn(c, plan);
+    });
+  }
+
+  absl::Status SetJobStateFenced(const std::string& job_id, v1::JobState state,
+                                 const std::string& failure_message,
+                                 const JobLease& fence) override {
+    return pool_->Transaction([&](PgConnection& c) -> absl::Status {
+      PIPEPLAN_RETURN_IF_ERROR(CheckFence(c, job_id, fence));
+      return SetStateIn(c, job_id, state, failure_message);
+    });
+  }
+
+  absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                             const std::string& value, int64_t version) override {
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
+      absl::Status s = c.Exec(
+                            "INSERT INTO rendezvous VALUES ($1, $2, $3, $4) ON CONFLICT "
+                            "(job_id, key) DO UPDATE SET value=EXCLUDED.value",
+                            {job_id, key, PgBytes(value), absl::StrCat(version)})
+                           .status();
+      if (s.code() == absl::StatusCode::kNotFound) {
+        return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      }
+      return s;
+    });
+  }
+
+  absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                             const std::string& key) override {
+    return pool_->Run([&](PgConnection& c) -> absl::StatusOr<std::optional<std::string>> {
+      PIPEPLAN_ASSIGN_OR_RETURN(PgResult r,
+                                c.Exec("SELECT value FROM rendezvous WHERE job_id=$1 AND key=$2",
+                                       {job_id, key}, /*binary_result=*/true));
+      if (r.rows() == 0) return std::optional<std::string>();
+      return std::optional<std::string>(r.Bytes(0, 0));
+    });
+  }
+
+  absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept) override {
+    return pool_->Run([&](PgConnection& c) -> absl::Status {
+      return c
+          .Exec("DELETE FROM rendezvous WHERE job_id=$1 AND version >= 0 AND version < $2",
+                {job_id, absl::StrCat(oldest_kept)})
+          .status();
+    });
+  }
+
  private:
+  static absl::Status AppendIn(PgConnection& c, const v1::VersionedPlan& plan) {
+    // FOR UPDATE: two planners appending to one job serialise here, and the
+    // second sees the first's version.
+    PIPEPLAN_ASSIGN_OR_RETURN(int64_t current, CurrentVersion(c, plan.job_id(), true));
+    if (plan.version() != current + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", plan.job_id(), ": version ", plan.version(), " does not follow ", current));
+    }
+    PIPEPLAN_RETURN_IF_ERROR(InsertPlan(c, plan));
+    return c
+        .Exec("UPDATE jobs SET current_version=$1 WHERE id=$2",
+              {absl::StrCat(plan.version()), plan.job_id()})
+        .status();
+  }
+
+  static absl::Status SetStateIn(PgConnection& c, const std::string& job_id, v1::JobState state,
+                                 const std::string& failure_message) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        PgResult r, c.Exec("UPDATE jobs SET state=$1, failure=$2 WHERE id=$3 RETURNING id",
+                           {absl::StrCat(static_cast<int>(state)), failure_message, job_id}));
+    if (r.rows() == 0) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    return absl::OkStatus();
+  }
+
+  // FOR SHARE: a claim (FOR UPDATE) waits until this write committed, so a
+  // new owner's token is never older than a write it did not see.
+  static absl::Status CheckFence(PgConnection& c, const std::string& job_id,
+                                 const JobLease& fence) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        PgResult r, c.Exec("SELECT 1 FROM job_leases WHERE job_id=$1 AND owner=$2 AND token=$3 "
+                           "FOR SHARE",
+                           {job_id, fence.owner, absl::StrCat(fence.token)}));
+    if (r.rows() == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, ": this planner (", fence.owner, ", fencing token ",
+                       fence.token, ") no longer owns it; another planner took it over"));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::StatusOr<JobLease> ClaimIn(PgConnection& c, const std::string& job_id,
+                                          const std::string& owner, const std::string& address,
+                                          absl::Duration ttl, bool force) {
+    const std::string ms = absl::StrCat(absl::ToInt64Milliseconds(ttl));
+    PIPEPLAN_ASSIGN_OR_RETURN(PgResult held,
+                              c.Exec("SELECT owner, address, token, expires_at > clock_timestamp() "
+                                     "FROM job_leases WHERE job_id=$1 FOR UPDATE",
+                                     {job_id}, /*binary_result=*/true));
+    if (held.rows() == 0) {
+      absl::Status s = c.Exec(
+                            "INSERT INTO job_leases VALUES ($1, $2, $3, 1, clock_timestamp() + "
+                            "$4 * interval '1 millisecond')",
+                            {job_id, owner, address, ms})
+                           .status();
+      if (s.code() == absl::StatusCode::kNotFound) {
+        return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+      }
+      if (s.code() == absl::StatusCode::kAlreadyExists) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", job_id, " was claimed by another planner just now"));
+      }
+      PIPEPLAN_RETURN_IF_ERROR(s);
+      return JobLease{job_id, owner, address, 1};
+    }
+    const std::string holder = held.Bytes(0, 0);
+    const int64_t token = held.BigEndianInt(0, 2);
+    const bool live = held.Bytes(0, 3) == std::string(1, '\1');
+    if (holder != owner && live && !force) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is owned by planner ", holder, " at ", held.Bytes(0, 1)));
+    }
+    const int64_t next = holder == owner ? token : token + 1;
+    PIPEPLAN_RETURN_IF_ERROR(c.Exec("UPDATE job_leases SET owner=$2, address=$3, token=$4, "
+                                    "expires_at = clock_timestamp() + $5 * interval "
+                                    "'1 millisecond' WHERE job_id=$1",
+                                    {job_id, owner, address, absl::StrCat(next), ms})
+                                 .status());
+    return JobLease{job_id, owner, address, next};
+  }
+
+  static bool WorkerFromRow(const PgResult& r, int i, WorkerRecord* w) {
+    w->job_id = r.Bytes(i, 0);
+    if (!w->info.ParseFromString(r.Bytes(i, 1))) return false;
+    w->rank = static_cast<int>(r.BigEndianInt(i, 2));
+    w->state = static_cast<v1::WorkerState>(r.BigEndianInt(i, 3));
+    w->last_heartbeat_unix_ms = r.BigEndianInt(i, 4);
+    w->last_step = r.BigEndianInt(i, 5);
+    return true;
+  }
+
   bool TrimDue(const std::string& job_id) {
     // As the SQLite store: a job holds at most a sixteenth more than its window.
     const int every = std::clamp(options_.report_window / 16, 1, 256);
@@ -294,12 +545,18 @@ class PostgresStore : public Store {
     return s;
   }
 
-  static absl::Status LoadJobs(PgConnection& c, std::vector<StoredJob>* out) {
+  // `only`: that job alone; null: every job.
+  static absl::Status LoadJobs(PgConnection& c, const std::string* only,
+                               std::vector<StoredJob>* out) {
+    std::vector<PgParam> params;
+    if (only) params.push_back(*only);
     PIPEPLAN_ASSIGN_OR_RETURN(
-        PgResult r, c.Exec("SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, "
-                           "j.training_spec, j.state, j.failure FROM jobs j JOIN plans p ON "
-                           "p.job_id = j.id AND p.version = j.current_version ORDER BY j.id",
-                           {}, /*binary_result=*/true));
+        PgResult r,
+        c.Exec(absl::StrCat("SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, "
+                            "j.training_spec, j.state, j.failure FROM jobs j JOIN plans p ON "
+                            "p.job_id = j.id AND p.version = j.current_version",
+                            only ? " WHERE j.id=$1" : "", " ORDER BY j.id"),
+               params, /*binary_result=*/true));
     for (int i = 0; i < r.rows(); ++i) {
       StoredJob sj;
       sj.job.id = r.Bytes(i, 0);
@@ -317,20 +574,20 @@ class PostgresStore : public Store {
     return absl::OkStatus();
   }
 
-  static absl::Status LoadWorkers(PgConnection& c, std::vector<StoredJob>* out) {
+  static absl::Status LoadWorkers(PgConnection& c, const std::string* only,
+                                  std::vector<StoredJob>* out) {
+    std::vector<PgParam> params;
+    if (only) params.push_back(*only);
     PIPEPLAN_ASSIGN_OR_RETURN(
-        PgResult r, c.Exec("SELECT job_id, info, rank, state, last_heartbeat_ms, last_step "
-                           "FROM workers ORDER BY job_id, worker_id",
-                           {}, /*binary_result=*/true));
+        PgResult r,
+        c.Exec(absl::StrCat("SELECT job_id, info, rank, state, last_heartbeat_ms, last_step "
+                            "FROM workers",
+                            only ? " WHERE job_id=$1" : "", " ORDER BY job_id, worker_id"),
+               params, /*binary_result=*/true));
     size_t j = 0;
     for (int i = 0; i < r.rows(); ++i) {
       WorkerRecord w;
-      w.job_id = r.Bytes(i, 0);
-      if (!w.info.ParseFromString(r.Bytes(i, 1))) continue;
-      w.rank = static_cast<int>(r.BigEndianInt(i, 2));
-      w.state = static_cast<v1::WorkerState>(r.BigEndianInt(i, 3));
-      w.last_heartbeat_unix_ms = r.BigEndianInt(i, 4);
-      w.last_step = r.BigEndianInt(i, 5);
+      if (!WorkerFromRow(r, i, &w)) continue;
       // Both lists are ordered by job id.
       while (j < out->size() && (*out)[j].job.id < w.job_id) ++j;
       if (j < out->size() && (*out)[j].job.id == w.job_id) {

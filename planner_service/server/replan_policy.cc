@@ -364,6 +364,7 @@ int ReplanPolicy::Tick() {
     // An ended job gets no new versions (a cancelled one cannot, and one that
     // completed or failed would send its waiting workers a plan nobody runs).
     if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) continue;
+    if (!registry_->Owns(job.id())) continue;  // another replica's to replan
     JobState& st = jobs_[job.id()];
     if (st.version != job.plan_version()) {
       st.version = job.plan_version();
@@ -553,8 +554,9 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Publish(const std::string& job_id,
                                                     const v1::VersionedPlan& current,
                                                     const v1::Plan& next, const std::string& reason,
                                                     ReplanTrigger trigger, ReplanOutcome outcome) {
-  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version, registry_->PublishPlan(job_id, current.request(), next,
-                                                                    reason, current.version()));
+  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version,
+                            registry_->PublishPlan(job_id, current.request(), next, reason,
+                                                   current.version(), PublishAs::kOwner));
   if (metrics_) metrics_->CountReplan(TriggerName(trigger));
   outcome.published = true;
   outcome.reason = reason;

@@ -22,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "grpc_adapter.h"
 #include "pipeplan/core/status_macros.h"
+#include "pipeplan/server/job_ownership.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
 #include "pipeplan/server/status_map.h"
@@ -96,6 +97,8 @@ struct PlannerServer::Impl {
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<Store> store;
   std::unique_ptr<PlannerHandlers> handlers;
+  std::unique_ptr<JobOwnership> ownership;  // replicated (shared store) only
+  std::thread sync_thread;
   std::unique_ptr<GrpcAdapter> adapter;
   std::unique_ptr<grpc::Server> server;
   absl::Notification stop_leases;
@@ -186,6 +189,13 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   s->port_ = port;
   s->host_ = config.listen.substr(0, config.listen.rfind(':'));
 
+  if (impl.store->shared()) {
+    std::string address = config.advertise_address;
+    if (address.empty()) address = absl::StrCat(s->host_, ":", port);
+    impl.ownership = std::make_unique<JobOwnership>(
+        impl.store.get(), JobOwnership::Options{NewReplicaId(), address, config.job_lease});
+    impl.handlers->registry().EnableReplication(impl.ownership.get());
+  }
   // Health says NOT_SERVING until the state is back.
   impl.SetHealth(false);
   if (absl::Status r = impl.handlers->Recover(); !r.ok()) {
@@ -202,6 +212,16 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
       impl.handlers->registry().CheckLeases();
     }
   });
+  if (impl.ownership) {
+    const absl::Duration sync_period = config.store_sync_period;
+    impl.sync_thread = std::thread([&impl, sync_period] {
+      do {
+        if (absl::Status synced = impl.handlers->registry().SyncFromStore(); !synced.ok()) {
+          LogWarn("store_sync_failed", {{"error", std::string(synced.message())}});
+        }
+      } while (!impl.stop_leases.WaitForNotificationWithTimeout(sync_period));
+    });
+  }
   if (config.handlers.replan.enabled) {
     const absl::Duration replan_period = config.replan_check_period;
     impl.replan_thread = std::thread([&impl, replan_period] {
@@ -226,6 +246,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
            {"store", impl.config.store.empty() ? absl::StrCat("sqlite:", impl.config.data_dir)
                                                : RedactedStoreUrl(impl.config.store)},
            {"jobs", absl::StrCat(c.jobs)},
+           {"replica", impl.ownership ? impl.ownership->options().replica_id : "single"},
            {"tls", impl.config.tls_cert_file.empty() ? "off" : "on"},
            {"auth", token.empty() ? "off" : "token"}});
   return s;
@@ -249,6 +270,7 @@ void PlannerServer::Shutdown(absl::Duration grace) {
   if (impl_->lease_thread.joinable()) impl_->lease_thread.join();
   if (impl_->replan_thread.joinable()) impl_->replan_thread.join();
   if (impl_->gauge_thread.joinable()) impl_->gauge_thread.join();
+  if (impl_->sync_thread.joinable()) impl_->sync_thread.join();
   impl_->handlers->Shutdown();
   LogInfo("planner_stopped", {});
 }

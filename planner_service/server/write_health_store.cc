@@ -45,6 +45,46 @@ class WriteHealthStore final : public Store {
   }
   absl::StatusOr<std::vector<StoredJob>> Load() override { return store_->Load(); }
 
+  bool shared() const override { return store_->shared(); }
+  absl::StatusOr<std::vector<JobHead>> JobHeads() override { return store_->JobHeads(); }
+  absl::StatusOr<StoredJob> LoadJob(const std::string& job_id) override {
+    return store_->LoadJob(job_id);
+  }
+  absl::StatusOr<WorkerRecord> GetWorker(const std::string& job_id,
+                                         const std::string& worker_id) override {
+    return store_->GetWorker(job_id, worker_id);
+  }
+  absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats) override {
+    return Saw(store_->TouchWorkers(heartbeats));
+  }
+  absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                    const std::string& address, absl::Duration ttl,
+                                    bool force) override {
+    return store_->ClaimJob(job_id, owner, address, ttl, force);
+  }
+  absl::StatusOr<std::vector<JobLease>> RenewJobLeases(const std::string& owner,
+                                                       absl::Duration ttl) override {
+    return store_->RenewJobLeases(owner, ttl);
+  }
+  absl::Status AppendPlanFenced(const v1::VersionedPlan& plan, const JobLease& fence) override {
+    return Saw(store_->AppendPlanFenced(plan, fence));
+  }
+  absl::Status SetJobStateFenced(const std::string& job_id, v1::JobState state,
+                                 const std::string& message, const JobLease& fence) override {
+    return Saw(store_->SetJobStateFenced(job_id, state, message, fence));
+  }
+  absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                             const std::string& value, int64_t version) override {
+    return Saw(store_->RendezvousPut(job_id, key, value, version));
+  }
+  absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                             const std::string& key) override {
+    return store_->RendezvousFetch(job_id, key);
+  }
+  absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept) override {
+    return store_->RendezvousTrim(job_id, oldest_kept);
+  }
+
  private:
   absl::Status Saw(absl::Status s) {
     bool writing;

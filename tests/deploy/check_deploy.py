@@ -582,12 +582,120 @@ def check_k8s():
         ok("ServiceMonitor/PodMonitor scrape `metrics`; PrometheusRule equals alerts.yml")
 
 
+def replicated_docs():
+    """deploy/k8s-replicated as applied: built by kubectl kustomize when it is
+    installed, else the overlay's own files (its patch checked alone)."""
+    import yaml
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        r = subprocess.run([kubectl, "kustomize", os.path.join(DEPLOY, "k8s-replicated")],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            return [d for d in yaml.safe_load_all(r.stdout) if isinstance(d, dict)], True
+    docs = []
+    for path in deploy_files(".yaml"):
+        if os.sep + "k8s-replicated" + os.sep in path and not path.endswith("kustomization.yaml"):
+            docs += [d for d in load_yaml_docs(path) if isinstance(d, dict) and "kind" in d]
+    return docs, False
+
+
+def check_k8s_replicated():
+    """Replicated planners (issue 15): 3 planner replicas on PostgreSQL from
+    a Secret, gRPC readiness, a PodDisruptionBudget of 2, no SQLite volume;
+    and the single-pod PostgreSQL for trials."""
+    rdir = os.path.join(DEPLOY, "k8s-replicated")
+    if not os.path.isdir(rdir):
+        fail("deploy/k8s-replicated is missing")
+        return
+    if not HAVE_YAML:
+        skip("PyYAML not found: deploy/k8s-replicated not checked")
+        return
+    docs, built = replicated_docs()
+    good = True
+    deps = [d for d in docs if d.get("kind") == "Deployment"
+            and d["metadata"]["name"] == "pipeplan-planner"]
+    if len(deps) != 1:
+        fail("deploy/k8s-replicated: want one Deployment pipeplan-planner")
+        return
+    d = deps[0]
+    pod = d["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = c.get("args", [])
+    env = {e["name"]: e for e in c.get("env", [])}
+    if d["spec"].get("replicas") != 3 or d["spec"].get("strategy", {}).get("type") != "RollingUpdate":
+        fail("k8s-replicated planner: want replicas 3 and strategy RollingUpdate")
+        good = False
+    store = arg_value(args, "--store") or ""
+    m = re.fullmatch(r"\$\((\w+)\)", store)
+    if not m or "secretKeyRef" not in (env.get(m.group(1), {}).get("valueFrom") or {}):
+        fail(f"k8s-replicated planner: --store must be $(VAR) with VAR from a Secret, got {store!r}")
+        good = False
+    if "secretKeyRef" not in (env.get("PGPASSWORD", {}).get("valueFrom") or {}):
+        fail("k8s-replicated planner: PGPASSWORD must come from a Secret")
+        good = False
+    if arg_value(args, "--data-dir") is not None:
+        fail("k8s-replicated planner: --data-dir has no place beside --store")
+        good = False
+    unknown = used_flags(" ".join(args)) - declared_flags("planner_service/server/main.cc")
+    if unknown:
+        fail(f"k8s-replicated planner: pipeplan-planner has no flag {sorted(unknown)}")
+        good = False
+    if built:
+        good = container_checks("k8s-replicated Deployment pipeplan-planner", pod,
+                                ["grpc", "metrics"]) and good
+        grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+        if (c.get("readinessProbe", {}).get("grpc") or {}).get("port") != grpc_port:
+            fail("k8s-replicated planner: readiness must be the gRPC health check on the grpc port")
+            good = False
+        if any("persistentVolumeClaim" in v for v in pod.get("volumes", [])):
+            fail("k8s-replicated planner: still mounts a PVC (SQLite); replicas share PostgreSQL")
+            good = False
+        if any(x.get("kind") == "PersistentVolumeClaim" for x in docs):
+            fail("k8s-replicated: the SQLite PersistentVolumeClaim is still applied")
+            good = False
+    pdbs = [x for x in docs if x.get("kind") == "PodDisruptionBudget"]
+    labels = (d["spec"]["template"].get("metadata") or {}).get("labels") or {
+        "app.kubernetes.io/name": "pipeplan-planner"}
+    if (len(pdbs) != 1 or pdbs[0]["spec"].get("minAvailable") != 2
+            or not pdbs[0]["spec"].get("selector", {}).get("matchLabels")
+            or any(labels.get(k) != v
+                   for k, v in pdbs[0]["spec"]["selector"]["matchLabels"].items())):
+        fail("k8s-replicated: want one PodDisruptionBudget, minAvailable 2, selecting the planner")
+        good = False
+    if good:
+        ok("k8s-replicated: 3 planner replicas, --store and PGPASSWORD from a Secret, gRPC "
+           "readiness, PDB minAvailable 2, no SQLite volume"
+           + ("" if built else " (patch only: kubectl not found)"))
+
+    # The trial PostgreSQL: one hardened pod, a Service, and the note that
+    # production uses an operator or a managed instance.
+    tdir = os.path.join(DEPLOY, "k8s", "postgres-trial")
+    good = True
+    tdocs = [x for x in load_yaml_docs(os.path.join(tdir, "postgres.yaml"))
+             if isinstance(x, dict) and "kind" in x]
+    sts = [x for x in tdocs if x["kind"] == "StatefulSet"]
+    svc = [x for x in tdocs if x["kind"] == "Service"]
+    if len(sts) != 1 or sts[0]["spec"].get("replicas") != 1 or not svc:
+        fail("k8s/postgres-trial: want one StatefulSet of 1 replica and its Service")
+        return
+    good = container_checks("k8s/postgres-trial StatefulSet", sts[0]["spec"]["template"]["spec"],
+                            ["postgres"])
+    note = read(os.path.join(tdir, "kustomization.yaml"))
+    if "operator" not in note or "managed" not in note:
+        fail("k8s/postgres-trial/kustomization.yaml: say that production uses an operator or a "
+             "managed PostgreSQL")
+        good = False
+    if good:
+        ok("k8s/postgres-trial: one hardened PostgreSQL pod and Service, marked trial-only")
+
+
 def check_kustomize():
     kubectl = shutil.which("kubectl")
     if not kubectl:
         skip("kubectl not found: kustomize build not checked")
         return
-    for d in ("k8s", os.path.join("k8s", "monitoring")):
+    for d in ("k8s", os.path.join("k8s", "monitoring"), "k8s-replicated",
+              os.path.join("k8s", "postgres-trial")):
         r = subprocess.run([kubectl, "kustomize", os.path.join(DEPLOY, d)],
                            capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
@@ -867,6 +975,7 @@ def main():
     check_rules(known, present_optional)
     check_yaml_files()
     check_k8s()
+    check_k8s_replicated()
     check_kustomize()
     check_systemd()
     check_daemon_flags()

@@ -126,7 +126,8 @@ TEST_F(PostgresStoreTest, ReportsOfSchemaOneGetTimesAndAgeOut) {
   ASSERT_TRUE(server_
                   ->RunSql(absl::StrCat("pg_test_", databases_),
                            "ALTER TABLE step_reports DROP COLUMN time_ms; "
-                           "DELETE FROM schema_migrations WHERE version = 2")
+                           "DROP TABLE job_leases; DROP TABLE rendezvous; "
+                           "DELETE FROM schema_migrations WHERE version >= 2")
                   .ok());
   FakeClock clock;
   auto s = OpenPostgresStore(

@@ -29,6 +29,9 @@ class ClientContext;
 namespace pipeplan::client {
 
 struct ClientOptions {
+  // HOST:PORT, or several replicas' comma-separated (A,B,C): the client keeps
+  // to the first that answers and moves to the next when it dies (hosts are
+  // resolved once, at Connect).
   std::string address = "127.0.0.1:7600";
   // TLS when tls_ca_file is set (PEM CA that signed the server's
   // certificate); mutual TLS when tls_cert_file and tls_key_file are set too.

@@ -15,6 +15,17 @@
 // period), so workers that reconnect after a planner restart are never
 // declared lost for the planner's downtime.
 //
+// Replicated planners (a shared store, EnableReplication): every replica
+// serves every job. Writes go to the store first as above; SyncFromStore
+// (every ~200 ms) brings in what the other replicas wrote: new and deleted
+// jobs, plan versions (pushed to this replica's watchers), job states. A
+// job or worker this replica has not seen yet is read from the store on
+// first use. Heartbeats are written to the store (at most every lease/4 per
+// worker, batched by SyncFromStore) so the job's owner sees workers that
+// talk to other replicas; only
+// the owner (JobOwnership) declares workers lost, and its plan versions and
+// job state changes are fenced by its lease token.
+//
 // Thread safety: all methods may be called from any thread. PlanWatcher
 // callbacks run with the registry's lock held: they must only queue work and
 // never call back into the registry.
@@ -33,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "pipeplan/server/clock.h"
+#include "pipeplan/server/job_ownership.h"
 #include "pipeplan/server/store.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
@@ -49,6 +61,12 @@ class PlanWatcher {
   // job was deleted). No OnPlan follows.
   virtual void OnClose(const absl::Status& status) = 0;
 };
+
+// Who asks for a new plan version. With replicated planners the replan
+// policy publishes only while this planner owns the job (FAILED_PRECONDITION
+// otherwise); an operator's ReplanJob on another replica takes the job over
+// (a forced claim: the next fencing token) and publishes fenced by it.
+enum class PublishAs { kOperator, kOwner };
 
 class JobRegistry {
  public:
@@ -76,6 +94,18 @@ class JobRegistry {
   // Loads every job from the store. Call once, before serving.
   absl::Status Recover();
 
+  // Replicated planners over a shared store: `ownership` (which must
+  // outlive the registry) says which jobs this planner owns. Call before
+  // Recover. Without it this planner owns every job (SQLite).
+  void EnableReplication(JobOwnership* ownership);
+  bool replicated() const { return ownership_ != nullptr; }
+  // True when this planner may run the job's policy (always without
+  // replication).
+  bool Owns(const std::string& job_id) const;
+  // Follows the other replicas' writes (see above) and ticks the ownership
+  // (renewals, claims of expired jobs). No-op without replication.
+  absl::Status SyncFromStore();
+
   // `training` is stored with the job (empty for planning-only jobs).
   absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request,
                                     const v1::Plan& plan,
@@ -102,7 +132,8 @@ class JobRegistry {
   // has since been replaced).
   absl::StatusOr<int64_t> PublishPlan(const std::string& job_id, const v1::PlanRequest& request,
                                       const v1::Plan& plan, const std::string& reason,
-                                      int64_t expected_version = 0);
+                                      int64_t expected_version = 0,
+                                      PublishAs as = PublishAs::kOperator);
 
   // Registering again with the same worker id and device updates the
   // registration (a reconnect, e.g. a restart in place). A worker id is bound
@@ -181,6 +212,10 @@ class JobRegistry {
     // number not above) is answered OK and not stored again.
     std::string report_run_id;
     int64_t report_seq = 0;
+    // Replicated: when this replica last wrote the worker's heartbeat.
+    absl::Time stored_heartbeat = absl::InfinitePast();
+    // Replicated: a report of this worker is being stored (without mu_).
+    bool report_in_flight = false;
   };
   struct WatchEntry {
     std::string worker_id;
@@ -193,7 +228,42 @@ class JobRegistry {
     std::vector<WatchEntry> watches;
     absl::flat_hash_map<std::string, std::string> rendezvous;
     int64_t rendezvous_bytes = 0;  // keys and values of `rendezvous`
+    // Replicated: seen in the store by SyncFromStore (only such a job is
+    // dropped when it is gone from the store).
+    bool synced = false;
   };
+  // A stored job as memory holds it (reads its recent reports for the
+  // workers' last steps and report numbers).
+  Job JobFromStored(StoredJob sj, absl::Time now) const;
+  // FindLocked, then (replicated) the store: a job another replica created.
+  Job* FindOrLoadLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's worker, then (replicated) the store's record of it.
+  Worker* FindWorkerLocked(Job& job, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Store writes that the owner fences with its lease token.
+  absl::Status AppendPlanToStore(const v1::VersionedPlan& plan, PublishAs as);
+  absl::Status SetJobStateInStore(const std::string& job_id, v1::JobState state,
+                                  const std::string& message);
+  // Memory and watchers follow a version already in the store.
+  void ApplyPlanLocked(Job& job, std::shared_ptr<const v1::VersionedPlan> plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the worker's heartbeat for the store (replicated, at most every
+  // lease/4 per worker; written in one batch by SyncFromStore).
+  void StoreHeartbeatLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replicated: whether an expired worker heartbeat through another replica.
+  bool HeartbeatElsewhereLocked(Worker& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Memory and watchers follow `stored` when it is a newer version.
+  void ApplyStoredLocked(Job& job, StoredJob stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportStep's store write on a shared store, with mu_ released around
+  // it; `w` is valid only until then.
+  absl::StatusOr<v1::ReportStepResponse> AppendReportUnlocked(const v1::ReportStepRequest& report,
+                                                              Worker& w, v1::ReportStepResponse r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds the job's workers this replica does not hold yet (registered
+  // through other replicas), so its owner can declare them lost.
+  void AdoptStoredWorkers(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // SyncFromStore's part for one job head.
+  void SyncJob(const JobHead& head);
   // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
   absl::StatusOr<v1::Job> MarkCancelled(const std::string& job_id, const std::string& reason,
                                         int64_t* freed) ABSL_LOCKS_EXCLUDED(mu_);
@@ -219,9 +289,14 @@ class JobRegistry {
   const Clock* const clock_;
   const Options options_;
   Metrics* const metrics_;
+  JobOwnership* ownership_ = nullptr;  // set before serving, then constant
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   int64_t rendezvous_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // all jobs
+  // Replicated: when SyncFromStore last read the owned jobs' workers.
+  absl::Time last_owned_workers_read_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Replicated: heartbeats to write with the next SyncFromStore.
+  std::vector<WorkerHeartbeat> pending_heartbeats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::server

@@ -51,6 +51,16 @@ struct ServerConfig {
   // none older than `report_max_age` (zero: no age limit).
   int report_retention = 10'000;
   absl::Duration report_max_age = absl::ZeroDuration();
+  // Replicated planners (a postgres:// store): each job's owner holds a
+  // lease of `job_lease` in the store, renewed every job_lease/3; another
+  // replica takes the job within about job_lease of its owner's death.
+  absl::Duration job_lease = absl::Seconds(10);
+  // How often a replica reads the store for the others' writes (new jobs,
+  // plan versions for its watchers): the bound on WatchPlan's extra delay.
+  absl::Duration store_sync_period = absl::Milliseconds(200);
+  // host:port other replicas and operators reach this one at (recorded
+  // with its leases); empty: the listen address.
+  std::string advertise_address;
 };
 
 // $XDG_STATE_HOME/pipeplan, else $HOME/.local/state/pipeplan, else ./pipeplan-data.

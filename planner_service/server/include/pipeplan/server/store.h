@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,35 @@ struct WorkerRecord {
   v1::WorkerState state = v1::WORKER_ACTIVE;
   int64_t last_heartbeat_unix_ms = 0;
   int64_t last_step = -1;
+};
+
+// A job's ownership lease in a store several planners share: one planner
+// (`owner`, reachable at `address`) runs the job's replan policy and writes
+// its plan versions until `expiry`. `token` grows by one at every change of
+// owner: a write fenced with an older token fails, so a planner that lost
+// the job (paused, partitioned) can never publish.
+struct JobLease {
+  std::string job_id;
+  std::string owner;
+  std::string address;
+  int64_t token = 0;
+};
+
+struct WorkerHeartbeat {
+  std::string job_id;
+  std::string worker_id;
+  int64_t unix_ms = 0;
+};
+
+// A job as the shared store has it now: what a replica compares with its
+// memory to follow the other replicas' writes (JobRegistry::SyncFromStore).
+struct JobHead {
+  std::string id;
+  int64_t current_version = 0;
+  v1::JobState state = v1::JOB_RUNNING;
+  std::string failure_message;
+  // Empty when nobody holds the lease or it expired.
+  std::string owner;
 };
 
 // What a restart reloads: every job with its current plan version (older
@@ -82,6 +112,51 @@ class Store {
   virtual absl::StatusOr<std::vector<v1::ReportStepRequest>> RecentStepReports(
       const std::string& job_id, int limit, int64_t max_bytes) = 0;
   virtual absl::StatusOr<std::vector<StoredJob>> Load() = 0;
+
+  // --- Shared stores only (several planners on one database). ---
+  // The methods below are for stores that several planner processes share
+  // (PostgreSQL); the embedded stores answer UNIMPLEMENTED and their one
+  // planner owns every job.
+  virtual bool shared() const { return false; }
+  // Every job's head, ordered by id.
+  virtual absl::StatusOr<std::vector<JobHead>> JobHeads();
+  // One job as Load has it; NOT_FOUND when it is gone.
+  virtual absl::StatusOr<StoredJob> LoadJob(const std::string& job_id);
+  // NOT_FOUND for an unknown job or worker.
+  virtual absl::StatusOr<WorkerRecord> GetWorker(const std::string& job_id,
+                                                 const std::string& worker_id);
+  // Records workers' heartbeats (job id, worker id, unix ms), a batch in
+  // one statement; a time older than the stored one and an unknown worker
+  // are ignored. The owner reads them before it declares a worker lost.
+  virtual absl::Status TouchWorkers(const std::vector<WorkerHeartbeat>& heartbeats);
+  // Takes the job's lease for `owner` for `ttl` (by the database's clock)
+  // when nobody holds it, it expired, `owner` holds it already (a renewal,
+  // same token) or `force` (an operator's request taking the job over);
+  // a new owner gets the next token. FAILED_PRECONDITION while another
+  // owner's lease runs; NOT_FOUND for an unknown job.
+  virtual absl::StatusOr<JobLease> ClaimJob(const std::string& job_id, const std::string& owner,
+                                            const std::string& address, absl::Duration ttl,
+                                            bool force);
+  // Extends every lease `owner` still holds by `ttl` and returns them (a
+  // lease taken by another planner is not among them).
+  virtual absl::StatusOr<std::vector<JobLease>> RenewJobLeases(const std::string& owner,
+                                                               absl::Duration ttl);
+  // AppendPlan and SetJobState in one transaction with a check that `fence`
+  // (owner and token) still holds the job's lease: FAILED_PRECONDITION when
+  // another planner took it (nothing is written).
+  virtual absl::Status AppendPlanFenced(const v1::VersionedPlan& plan, const JobLease& fence);
+  virtual absl::Status SetJobStateFenced(const std::string& job_id, v1::JobState state,
+                                         const std::string& failure_message, const JobLease& fence);
+  // The rendezvous space, shared so that workers of one job may talk to
+  // different replicas. `version`: the plan version the key belongs to
+  // ("v<N>/..."), -1 for none. NOT_FOUND for an unknown job.
+  virtual absl::Status RendezvousPut(const std::string& job_id, const std::string& key,
+                                     const std::string& value, int64_t version);
+  // nullopt for a key not set.
+  virtual absl::StatusOr<std::optional<std::string>> RendezvousFetch(const std::string& job_id,
+                                                                     const std::string& key);
+  // Drops the job's keys of versions 0 .. oldest_kept - 1.
+  virtual absl::Status RendezvousTrim(const std::string& job_id, int64_t oldest_kept);
 };
 
 struct SqliteStoreOptions {
