@@ -254,6 +254,7 @@ int StateOrder(v1::JobState s) { return s == v1::JOB_PENDING ? 0 : s == v1::JOB_
 }  // namespace
 
 void JobRegistry::AdoptStoredWorkers(const std::string& job_id) {
+  if (!ownership_) return;
   absl::StatusOr<StoredJob> stored = store_->LoadJob(job_id);
   if (!stored.ok()) return;
   absl::MutexLock l(&mu_);

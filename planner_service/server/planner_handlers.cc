@@ -204,7 +204,9 @@ absl::StatusOr<v1::VersionedPlan> PlannerHandlers::SolveAndPublish(const v1::Pla
                                                                    const std::string& reason,
                                                                    const CallContext& ctx) {
   // Like the policy's replans: stages go only where a worker is alive, and
-  // the stored request stays the job's whole cluster.
+  // the stored request stays the job's whole cluster. With replicated
+  // planners, workers that talk to other replicas count too.
+  registry_.AdoptStoredWorkers(job_id);
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Job job, registry_.GetJob(job_id));
   const LostDevices lost = FindLostDevices(job, request.cluster());
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest live, OnLiveDevices(request, lost, job_id));

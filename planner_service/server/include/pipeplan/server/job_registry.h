@@ -105,6 +105,10 @@ class JobRegistry {
   // Follows the other replicas' writes (see above) and ticks the ownership
   // (renewals, claims of expired jobs). No-op without replication.
   absl::Status SyncFromStore();
+  // Adds the job's workers this replica does not hold yet (registered
+  // through other replicas), so its owner can declare them lost and a
+  // replan here sees every live worker. No-op without replication.
+  void AdoptStoredWorkers(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // `training` is stored with the job (empty for planning-only jobs).
   absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::PlanRequest& request,
@@ -259,9 +263,6 @@ class JobRegistry {
   absl::StatusOr<v1::ReportStepResponse> AppendReportUnlocked(const v1::ReportStepRequest& report,
                                                               Worker& w, v1::ReportStepResponse r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds the job's workers this replica does not hold yet (registered
-  // through other replicas), so its owner can declare them lost.
-  void AdoptStoredWorkers(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // SyncFromStore's part for one job head.
   void SyncJob(const JobHead& head);
   // CancelJob under mu_; *freed: the rendezvous bytes it dropped.
