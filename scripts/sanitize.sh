@@ -2,18 +2,19 @@
 # The sanitizer leg of CI: AddressSanitizer + UndefinedBehaviorSanitizer
 # (-DPIPEPLAN_SANITIZE=address,undefined) over the C++ unit tests of the
 # planning core, the schedule library, convert, the server, the worker
-# (without torch) and the flag parser, over every fuzz corpus (tests/fuzz),
-# and over the integration tests that run without torch: a sanitized
-# pipeplan-planner, pipeplan-worker and CLI as real processes on 127.0.0.1
-# (a finding, or a leak at a clean exit, makes the child exit non-zero and
-# its test fail). In a build directory of their own. Only the binaries of
+# (without torch) and the flag parser, and over every fuzz corpus
+# (tests/fuzz); with PIPEPLAN_SANITIZE_LABELS="unit integration" also over
+# the integration tests that run without torch: a sanitized pipeplan-planner,
+# pipeplan-worker and CLI as real processes on 127.0.0.1 (a finding, or a
+# leak at a clean exit, makes the child exit non-zero and its test fail).
+# In a build directory of their own. Only the binaries of
 # tests with these labels are built (the unit_test_binaries and
 # integration_test_binaries targets, so a new test joins without editing this
 # file); any sanitizer finding aborts its test, and any failing test fails
 # the run.
 #
-#   ./scripts/sanitize.sh                       # after ./scripts/setup.sh
-#   PIPEPLAN_SANITIZE_LABELS=unit ./scripts/sanitize.sh   # unit tests only
+#   ./scripts/sanitize.sh                       # after ./scripts/setup.sh: unit tests
+#   PIPEPLAN_SANITIZE_LABELS="unit integration" ./scripts/sanitize.sh
 #
 # ThreadSanitizer is not a leg: Debian's Abseil is not built with it, so
 # TSan cannot see absl::Mutex's lock and unlock, and reports races on
@@ -30,7 +31,7 @@ cd "$(dirname "$0")/.."
 SANITIZE="${PIPEPLAN_SANITIZE:-address,undefined}"
 DIR="${PIPEPLAN_SANITIZE_DIR:-build-asan}"
 JOBS="${PIPEPLAN_JOBS:-2}"
-read -r -a LABELS <<<"${PIPEPLAN_SANITIZE_LABELS:-unit integration}"
+read -r -a LABELS <<<"${PIPEPLAN_SANITIZE_LABELS:-unit}"
 # Cases that assert wall time or compare measured with predicted step
 # times, which -O0 and the sanitizers stretch.
 TIMED='^LatticeDpTest\.WideGraphDeclinesQuickly$|^FidelityIntegration\.|^ReplanIntegration\.SlowWorker'
