@@ -11,55 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/server/clock.h"
 #include "pipeplan/server/store.h"
-#include "support/postgres_server.h"
+#include "postgres_test_fixture.h"
 
 namespace pipeplan::server {
 namespace {
 
-using ::pipeplan::testing::PostgresServer;
-
-v1::VersionedPlan Version(const std::string& job, int64_t v, const std::string& by) {
-  v1::VersionedPlan p;
-  p.set_job_id(job);
-  p.set_version(v);
-  p.set_reason(by);
-  return p;
-}
-
-class PostgresStoreTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto server = PostgresServer::Start();
-    if (server.ok()) {
-      server_ = server->release();
-    } else {
-      error_ = new absl::Status(server.status());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    if (server_ == nullptr) {
-      if (error_->code() == absl::StatusCode::kFailedPrecondition) GTEST_SKIP() << *error_;
-      FAIL() << *error_;
-    }
-    auto url = server_->CreateDatabase(absl::StrCat("pg_test_", ++databases_));
-    ASSERT_TRUE(url.ok()) << url.status();
-    url_ = *url;
-  }
-  std::unique_ptr<Store> Open() {
-    auto s = OpenPostgresStore(url_, {.connections = 2});
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *std::move(s) : nullptr;
-  }
-
-  static inline PostgresServer* server_ = nullptr;
-  static inline absl::Status* error_ = nullptr;
-  static inline int databases_ = 0;
-  std::string url_;
-};
+class PostgresStoreTest : public PostgresDatabaseTest {};
 
 TEST_F(PostgresStoreTest, ReplicasStartingTogetherMigrateOnce) {
   std::vector<std::thread> threads;
@@ -101,10 +58,7 @@ TEST_F(PostgresStoreTest, RacingPlanVersionsOneWins) {
 
 TEST_F(PostgresStoreTest, RefusesADatabaseOfANewerPlanner) {
   ASSERT_NE(Open(), nullptr);
-  ASSERT_TRUE(server_
-                  ->RunSql(absl::StrCat("pg_test_", databases_),
-                           "INSERT INTO schema_migrations VALUES (999, 0)")
-                  .ok());
+  ASSERT_TRUE(server_->RunSql(database_, "INSERT INTO schema_migrations VALUES (999, 0)").ok());
   auto s = OpenPostgresStore(url_);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << s.status();
 }
@@ -124,7 +78,7 @@ TEST_F(PostgresStoreTest, ReportsOfSchemaOneGetTimesAndAgeOut) {
     }
   }
   ASSERT_TRUE(server_
-                  ->RunSql(absl::StrCat("pg_test_", databases_),
+                  ->RunSql(database_,
                            "ALTER TABLE step_reports DROP COLUMN time_ms; "
                            "DROP TABLE job_leases; DROP TABLE rendezvous; "
                            "DELETE FROM schema_migrations WHERE version >= 2")

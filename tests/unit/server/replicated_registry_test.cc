@@ -14,50 +14,13 @@
 #include "pipeplan/server/job_ownership.h"
 #include "pipeplan/server/job_registry.h"
 #include "pipeplan/server/store.h"
-#include "support/postgres_server.h"
+#include "postgres_test_fixture.h"
 
 namespace pipeplan::server {
 namespace {
 
-using ::pipeplan::testing::PostgresServer;
-
-v1::VersionedPlan Version(const std::string& job, int64_t v, const std::string& by) {
-  v1::VersionedPlan p;
-  p.set_job_id(job);
-  p.set_version(v);
-  p.set_reason(by);
-  return p;
-}
-
-class ReplicatedTest : public ::testing::Test {
+class ReplicatedTest : public PostgresDatabaseTest {
  protected:
-  static void SetUpTestSuite() {
-    auto server = PostgresServer::Start();
-    if (server.ok()) {
-      server_ = server->release();
-    } else {
-      error_ = new absl::Status(server.status());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    if (server_ == nullptr) {
-      if (error_->code() == absl::StatusCode::kFailedPrecondition) GTEST_SKIP() << *error_;
-      FAIL() << *error_;
-    }
-    auto url = server_->CreateDatabase(absl::StrCat("rep_test_", ++databases_));
-    ASSERT_TRUE(url.ok()) << url.status();
-    url_ = *url;
-  }
-  std::unique_ptr<Store> Open() {
-    auto s = OpenPostgresStore(url_, {.connections = 2});
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *std::move(s) : nullptr;
-  }
-
   // One planner replica: its store, ownership and registry.
   struct Replica {
     std::unique_ptr<Store> store;
@@ -76,11 +39,6 @@ class ReplicatedTest : public ::testing::Test {
     EXPECT_TRUE(r.registry->Recover().ok());
     return r;
   }
-
-  static inline PostgresServer* server_ = nullptr;
-  static inline absl::Status* error_ = nullptr;
-  static inline int databases_ = 0;
-  std::string url_;
 };
 
 TEST_F(ReplicatedTest, LeaseHasOneOwnerAndTokensFenceTheOldOne) {
