@@ -90,6 +90,47 @@ absl::StatusOr<std::string> BearerToken(const ServerConfig& config) {
   return token;
 }
 
+// The store the planner runs on: the one passed in (tests), PostgreSQL for a
+// postgres:// URI, else SQLite in --data-dir (set to the default when empty).
+absl::StatusOr<std::unique_ptr<Store>> OpenStore(ServerConfig& config,
+                                                 std::unique_ptr<Store> store) {
+  if (store) return store;
+  if (IsPostgresUrl(config.store)) {
+    return OpenPostgresStore(config.store, {.report_window = config.report_retention,
+                                            .report_max_age = config.report_max_age});
+  }
+  if (!config.store.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: want a postgres:// or postgresql:// URI, got \"",
+                     RedactedStoreUrl(config.store), "\" (leave it out for SQLite in --data-dir)"));
+  }
+  if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
+  return OpenSqliteStore(config.data_dir, {.report_window = config.report_retention,
+                                           .report_max_age = config.report_max_age});
+}
+
+// The gRPC server with the planner's limits and keepalive policy; null (and
+// *port 0) when it cannot listen.
+std::unique_ptr<grpc::Server> BuildGrpcServer(const ServerConfig& config,
+                                              std::shared_ptr<grpc::ServerCredentials> creds,
+                                              grpc::Service* service, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, std::move(creds), port);
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_time)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_timeout)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
 }  // namespace
 
 struct PlannerServer::Impl {
@@ -109,6 +150,10 @@ struct PlannerServer::Impl {
   // Recovered and not draining: health may follow the store.
   std::atomic<bool> serving{false};
 
+  // The background loops: leases, store sync (replicated), replans, job
+  // gauges; each wakes every period until stop_leases.
+  void StartLoops(const ServerConfig& c);
+
   void SetHealth(bool serving) {
     if (!server) return;
     if (auto* h = server->GetHealthCheckService()) {
@@ -119,6 +164,31 @@ struct PlannerServer::Impl {
 };
 
 PlannerServer::PlannerServer() : impl_(new Impl) {}
+
+void PlannerServer::Impl::StartLoops(const ServerConfig& c) {
+  auto every = [this](absl::Duration period, auto work) {
+    return std::thread([this, period, work] {
+      while (!stop_leases.WaitForNotificationWithTimeout(period)) work();
+    });
+  };
+  lease_thread = every(c.lease_check_period, [this] { handlers->registry().CheckLeases(); });
+  if (ownership) {
+    // Synced once at once: a replica follows the others from the start.
+    sync_thread = std::thread([this, period = c.store_sync_period] {
+      do {
+        if (absl::Status synced = handlers->registry().SyncFromStore(); !synced.ok()) {
+          LogWarn("store_sync_failed", {{"error", std::string(synced.message())}});
+        }
+      } while (!stop_leases.WaitForNotificationWithTimeout(period));
+    });
+  }
+  if (c.handlers.replan.enabled) {
+    replan_thread = every(c.replan_check_period, [this] { handlers->replan_policy().Tick(); });
+  }
+  if (c.job_gauge_period > absl::ZeroDuration() && metrics) {
+    gauge_thread = every(c.job_gauge_period, [this] { handlers->RefreshJobGauges(); });
+  }
+}
 
 PlannerServer::~PlannerServer() { Shutdown(absl::Seconds(1)); }
 
@@ -140,20 +210,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   PIPEPLAN_ASSIGN_OR_RETURN(std::string token, BearerToken(config));
 
   PIPEPLAN_ASSIGN_OR_RETURN(impl.metrics, Metrics::Create(config.metrics_listen));
-  if (!store && IsPostgresUrl(config.store)) {
-    PIPEPLAN_ASSIGN_OR_RETURN(
-        store, OpenPostgresStore(config.store, {.report_window = config.report_retention,
-                                                .report_max_age = config.report_max_age}));
-  } else if (!store && !config.store.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("store: want a postgres:// or postgresql:// URI, got \"",
-                     RedactedStoreUrl(config.store), "\" (leave it out for SQLite in --data-dir)"));
-  } else if (!store) {
-    if (config.data_dir.empty()) config.data_dir = DefaultDataDir();
-    PIPEPLAN_ASSIGN_OR_RETURN(
-        store, OpenSqliteStore(config.data_dir, {.report_window = config.report_retention,
-                                                 .report_max_age = config.report_max_age}));
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(store, OpenStore(config, std::move(store)));
   // Health follows the store's writes: NOT_SERVING while the disk is full
   // or read-only (reads are still answered), SERVING once a write succeeds.
   impl.store = WithWriteHealth(std::move(store), [&impl](bool writing) {
@@ -164,22 +221,8 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
                                                     impl.metrics.get());
   impl.adapter = std::make_unique<GrpcAdapter>(impl.handlers.get(), impl.metrics.get(), token);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen, creds, &port);
-  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
-  builder.SetMaxSendMessageSize(config.max_message_bytes);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_time)));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_timeout)));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.RegisterService(impl.adapter->service());
-  impl.server = builder.BuildAndStart();
+  impl.server = BuildGrpcServer(config, creds, impl.adapter->service(), &port);
   if (!impl.server || port == 0) {
     impl.server.reset();
     return absl::UnavailableError(absl::StrCat(
@@ -206,38 +249,7 @@ absl::StatusOr<std::unique_ptr<PlannerServer>> PlannerServer::Start(ServerConfig
   impl.SetHealth(true);
   impl.serving.store(true);
 
-  const absl::Duration period = config.lease_check_period;
-  impl.lease_thread = std::thread([&impl, period] {
-    while (!impl.stop_leases.WaitForNotificationWithTimeout(period)) {
-      impl.handlers->registry().CheckLeases();
-    }
-  });
-  if (impl.ownership) {
-    const absl::Duration sync_period = config.store_sync_period;
-    impl.sync_thread = std::thread([&impl, sync_period] {
-      do {
-        if (absl::Status synced = impl.handlers->registry().SyncFromStore(); !synced.ok()) {
-          LogWarn("store_sync_failed", {{"error", std::string(synced.message())}});
-        }
-      } while (!impl.stop_leases.WaitForNotificationWithTimeout(sync_period));
-    });
-  }
-  if (config.handlers.replan.enabled) {
-    const absl::Duration replan_period = config.replan_check_period;
-    impl.replan_thread = std::thread([&impl, replan_period] {
-      while (!impl.stop_leases.WaitForNotificationWithTimeout(replan_period)) {
-        impl.handlers->replan_policy().Tick();
-      }
-    });
-  }
-  if (config.job_gauge_period > absl::ZeroDuration() && impl.metrics) {
-    const absl::Duration gauge_period = config.job_gauge_period;
-    impl.gauge_thread = std::thread([&impl, gauge_period] {
-      while (!impl.stop_leases.WaitForNotificationWithTimeout(gauge_period)) {
-        impl.handlers->RefreshJobGauges();
-      }
-    });
-  }
+  impl.StartLoops(config);
   impl.config = std::move(config);
   const JobRegistry::Counts c = impl.handlers->registry().counts();
   LogInfo("planner_started",
