@@ -315,6 +315,49 @@ v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFact
   return next;
 }
 
+// Why an evaluation has nothing to do: the lost or joined worker it was
+// for is gone, or every worker is away (e.g. the planner was down longer
+// than a lease: keep the plan, they reconnect to it). nullopt: go on.
+std::optional<std::string> NothingToReplan(ReplanTrigger trigger, const v1::Job& job,
+                                           const v1::VersionedPlan& vp, const LostDevices& lost,
+                                           const std::set<std::string>& joined) {
+  if (trigger == ReplanTrigger::kWorkerLost && lost.lost.empty()) return "no lost worker left";
+  if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
+    return "no worker without a rank left";
+  }
+  if (!job.workers().empty() &&
+      static_cast<int>(lost.devices.size()) >= vp.request().cluster().devices_size()) {
+    return "no device has a live worker";
+  }
+  return std::nullopt;
+}
+
+// Why the predicted gain does not pay: below the relative minimum, or (when
+// `floor_applies`) below the absolute floor, since a few percent of a tiny
+// step does not pay for the switch (workers pause to reconnect and move
+// state). nullopt: it pays.
+std::optional<std::string> GainTooSmall(const ReplanOutcome& outcome,
+                                        const ReplanPolicyOptions& options, bool floor_applies,
+                                        const std::vector<v1::ReportStepRequest>& reports,
+                                        const v1::Job& job, int64_t version) {
+  const double gain = PredictedGain(outcome);
+  if (!(gain > options.min_gain)) {
+    return absl::StrFormat("predicted gain %.1f%% (%.4g s -> %.4g s) is not above %.1f%%",
+                           gain * 100, outcome.current_step_seconds, outcome.new_step_seconds,
+                           options.min_gain * 100);
+  }
+  if (!floor_applies) return std::nullopt;
+  const double seconds = outcome.current_step_seconds - outcome.new_step_seconds;
+  const double measured = MeasuredSwitchSeconds(reports, version);
+  const int horizon = HorizonSteps(job, options);
+  const double floor = MinGainSeconds(options, measured, horizon);
+  if (seconds > floor) return std::nullopt;
+  return absl::StrFormat(
+      "predicted gain %.4g s per step is not above %.4g s (the floor, or a %.3g s switch over %d "
+      "steps)",
+      seconds, floor, measured > 0 ? measured : options.assumed_switch_seconds, horizon);
+}
+
 }  // namespace
 
 double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds,
@@ -445,17 +488,8 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
 
   const LostDevices lost = FindLostDevices(job, vp.request().cluster());
   const std::set<std::string> joined = JoinedDevices(job);
-  if (trigger == ReplanTrigger::kWorkerLost && lost.lost.empty()) {
-    return no_change("no lost worker left");
-  }
-  if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
-    return no_change("no worker without a rank left");
-  }
-  if (!job.workers().empty() &&
-      static_cast<int>(lost.devices.size()) >= vp.request().cluster().devices_size()) {
-    // Every worker is away (e.g. the planner was down longer than a lease):
-    // keep the plan; they reconnect to it.
-    return no_change("no device has a live worker");
+  if (std::optional<std::string> why = NothingToReplan(trigger, job, vp, lost, joined)) {
+    return no_change(*std::move(why));
   }
   // The current plan, read as every other reader reads it. One that does not
   // decode cannot be calibrated, but a lost worker is still replanned.
@@ -516,25 +550,11 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     return no_change(absl::StrCat("cannot score the current plan: ", cur.status().message()));
   }
   outcome.current_step_seconds = cur.ok() ? *cur : kInf;
-  const double gain = PredictedGain(outcome);
-  if (!(gain > options_.min_gain)) {
-    return no_change(absl::StrFormat("predicted gain %.1f%% (%.4g s -> %.4g s) is not above %.1f%%",
-                                     gain * 100, outcome.current_step_seconds,
-                                     outcome.new_step_seconds, options_.min_gain * 100));
-  }
-  if (calibrating || trigger == ReplanTrigger::kWorkerJoined) {
-    // Absolute floor: a few percent of a tiny step does not pay for the
-    // switch (workers pause to reconnect and move state).
-    const double seconds = outcome.current_step_seconds - outcome.new_step_seconds;
-    const double measured = MeasuredSwitchSeconds(reports, vp.version());
-    const int horizon = HorizonSteps(job, options_);
-    const double floor = MinGainSeconds(options_, measured, horizon);
-    if (!(seconds > floor)) {
-      return no_change(absl::StrFormat(
-          "predicted gain %.4g s per step is not above %.4g s (the floor, or a %.3g s switch "
-          "over %d steps)",
-          seconds, floor, measured > 0 ? measured : options_.assumed_switch_seconds, horizon));
-    }
+  // A lost worker's replan always pays; the others need both gains.
+  const bool floor_applies = calibrating || trigger == ReplanTrigger::kWorkerJoined;
+  if (std::optional<std::string> why =
+          GainTooSmall(outcome, options_, floor_applies, reports, job, vp.version())) {
+    return no_change(*std::move(why));
   }
   const std::string why = calibrating                               ? CalibrationReason(est.result)
                           : trigger == ReplanTrigger::kWorkerJoined ? JoinedReason(joined)
