@@ -1007,15 +1007,18 @@ absl::Status JobRegistry::RendezvousSet(const std::string& job_id, const std::st
 }
 
 void JobRegistry::DropRendezvousBeforeLocked(Job& job, int64_t oldest_kept) {
+  // The bytes are summed in the lambda and charged here, where the lock
+  // analysis sees mu_ held.
+  int64_t freed = 0;
   absl::erase_if(job.rendezvous, [&](const auto& kv) {
     const std::string& key = kv.first;
     const int64_t version = KeyVersion(key);
     if (version < 0 || version >= oldest_kept) return false;
-    const int64_t bytes = static_cast<int64_t>(key.size() + kv.second.size());
-    job.rendezvous_bytes -= bytes;
-    rendezvous_bytes_ -= bytes;
+    freed += static_cast<int64_t>(key.size() + kv.second.size());
     return true;
   });
+  job.rendezvous_bytes -= freed;
+  rendezvous_bytes_ -= freed;
 }
 
 absl::StatusOr<v1::RendezvousGetResponse> JobRegistry::RendezvousGet(const std::string& job_id,
