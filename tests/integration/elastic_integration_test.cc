@@ -191,6 +191,16 @@ int64_t FirstStepOf(const WorkerProcess& w, int64_t version) {
   return -1;
 }
 
+// True once `w` reported a step >= `step` (within 240 s).
+bool ReachesStep(const WorkerProcess& w, int64_t step) {
+  return WaitFor(
+      [&] {
+        const auto s = w.Values("step", "step");
+        return !s.empty() && Int(s.back()) >= step;
+      },
+      absl::Seconds(240));
+}
+
 TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
   constexpr int kSteps = 900, kEvery = 10;
   const std::string job = CreateJob({"--max-steps", absl::StrCat(kSteps), "--checkpoint-dir",
@@ -200,13 +210,7 @@ TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
   for (int r = 0; r < 4; ++r) w.push_back(StartWorker(job, r));
   // Kill rank 2 at a random step past the first checkpoints.
   const int64_t kill_at = 25 + static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) % 40);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const auto s = w[2]->Values("step", "step");
-        return !s.empty() && Int(s.back()) >= kill_at;
-      },
-      absl::Seconds(240)))
-      << w[2]->Output();
+  ASSERT_TRUE(ReachesStep(*w[2], kill_at)) << w[2]->Output();
   w[2]->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
   ASSERT_EQ(w[2]->Wait(absl::Seconds(10)), 128 + SIGKILL);
@@ -281,13 +285,7 @@ TEST_F(ElasticTrainingTest, SigtermLeavesAndTheOthersLoseNoStep) {
   std::vector<std::unique_ptr<WorkerProcess>> w;
   for (int r = 0; r < 4; ++r) w.push_back(StartWorker(job, r));
   const int64_t leave_after = 15 + static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) % 10);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const auto s = w[2]->Values("step", "step");
-        return !s.empty() && Int(s.back()) >= leave_after;
-      },
-      absl::Seconds(240)))
-      << w[2]->Output();
+  ASSERT_TRUE(ReachesStep(*w[2], leave_after)) << w[2]->Output();
   const absl::Time sent = absl::Now();
   w[2]->Signal(SIGTERM);
   ASSERT_EQ(w[2]->Wait(absl::Seconds(60)), 0) << w[2]->Output();
