@@ -71,7 +71,11 @@ TEST(ReplanIntegration, SlowWorkerGetsLessWorkInVersionTwo) {
   }
   ASSERT_EQ(v2.version(), 2) << workers[1]->Output() << (*planner)->stderr_text();
   EXPECT_TRUE(absl::StartsWith(v2.reason(), "calibration: device gpu1 is ")) << v2.reason();
-  EXPECT_NE(v2.reason().find("slower than modelled"), std::string::npos) << v2.reason();
+  // Named against the model, or against the median device when the others
+  // also ran >5% off the model (load on the test machine does that).
+  EXPECT_TRUE(absl::StrContains(v2.reason(), "slower than modelled") ||
+              absl::StrContains(v2.reason(), "slower than the median device"))
+      << v2.reason();
 
   // gpu1 is measured ~2x; the others ~1x.
   std::map<std::string, double> factor;
