@@ -12,6 +12,7 @@
 #include "pipeplan/worker/gloo_transport.h"
 #include "pipeplan/worker/group_transport.h"
 #include "pipeplan/worker/nccl_transport.h"
+#include "rendezvous_round.h"
 #include "retryable.h"
 
 namespace pipeplan::worker {
@@ -31,45 +32,42 @@ absl::StatusOr<v1::VersionedPlan> FetchPlan(client::PlannerClient& planner,
 // Ranks of the plan's one transport: every device, replica-major.
 int WorldSize(const StagePlan& plan) { return plan.ranks * plan.num_replicas; }
 
-// One rendezvous round under `prefix`.
+// One attempt to connect the transport, in `round`'s namespace.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
                                                        const ActivePlan& a,
-                                                       const std::string& prefix) {
+                                                       const RendezvousRound& round) {
   const int rank = a.plan.WorldRank(a.replica, a.rank);
   const int size = WorldSize(a.plan);
   if (o.transport == "nccl") {
     return ConnectNccl(
         {.rank = rank, .size = size, .device_ordinal = -1, .timeout = o.connect_timeout}, kv,
-        prefix);
+        round.prefix());
   }
-  GlooKeyValueStore store(&kv, prefix, o.connect_timeout);
-  return ConnectGloo({.rank = rank, .size = size, .host = o.listen_host, .timeout = o.comm_timeout},
-                     store);
+  return ConnectGlooInRound(kv, round,
+                            {.rank = rank,
+                             .size = size,
+                             .host = o.listen_host,
+                             .timeout = o.comm_timeout,
+                             .connect_timeout = o.connect_timeout},
+                            o.connect_timeout);
 }
 
 // Workers that restart within a version (every worker of a job after a
-// crash) would find the previous run's addresses under that version's keys.
-// So each device publishes its process nonce, and the round's keys live
-// under the nonces of all devices (every replica's): live processes meet in
-// a namespace no earlier run wrote. A device that read a dead peer's nonce
-// fails its round (timeout) and tries again with the nonces as they are now.
+// crash), or retry after a failed attempt, would find earlier addresses
+// under the version's keys. So every attempt meets in a round of its own
+// (rendezvous_round.h): rank 0 opens it with the nonces of the processes
+// it expects, the others join it, and an attempt that cannot complete (a
+// peer restarted, rank 0 moved on) ends early and the next round begins.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
                                                             const ActivePlan& a) {
-  const std::string base = absl::StrCat("v", a.version, "/", o.transport, "/");
-  const int me = a.plan.WorldRank(a.replica, a.rank);
-  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(base, "nonce/", me), ProcessRunId()));
-  const absl::Time deadline = absl::Now() + 3 * o.connect_timeout;
-  while (true) {
-    std::string round;
-    for (int r = 0; r < WorldSize(a.plan); ++r) {
-      PIPEPLAN_ASSIGN_OR_RETURN(std::string nonce,
-                                kv.WaitGet(absl::StrCat(base, "nonce/", r), o.connect_timeout));
-      absl::StrAppend(&round, r == 0 ? "" : "-", nonce);
-    }
-    absl::StatusOr<std::unique_ptr<Transport>> t =
-        ConnectOnce(kv, o, a, absl::StrCat(base, round, "/"));
-    if (t.ok() || !Retryable(t.status()) || absl::Now() > deadline) return t;
-  }
+  const RoundMember me{.base = absl::StrCat("v", a.version, "/", o.transport, "/"),
+                       .rank = a.plan.WorldRank(a.replica, a.rank),
+                       .size = WorldSize(a.plan),
+                       .nonce = ProcessRunId(),
+                       .timeout = o.connect_timeout};
+  return ConnectInRounds(
+      kv, me, absl::Now() + 3 * o.connect_timeout,
+      [&](const RendezvousRound& round) { return ConnectOnce(kv, o, a, round); });
 }
 
 // This replica's pipeline and this rank's replica group, as groups of the

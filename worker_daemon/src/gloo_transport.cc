@@ -131,8 +131,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(const GlooOptions& option
     attr.hostname = options.host;
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(Ms(options.timeout));
+    context->setTimeout(Ms(options.connect_timeout / 5));
     context->connectFullMesh(store, device);
+    context->setTimeout(Ms(options.timeout));
     return std::unique_ptr<Transport>(new GlooTransport(std::move(context), options.timeout));
   } catch (const std::exception& e) {
     return FromException(

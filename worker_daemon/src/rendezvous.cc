@@ -8,7 +8,8 @@
 
 namespace pipeplan::worker {
 
-absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Duration timeout) {
+absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Duration timeout,
+                                              const std::function<absl::Status()>& give_up) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Duration backoff = absl::Milliseconds(5);
   absl::Status last = absl::OkStatus();
@@ -29,6 +30,10 @@ absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Dura
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(100));
+    if (give_up) {
+      absl::Status s = give_up();
+      if (!s.ok()) return s;
+    }
   }
 }
 
@@ -51,23 +56,28 @@ void GlooKeyValueStore::set(const std::string& key, const std::vector<char>& dat
   if (!s.ok()) throw ::gloo::IoException(std::string(s.ToString()));
 }
 
+absl::StatusOr<std::string> GlooKeyValueStore::Wait(const std::string& key) {
+  std::function<absl::Status()> give_up;
+  if (give_up_) give_up = [this, &key] { return give_up_(key); };
+  return kv_->WaitGet(prefix_ + key, timeout_, give_up);
+}
+
 std::vector<char> GlooKeyValueStore::get(const std::string& key) {
-  absl::StatusOr<std::string> v = kv_->WaitGet(prefix_ + key, timeout_);
+  absl::StatusOr<std::string> v = Wait(key);
   if (!v.ok()) throw ::gloo::IoException(std::string(v.status().ToString()));
   return std::vector<char>(v->begin(), v->end());
 }
 
 void GlooKeyValueStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> v = Wait(key);
+    if (!v.ok()) throw ::gloo::IoException(std::string(v.status().ToString()));
+  }
 }
 
 void GlooKeyValueStore::wait(const std::vector<std::string>& keys,
-                             const std::chrono::milliseconds& timeout) {
-  const absl::Duration t = timeout.count() > 0 ? absl::Milliseconds(timeout.count()) : timeout_;
-  for (const std::string& key : keys) {
-    absl::StatusOr<std::string> v = kv_->WaitGet(prefix_ + key, t);
-    if (!v.ok()) throw ::gloo::IoException(std::string(v.status().ToString()));
-  }
+                             const std::chrono::milliseconds& /*pair_timeout*/) {
+  wait(keys);
 }
 
 }  // namespace pipeplan::worker

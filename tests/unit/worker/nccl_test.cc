@@ -3,32 +3,12 @@
 #include <cstring>
 #include <thread>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "map_key_value.h"
 #include "pipeplan/worker/nccl_transport.h"
 
 namespace pipeplan::worker {
 namespace {
-
-class MapKeyValue final : public KeyValue {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    absl::MutexLock l(&mu_);
-    map_[key] = value;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& key) override {
-    absl::MutexLock l(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return std::optional<std::string>();
-    return std::optional<std::string>(it->second);
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::string> map_;
-};
 
 TEST(NcclTransport, SendRecvBetweenTwoGpus) {
   if (!NcclAvailable())

@@ -21,12 +21,17 @@ struct GlooOptions {
   int size = 1;
   // Interface address the TCP device binds to (port chosen by the kernel).
   std::string host = "127.0.0.1";
-  // Connecting the mesh and every Gloo operation.
+  // Every Gloo operation after the mesh is connected.
   absl::Duration timeout = absl::Seconds(60);
+  // Connecting one pair of the mesh once both addresses are known. Gloo
+  // waits five times its pair timeout for that, so the pairs get a fifth of
+  // this (and no other use of the pair timeout exists in async mode).
+  absl::Duration connect_timeout = absl::Seconds(60);
 };
 
 // Blocks until every rank joined through `store` (UNAVAILABLE on Gloo
-// errors, DEADLINE_EXCEEDED when a rank never comes). `store` is only used
+// errors, DEADLINE_EXCEEDED when a rank never comes or a pair does not
+// connect within `connect_timeout`). `store` is only used
 // during the call.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(const GlooOptions& options,
                                                        gloo::rendezvous::Store& store);

@@ -7,6 +7,7 @@
 #define PIPEPLAN_WORKER_RENDEZVOUS_H_
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,10 @@ class KeyValue {
 
   // Polls Get until the key is set: DEADLINE_EXCEEDED after `timeout`;
   // transport errors (UNAVAILABLE while the planner restarts) are retried.
-  absl::StatusOr<std::string> WaitGet(const std::string& key, absl::Duration timeout);
+  // `give_up`, when set, is asked between polls: a non-OK answer ends the
+  // wait with that status (the key can no longer come).
+  absl::StatusOr<std::string> WaitGet(const std::string& key, absl::Duration timeout,
+                                      const std::function<absl::Status()>& give_up = nullptr);
 };
 
 // The planner's rendezvous RPCs for one job. `client` must outlive it.
@@ -45,11 +49,17 @@ class PlannerKeyValue final : public KeyValue {
 };
 
 // gloo::rendezvous::Store over a KeyValue with a key prefix. Gloo's store API
-// throws: errors and timeouts become gloo::IoException.
+// throws: errors and timeouts become gloo::IoException. Every wait lasts up
+// to `timeout` (Gloo's own timeout argument is its pair timeout, not a
+// rendezvous bound). `give_up`, when set, is asked between polls with the
+// Gloo key being waited for ("3" or "rank_3": rank 3's keys) and ends the
+// wait with its non-OK status.
 class GlooKeyValueStore final : public gloo::rendezvous::Store {
  public:
-  GlooKeyValueStore(KeyValue* kv, std::string prefix, absl::Duration timeout)
-      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout) {}
+  using GiveUp = std::function<absl::Status(const std::string& key)>;
+  GlooKeyValueStore(KeyValue* kv, std::string prefix, absl::Duration timeout,
+                    GiveUp give_up = nullptr)
+      : kv_(kv), prefix_(std::move(prefix)), timeout_(timeout), give_up_(std::move(give_up)) {}
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
@@ -57,9 +67,12 @@ class GlooKeyValueStore final : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
+  absl::StatusOr<std::string> Wait(const std::string& key);
+
   KeyValue* kv_;
   std::string prefix_;
   absl::Duration timeout_;
+  GiveUp give_up_;
 };
 
 }  // namespace pipeplan::worker
