@@ -84,6 +84,18 @@ CREATE TABLE rendezvous (
   version BIGINT NOT NULL,
   PRIMARY KEY (job_id, key));
 )sql",
+    // 4: a report is stored once per (worker, run, report number), by the
+    // database. Each replica's registry skips a report it knows is stored,
+    // but a worker whose replica died after storing a report resends it to
+    // another replica that may not have seen it yet. Reports stored before
+    // have run_id '' and are not constrained.
+    R"sql(
+ALTER TABLE step_reports ADD COLUMN worker_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE step_reports ADD COLUMN run_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE step_reports ADD COLUMN report_seq BIGINT NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX step_reports_once ON step_reports(job_id, worker_id, run_id, report_seq)
+  WHERE run_id <> '';
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -223,9 +235,11 @@ class PostgresStore : public Store {
     return pool_->Run([&](PgConnection& c) -> absl::Status {
       PIPEPLAN_ASSIGN_OR_RETURN(
           PgResult r,
-          c.Exec("INSERT INTO step_reports(job_id, report, time_ms) VALUES ($1, $2, $3)",
+          c.Exec("INSERT INTO step_reports(job_id, report, time_ms, worker_id, run_id, report_seq) "
+                 "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
                  {report.job_id(), PgBytes(report.SerializeAsString()),
-                  absl::StrCat(absl::ToUnixMillis(options_.clock->Now()))}));
+                  absl::StrCat(absl::ToUnixMillis(options_.clock->Now())), report.worker_id(),
+                  report.run_id(), absl::StrCat(report.seq())}));
       (void)r;
       // Trim the job's window every TrimEvery() of its own reports (counted
       // per job and per planner, so a busy job never escapes the trim).

@@ -79,7 +79,8 @@ TEST_F(PostgresStoreTest, ReportsOfSchemaOneGetTimesAndAgeOut) {
   }
   ASSERT_TRUE(server_
                   ->RunSql(database_,
-                           "ALTER TABLE step_reports DROP COLUMN time_ms; "
+                           "ALTER TABLE step_reports DROP COLUMN time_ms, DROP COLUMN worker_id, "
+                           "DROP COLUMN run_id, DROP COLUMN report_seq; "
                            "DROP TABLE job_leases; DROP TABLE rendezvous; "
                            "DELETE FROM schema_migrations WHERE version >= 2")
                   .ok());
@@ -99,6 +100,32 @@ TEST_F(PostgresStoreTest, ReportsOfSchemaOneGetTimesAndAgeOut) {
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(left->size(), 62u);
   for (const v1::ReportStepRequest& r : *left) EXPECT_GE(r.step(), 10);
+}
+
+// Replicas share the reports table: a report resent to a second replica
+// after the first stored it (and died before answering) is stored once.
+TEST_F(PostgresStoreTest, AReportResentToAnotherReplicaIsStoredOnce) {
+  std::unique_ptr<Store> a = Open();
+  std::unique_ptr<Store> b = Open();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->CreateJob({"j", "", 1, 1}, Version("j", 1, "created")).ok());
+  v1::ReportStepRequest r;
+  r.set_job_id("j");
+  r.set_worker_id("w0");
+  r.set_run_id("run1");
+  r.set_seq(5);
+  ASSERT_TRUE(a->AppendStepReport(r).ok());
+  ASSERT_TRUE(b->AppendStepReport(r).ok());
+  r.set_run_id("run2");  // the worker restarted: its numbers start again
+  ASSERT_TRUE(b->AppendStepReport(r).ok());
+  r.set_worker_id("w1");
+  ASSERT_TRUE(b->AppendStepReport(r).ok());
+  r.clear_run_id();  // no run id: nothing to recognise it by
+  ASSERT_TRUE(b->AppendStepReport(r).ok());
+  ASSERT_TRUE(b->AppendStepReport(r).ok());
+  auto stored = b->RecentStepReports("j", 100, int64_t{1} << 30);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 5u);
 }
 
 TEST_F(PostgresStoreTest, ServerDownIsUnavailableThenRecovers) {

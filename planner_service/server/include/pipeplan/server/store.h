@@ -104,7 +104,9 @@ class Store {
   virtual absl::Status PutWorker(const WorkerRecord& worker) = 0;
   // Appends a report; only the most recent `report_window` per job are kept
   // (the SQLite and PostgreSQL stores may hold a few more until their next
-  // trim of that job).
+  // trim of that job). The PostgreSQL store, shared by replicas, also stores
+  // a report with a run id at most once per (worker, run id, seq): a second
+  // append of it is OK and changes nothing.
   virtual absl::Status AppendStepReport(const v1::ReportStepRequest& report) = 0;
   // Most recent first: at most `limit` reports and, beyond the first, at most
   // `max_bytes` serialized bytes together, so a reader's memory is bounded
