@@ -6,17 +6,10 @@
 #include <tuple>
 #include <vector>
 
+#include "union_find.h"
+
 namespace pipeplan {
 namespace {
-
-struct UnionFind {
-  explicit UnionFind(int n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
-  int Find(int x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  }
-  std::vector<int> parent;
-};
 
 bool KeepsCuts(const ContractionOptions& options, int n) {
   return options.keep_cuts.size() == static_cast<size_t>(n);

@@ -3,17 +3,10 @@
 #include <numeric>
 #include <vector>
 
+#include "union_find.h"
+
 namespace pipeplan {
 namespace {
-
-struct UnionFind {
-  explicit UnionFind(int n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
-  int Find(int x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  }
-  std::vector<int> parent;
-};
 
 // No work, no parameters, at most a byte of activations (the exporter's
 // "nothing"), no output without gradient (its charge would change).
