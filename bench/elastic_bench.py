@@ -134,6 +134,15 @@ def cancel(args, planner, job):
                     "jobs", "cancel", job], capture_output=True)
 
 
+def end_trial(args, planner, job, workers):
+    """Kills the trial's workers still running (all started here) and cancels its job."""
+    for p, _ in workers:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    cancel(args, planner, job)
+
+
 def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
     job = start_job(args, work, planner, 100000)
     tag = ("wk%d" if sig == signal.SIGKILL else "wt%d") % trial
@@ -154,11 +163,7 @@ def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
         resumed = first_step_after(survivors[0], running)
         return recovery, before + 1 - resumed
     finally:
-        for p, _ in workers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        cancel(args, planner, job)
+        end_trial(args, planner, job, workers)
 
 
 def planner_kill_trial(args, work, planner, trial):
@@ -185,11 +190,7 @@ def planner_kill_trial(args, work, planner, trial):
         dropped = sum(len(events(p, "step_dropped")) for _, p in workers)
         return planner, recovery, dropped
     finally:
-        for p, _ in workers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        cancel(args, planner, job)
+        end_trial(args, planner, job, workers)
 
 
 def main():
