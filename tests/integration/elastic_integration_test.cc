@@ -559,6 +559,51 @@ TEST(ElasticLeave, ASecondSigtermExitsAtOnce) {
   EXPECT_LT(absl::Now() - sent, absl::Seconds(5));
 }
 
+// A worker that hangs (SIGSTOP) closes no socket, so no error reaches the
+// ranks waiting on it before the 60 s comm timeout. The planner declares it
+// lost after its lease and publishes version 2 without its device; the
+// others' stall watch then aborts their waits on the stalled version 1 and
+// they train on version 2 long before the comm timeout would have ended
+// the waits.
+TEST(ElasticHang, AStoppedWorkerIsReplannedAroundBeforeTheCommTimeout) {
+  SyntheticJob c;
+  ASSERT_NO_FATAL_FAILURE(c.Start({"--replan-min-gain", "0.99"}));
+  std::vector<std::unique_ptr<WorkerProcess>> w;
+  for (int r = 0; r < 4; ++r) {
+    w.push_back(c.Worker(absl::StrCat("w", r), c.devices[r], {"--comm-timeout-seconds", "60"}));
+  }
+  ASSERT_TRUE(WaitFor([&] { return w[0]->Values("step", "step").size() >= 5; }, absl::Seconds(60)))
+      << w[0]->Output();
+
+  const absl::Time stopped = absl::Now();
+  w[2]->Signal(SIGSTOP);
+  const std::vector<int> stay = {0, 1, 3};
+  const bool recovered = WaitFor(
+      [&] {
+        for (int r : stay) {
+          if (FirstStepOf(*w[r], 2) < 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(40));
+  const absl::Duration recovery = absl::Now() - stopped;
+  w[2]->Signal(SIGKILL);
+  ASSERT_TRUE(recovered) << w[0]->Output() << c.planner->stderr_text();
+  std::cout << "hang_to_first_step_seconds=" << absl::ToDoubleSeconds(recovery) << "\n";
+  EXPECT_LT(recovery, absl::Seconds(40));
+  int aborted = 0;
+  for (int r : stay) {
+    EXPECT_EQ(w[r]->Wait(absl::ZeroDuration()), -1) << "w" << r << " exited: " << w[r]->Output();
+    EXPECT_TRUE(absl::StrContains(w[r]->Output(), "ranks=3")) << w[r]->Output();
+    aborted += absl::StrContains(w[r]->Output(), "event=stall_abort") ? 1 : 0;
+  }
+  // The hung rank's neighbours had nothing else to end their wait.
+  EXPECT_GE(aborted, 1);
+  auto v2 = c.client->GetPlan(c.job, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  for (const auto& st : v2->plan().stages()) EXPECT_NE(st.device_id(), c.devices[2]);
+}
+
 // A version published while the running one trains its last step never
 // runs: the job still completes when that version's ranks finish, and a
 // worker that has a rank only in the new version exits 0 instead of waiting

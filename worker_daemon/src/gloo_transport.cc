@@ -1,10 +1,14 @@
 #include "pipeplan/worker/gloo_transport.h"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
@@ -29,26 +33,75 @@ absl::Status FromException(const std::exception& e, const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", msg));
 }
 
+absl::Status GlooAborted() { return absl::AbortedError("the gloo transport was aborted"); }
+
+class GlooOp;
+
+// The ops of one transport that may be blocked in a wait, so that Abort (from
+// another thread) can end their waits. Shared by the transport and its ops.
+class PendingWaits {
+ public:
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  void Add(GlooOp* op) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    ops_.insert(op);
+  }
+  void Remove(GlooOp* op) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    ops_.erase(op);
+  }
+  // Sets the flag first: an op registered after the sweep below sees it in
+  // its Wait.
+  void AbortAll() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  std::atomic<bool> aborted_{false};
+  absl::Mutex mu_;
+  absl::flat_hash_set<GlooOp*> ops_ ABSL_GUARDED_BY(mu_);
+};
+
 class GlooOp final : public PendingOp {
  public:
-  GlooOp(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, bool send, int peer)
-      : buffer_(std::move(buffer)), send_(send), peer_(peer) {}
+  GlooOp(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, bool send, int peer,
+         std::shared_ptr<PendingWaits> waits)
+      : buffer_(std::move(buffer)), send_(send), peer_(peer), waits_(std::move(waits)) {
+    if (buffer_) waits_->Add(this);
+  }
+  ~GlooOp() override {
+    if (buffer_) waits_->Remove(this);
+  }
   absl::Status Wait(absl::Duration timeout) override {
     if (!buffer_) return absl::OkStatus();
+    if (waits_->aborted()) return GlooAborted();
     try {
       const bool done = send_ ? buffer_->waitSend(Ms(timeout)) : buffer_->waitRecv(Ms(timeout));
-      if (!done) return absl::AbortedError("gloo operation aborted");
+      if (!done) return GlooAborted();
     } catch (const std::exception& e) {
       return FromException(e, absl::StrCat(send_ ? "send to" : "recv from", " rank ", peer_));
     }
     return absl::OkStatus();
+  }
+  // Thread-safe in Gloo; a wait that has not begun returns at once.
+  void AbortWait() {
+    if (send_) {
+      buffer_->abortWaitSend();
+    } else {
+      buffer_->abortWaitRecv();
+    }
   }
 
  private:
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
   bool send_;
   int peer_;
+  std::shared_ptr<PendingWaits> waits_;
 };
+
+void PendingWaits::AbortAll() {
+  aborted_.store(true, std::memory_order_release);
+  absl::MutexLock l(&mu_);
+  for (GlooOp* op : ops_) op->AbortWait();
+}
 
 class GlooTransport final : public Transport {
  public:
@@ -91,6 +144,8 @@ class GlooTransport final : public Transport {
     return best;
   }
 
+  void Abort() override { waits_->AbortAll(); }
+
  private:
   absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, uint64_t tag,
                                                   std::byte* data, size_t bytes) {
@@ -98,7 +153,8 @@ class GlooTransport final : public Transport {
       return absl::InvalidArgumentError(
           absl::StrCat("peer ", peer, " is not another rank of ", size()));
     }
-    if (bytes == 0) return std::unique_ptr<PendingOp>(new GlooOp(nullptr, send, peer));
+    if (waits_->aborted()) return GlooAborted();
+    if (bytes == 0) return std::unique_ptr<PendingOp>(new GlooOp(nullptr, send, peer, waits_));
     try {
       std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
           context_->createUnboundBuffer(data, bytes);
@@ -107,7 +163,7 @@ class GlooTransport final : public Transport {
       } else {
         buffer->recv(peer, tag);
       }
-      return std::unique_ptr<PendingOp>(new GlooOp(std::move(buffer), send, peer));
+      return std::unique_ptr<PendingOp>(new GlooOp(std::move(buffer), send, peer, waits_));
     } catch (const std::exception& e) {
       return FromException(e, absl::StrCat(send ? "send to" : "recv from", " rank ", peer));
     }
@@ -116,6 +172,7 @@ class GlooTransport final : public Transport {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   absl::Duration timeout_;
   uint64_t control_seq_ = 0;
+  std::shared_ptr<PendingWaits> waits_ = std::make_shared<PendingWaits>();
 };
 
 }  // namespace

@@ -14,6 +14,10 @@ class DoneOp final : public PendingOp {
   absl::Status Wait(absl::Duration) override { return absl::OkStatus(); }
 };
 
+absl::Status MemoryAborted(int rank) {
+  return absl::AbortedError(absl::StrCat("the transport of rank ", rank, " was aborted"));
+}
+
 }  // namespace
 
 class MemoryRecv final : public PendingOp {
@@ -22,10 +26,13 @@ class MemoryRecv final : public PendingOp {
       : hub_(hub), key_(key), data_(data) {}
   absl::Status Wait(absl::Duration timeout) override {
     absl::MutexLock l(&hub_->mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub_->mu_) {
-      return hub_->mailbox_.contains(key_);
+    const int me = std::get<1>(key_);
+    auto ready = [this, me]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub_->mu_) {
+      return hub_->mailbox_.contains(key_) || hub_->aborted_[me];
     };
-    if (!hub_->mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    const bool done = hub_->mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    if (hub_->aborted_[me]) return MemoryAborted(me);
+    if (!done) {
       return absl::DeadlineExceededError(absl::StrCat("no message from rank ", std::get<0>(key_),
                                                       " with tag ", std::get<2>(key_), " within ",
                                                       absl::FormatDuration(timeout)));
@@ -58,6 +65,7 @@ class MemoryTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<PendingOp>> Send(int peer, uint64_t tag,
                                                   std::span<const std::byte> data) override {
     absl::MutexLock l(&hub_->mu_);
+    if (hub_->aborted_[rank_]) return MemoryAborted(rank_);
     auto [it, inserted] = hub_->mailbox_.try_emplace(MemoryHub::Key{rank_, peer, tag});
     if (!inserted) {
       return absl::InternalError(
@@ -74,6 +82,7 @@ class MemoryTransport final : public Transport {
 
   absl::StatusOr<int64_t> AllReduceMax(int64_t value, absl::Duration timeout) override {
     absl::MutexLock l(&hub_->mu_);
+    if (hub_->aborted_[rank_]) return MemoryAborted(rank_);
     const int64_t generation = hub_->reduce_generation_;
     hub_->reduce_value_ = hub_->reduce_arrived_ == 0 ? value : std::max(hub_->reduce_value_, value);
     if (++hub_->reduce_arrived_ == hub_->size()) {
@@ -83,12 +92,19 @@ class MemoryTransport final : public Transport {
       return hub_->reduce_result_;
     }
     auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(hub_->mu_) {
-      return hub_->reduce_generation_ != generation;
+      return hub_->reduce_generation_ != generation || hub_->aborted_[rank_];
     };
-    if (!hub_->mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    const bool reduced = hub_->mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+    if (hub_->aborted_[rank_]) return MemoryAborted(rank_);
+    if (!reduced) {
       return absl::DeadlineExceededError("not every rank joined the all-reduce");
     }
     return hub_->reduce_result_;
+  }
+
+  void Abort() override {
+    absl::MutexLock l(&hub_->mu_);
+    hub_->aborted_[rank_] = true;
   }
 
  private:

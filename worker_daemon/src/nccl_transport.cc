@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <vector>
 #endif
@@ -35,7 +36,8 @@ absl::Status NcclError(ncclResult_t r, const std::string& what) {
 
 class NcclOp final : public PendingOp {
  public:
-  NcclOp(cudaEvent_t event, void* device_buffer) : event_(event), device_(device_buffer) {}
+  NcclOp(cudaEvent_t event, void* device_buffer, std::shared_ptr<std::atomic<bool>> aborted)
+      : event_(event), device_(device_buffer), aborted_(std::move(aborted)) {}
   ~NcclOp() override {
     if (event_) cudaEventDestroy(event_);
     if (device_) cudaFree(device_);
@@ -43,6 +45,7 @@ class NcclOp final : public PendingOp {
   absl::Status Wait(absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
     while (true) {
+      if (aborted_->load()) return absl::AbortedError("the NCCL transport was aborted");
       cudaError_t e = cudaEventQuery(event_);
       if (e == cudaSuccess) return absl::OkStatus();
       if (e != cudaErrorNotReady) return CudaError(e, "waiting for an NCCL transfer");
@@ -57,6 +60,7 @@ class NcclOp final : public PendingOp {
  private:
   cudaEvent_t event_;
   void* device_;
+  std::shared_ptr<std::atomic<bool>> aborted_;
 };
 
 class NcclTransport final : public Transport {
@@ -65,7 +69,13 @@ class NcclTransport final : public Transport {
       : rank_(rank), size_(size), kv_(kv), prefix_(std::move(prefix)) {}
   ~NcclTransport() override {
     for (auto& [peer, pair] : pairs_) {
-      ncclCommDestroy(pair.comm);
+      // After an abort, transfers may still be queued on the communicator:
+      // ncclCommDestroy would wait for them, ncclCommAbort does not.
+      if (aborted_->load()) {
+        ncclCommAbort(pair.comm);
+      } else {
+        ncclCommDestroy(pair.comm);
+      }
       cudaStreamDestroy(pair.stream);
     }
   }
@@ -111,6 +121,8 @@ class NcclTransport final : public Transport {
     return Post(false, peer, data.data(), data.size());
   }
 
+  void Abort() override { aborted_->store(true); }
+
   absl::StatusOr<int64_t> AllReduceMax(int64_t value, absl::Duration timeout) override {
     const uint64_t seq = agree_seq_++;
     absl::Status s = kv_.Set(absl::StrCat(prefix_, "agree/", seq, "/", rank_), absl::StrCat(value));
@@ -119,7 +131,10 @@ class NcclTransport final : public Transport {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       absl::StatusOr<std::string> v =
-          kv_.WaitGet(absl::StrCat(prefix_, "agree/", seq, "/", r), timeout);
+          kv_.WaitGet(absl::StrCat(prefix_, "agree/", seq, "/", r), timeout, [this] {
+            return aborted_->load() ? absl::AbortedError("the NCCL transport was aborted")
+                                    : absl::OkStatus();
+          });
       if (!v.ok()) return v.status();
       best = std::max<int64_t>(best, std::stoll(*v));
     }
@@ -134,6 +149,7 @@ class NcclTransport final : public Transport {
 
   absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, std::byte* host,
                                                   size_t bytes) {
+    if (aborted_->load()) return absl::AbortedError("the NCCL transport was aborted");
     auto it = pairs_.find(peer);
     if (it == pairs_.end()) {
       return absl::InvalidArgumentError(absl::StrCat("no NCCL communicator with rank ", peer));
@@ -148,7 +164,7 @@ class NcclTransport final : public Transport {
       cudaFree(device);
       return CudaError(e, "cudaEventCreate");
     }
-    auto op = std::make_unique<NcclOp>(event, device);
+    auto op = std::make_unique<NcclOp>(event, device, aborted_);
     const int nccl_peer = peer < rank_ ? 0 : 1;
     if (send) {
       e = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, pair.stream);
@@ -175,6 +191,7 @@ class NcclTransport final : public Transport {
   std::string prefix_;
   std::map<int, Pair> pairs_;
   uint64_t agree_seq_ = 0;
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace

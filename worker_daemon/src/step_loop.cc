@@ -1,5 +1,6 @@
 #include "step_loop.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,7 +26,17 @@ StepLoop::StepLoop(client::PlannerClient& planner, const WorkerOptions& options,
       metrics_(metrics),
       kv_(&planner, options.job_id),
       training_(training),
-      reports_(reports) {}
+      reports_(reports),
+      stall_watch_([&state] { return state.Latest(); },
+                   [this](int64_t version) {
+                     // On the watch thread: reads only the const options.
+                     Emit(absl::StrCat("event=stall_abort job=", options_.job_id,
+                                       " worker=", options_.worker_id, " plan_version=", version));
+                   }) {}
+
+absl::Duration StepLoop::StallGrace() const {
+  return std::max(state_.Lease(), 4 * last_step_time_);
+}
 
 bool StepLoop::ReachedMaxSteps() const {
   return training_ && training_->spec().max_steps() > 0 && step_ >= training_->spec().max_steps();
@@ -61,7 +72,12 @@ absl::Status StepLoop::Run() {
     }
     int64_t want = state_.Latest();
     if (connected) {
-      absl::StatusOr<Boundary> boundary = AgreeAtBoundary(want);
+      absl::StatusOr<Boundary> boundary;
+      {
+        StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
+                                  StallGrace());
+        boundary = AgreeAtBoundary(want);
+      }
       if (!boundary.ok()) {
         PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(boundary.status(), active_->version));
         continue;
@@ -239,8 +255,14 @@ void StepLoop::WaitForVersionAfter(int64_t version) {
 }
 
 absl::Status StepLoop::RunOneStep() {
-  absl::StatusOr<StepResult> run =
-      active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
+  absl::StatusOr<StepResult> run;
+  {
+    StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
+                              StallGrace());
+    const absl::Time start = absl::Now();
+    run = active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
+    last_step_time_ = absl::Now() - start;
+  }
   if (!run.ok()) {
     // A diverged loss is final for the job; anything else (a peer that went
     // away) a restart may fix.

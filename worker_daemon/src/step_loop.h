@@ -25,7 +25,11 @@
 // its transport (so the ranks still blocked on it fail too) and waits for
 // the planner's next version, which leaves out the lost device; after two
 // leases without one it tries the same version again (a peer restarted in
-// place). Only a job failure, a deleted job or a stop ends the loop.
+// place). A peer that hangs closes no socket: once a newer version is known
+// and a step or vote has made no progress for the grace period
+// (StallGrace), the stall watch aborts the running transport and the same
+// recovery follows (stall_watch.h). Only a job failure, a deleted job or a
+// stop ends the loop.
 // Internal to libpipeplan_worker.
 #ifndef PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
 #define PIPEPLAN_WORKER_SRC_STEP_LOOP_H_
@@ -45,6 +49,7 @@
 #include "pipeplan/worker/rendezvous.h"
 #include "pipeplan/worker/worker_options.h"
 #include "report_sender.h"
+#include "stall_watch.h"
 #include "training_session.h"
 
 namespace pipeplan::worker {
@@ -103,6 +108,10 @@ class StepLoop {
   // failure, a bad plan), else drops the running version, waits as the
   // header says and returns OK for the loop to switch.
   absl::Status DropAfterFailure(const absl::Status& error, int64_t version);
+  // How long a step or vote of the running version may go on once a newer
+  // version is known: a lease (the planner's own patience with a silent
+  // worker), or four of the last step's durations when steps are longer.
+  absl::Duration StallGrace() const;
 
   client::PlannerClient& planner_;
   const WorkerOptions& options_;
@@ -122,6 +131,9 @@ class StepLoop {
   std::optional<SwitchPause> unreported_switch_;
   int64_t step_ = 0;
   int64_t last_version_ = 0;
+  absl::Duration last_step_time_ = absl::ZeroDuration();
+  // Declared last: its thread stops before the members it reads go away.
+  StallWatch stall_watch_;
   bool trained_to_the_end_ = false;
   bool left_ = false;
   bool whole_job_left_ = false;

@@ -41,6 +41,8 @@ class GroupTransport final : public Transport {
                                                   std::span<std::byte> data) override;
   // Gathers at the group's rank 0, which sends the maximum back.
   absl::StatusOr<int64_t> AllReduceMax(int64_t value, absl::Duration timeout) override;
+  // Aborts the base transport, so every group over it too.
+  void Abort() override { base_->Abort(); }
 
  private:
   GroupTransport(Transport* base, std::vector<int> members, int rank)

@@ -36,6 +36,8 @@ class MemoryHub {
   int reduce_arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reduce_value_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reduce_result_ ABSL_GUARDED_BY(mu_) = 0;
+  // Ranks whose transport was aborted.
+  std::vector<bool> aborted_ ABSL_GUARDED_BY(mu_) = std::vector<bool>(size_, false);
 };
 
 }  // namespace pipeplan::worker

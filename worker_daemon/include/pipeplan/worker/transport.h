@@ -11,7 +11,7 @@
 // sizes of a matching pair must be equal.
 //
 // Thread safety: one thread drives a Transport; PendingOps are waited on by
-// that thread.
+// that thread. Abort is the exception: any thread may call it.
 #ifndef PIPEPLAN_WORKER_TRANSPORT_H_
 #define PIPEPLAN_WORKER_TRANSPORT_H_
 
@@ -52,6 +52,12 @@ class Transport {
   // Collective: every rank calls it once with its value; all get the maximum.
   // Used to agree on the plan version at a step boundary.
   virtual absl::StatusOr<int64_t> AllReduceMax(int64_t value, absl::Duration timeout) = 0;
+
+  // Ends every pending Wait and AllReduceMax, and fails every later
+  // operation, with ABORTED; the transport is of no further use. For a
+  // watchdog thread that knows the running plan version stalled (a peer
+  // hung: no error reaches the ranks waiting on it before the comm timeout).
+  virtual void Abort() = 0;
 };
 
 }  // namespace pipeplan::worker
