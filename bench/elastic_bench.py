@@ -11,6 +11,10 @@ Worker SIGTERM: the same with SIGTERM, a graceful leave (docs/elastic.md):
 from the signal to the first step every other worker completes on the new
 version; steps lost as above (0 when the leave's checkpoint was written).
 
+Worker SIGSTOP: the same with SIGSTOP, a hung worker that closes no socket:
+the planner loses it after its lease and the others' stall watch ends their
+waits on it (docs/elastic.md).
+
 Planner kill: the planner is killed with SIGKILL during training and started
 again at once on the same data directory and port. Recovery is the time from
 the kill until the planner has stored a report of a step completed after the
@@ -145,7 +149,7 @@ def end_trial(args, planner, job, workers):
 
 def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
     job = start_job(args, work, planner, 100000)
-    tag = ("wk%d" if sig == signal.SIGKILL else "wt%d") % trial
+    tag = {signal.SIGKILL: "wk%d", signal.SIGTERM: "wt%d", signal.SIGSTOP: "wh%d"}[sig] % trial
     workers = [start_worker(args, work, planner, job, r, tag) for r in range(4)]
     try:
         kill_at = 3 * args.checkpoint_every + 3 * trial
@@ -153,7 +157,10 @@ def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
         running = newest_version([p for _, p in workers])
         workers[2][0].send_signal(sig)
         killed = time.time()
-        if workers[2][0].wait(timeout=120) != (0 if sig == signal.SIGTERM else -sig):
+        # A stopped worker hangs (end_trial kills it); the others end their
+        # waits on it through the stall watch.
+        if sig != signal.SIGSTOP and workers[2][0].wait(timeout=120) != (
+                0 if sig == signal.SIGTERM else -sig):
             raise RuntimeError("w2 ended with %d" % workers[2][0].returncode)
         survivors = [workers[r][1] for r in (0, 1, 3)]
         wait_until(lambda: all(first_step_after(p, running) >= 0 for p in survivors), 120,
@@ -213,6 +220,8 @@ def main():
         wk = [worker_kill_trial(args, work, planner, t) for t in range(args.trials)]
         wt = [worker_kill_trial(args, work, planner, t, signal.SIGTERM)
               for t in range(args.trials)]
+        wh = [worker_kill_trial(args, work, planner, t, signal.SIGSTOP)
+              for t in range(args.trials)]
         pk = []
         for t in range(args.trials):
             planner, recovery, dropped = planner_kill_trial(args, work, planner, t)
@@ -223,7 +232,7 @@ def main():
         print("| fault | recovery (s) | steps lost | trials (recovery s / steps lost) |")
         print("|---|---|---|---|")
         for name, rows in (("worker kill -9", wk), ("worker SIGTERM (leave)", wt),
-                           ("planner kill -9", pk)):
+                           ("worker SIGSTOP (hang)", wh), ("planner kill -9", pk)):
             print("| %s | %.2f | %g | %s |" % (
                 name, statistics.median(r for r, _ in rows), statistics.median(s for _, s in rows),
                 ", ".join("%.2f/%d" % r for r in rows)))

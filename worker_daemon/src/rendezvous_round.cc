@@ -127,21 +127,24 @@ std::string RendezvousRound::prefix() const {
 
 absl::Status RendezvousRound::StillCurrent(KeyValue& kv, int peer) const {
   if (peer >= 0 && peer < static_cast<int>(nonces_.size()) && peer != member_.rank) {
+    // An absent nonce says nothing: a restarted planner lost it, and the
+    // peer announces itself again only when it starts a round.
     absl::StatusOr<std::optional<std::string>> nonce = kv.Get(NonceKey(member_, peer));
     if (nonce.ok() && nonce->has_value() && **nonce != nonces_[peer]) {
       return absl::UnavailableError(
           absl::StrCat("rank ", peer, " restarted after rendezvous round ", id_, " opened"));
     }
   }
-  if (member_.rank != 0) {
-    absl::StatusOr<std::optional<std::string>> round = kv.Get(RoundKey(member_));
-    if (round.ok() && round->has_value()) {
-      std::optional<Record> r = Decode(**round, member_.size);
-      if (r && r->id != id_) {
-        return absl::UnavailableError(
-            absl::StrCat("rank 0 replaced rendezvous round ", id_, " with ", r->id));
-      }
-    }
+  absl::StatusOr<std::optional<std::string>> round = kv.Get(RoundKey(member_));
+  if (!round.ok()) return absl::OkStatus();
+  if (!round->has_value()) {
+    return absl::UnavailableError(
+        absl::StrCat("the keys of rendezvous round ", id_, " are gone (the planner restarted)"));
+  }
+  std::optional<Record> r = Decode(**round, member_.size);
+  if (r && r->id != id_) {
+    return absl::UnavailableError(
+        absl::StrCat("rank 0 replaced rendezvous round ", id_, " with ", r->id));
   }
   return absl::OkStatus();
 }
@@ -153,8 +156,12 @@ namespace pipeplan::worker {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectInRounds(KeyValue& kv, const RoundMember& m,
                                                            absl::Time deadline,
                                                            const RoundAttempt& attempt) {
-  PIPEPLAN_RETURN_IF_ERROR(RendezvousRound::Announce(kv, m));
   while (true) {
+    // Again every round: a restarted planner lost the keys of the last one.
+    if (absl::Status s = RendezvousRound::Announce(kv, m); !s.ok()) {
+      if (!Retryable(s) || absl::Now() > deadline) return s;
+      continue;
+    }
     absl::StatusOr<RendezvousRound> round = RendezvousRound::Next(kv, m, Used().Last(m));
     if (!round.ok()) {
       if (!Retryable(round.status()) || absl::Now() > deadline) return round.status();

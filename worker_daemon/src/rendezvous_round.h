@@ -52,8 +52,9 @@ class RendezvousRound {
 
   // OK while waiting for `peer`'s keys can still succeed; UNAVAILABLE (so the
   // caller retries with the next round) once `peer` runs as a process other
-  // than the one the round was opened for, or rank 0 opened a newer round.
-  // Lookup errors count as "still current": the wait's own timeout decides.
+  // than the one the round was opened for, rank 0 opened a newer round, or
+  // the round's keys are gone (a planner restart lost them). Lookup errors
+  // count as "still current": the wait's own timeout decides.
   absl::Status StillCurrent(KeyValue& kv, int peer) const;
 
  private:
@@ -68,7 +69,7 @@ class RendezvousRound {
 using RoundAttempt =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(const RendezvousRound&)>;
 
-// Announces `m`, then runs `attempt` in successive rounds until it connects,
+// Announces `m` and runs `attempt` in successive rounds until it connects,
 // fails with a non-retryable error, or `deadline` passes (its last error).
 // A round this process already used for `m.base` (an earlier build of the
 // same version) is never joined again.

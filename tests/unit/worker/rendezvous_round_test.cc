@@ -73,6 +73,23 @@ TEST(RendezvousRound, ARoundEndsWhenAPeerRestartsOrRankZeroMovesOn) {
   EXPECT_EQ(r1->StillCurrent(kv, 0).code(), absl::StatusCode::kUnavailable);
 }
 
+// A planner restart loses the rendezvous keys (they live in its memory):
+// waiting in that round is pointless for every rank.
+TEST(RendezvousRound, ARoundEndsWhenThePlannerLostItsKeys) {
+  MapKeyValue kv;
+  const RoundMember zero = Member(0, 2, "a0", absl::Seconds(5));
+  const RoundMember one = Member(1, 2, "b1", absl::Seconds(5));
+  ASSERT_TRUE(RendezvousRound::Announce(kv, zero).ok());
+  ASSERT_TRUE(RendezvousRound::Announce(kv, one).ok());
+  absl::StatusOr<RendezvousRound> r0 = RendezvousRound::Next(kv, zero, "");
+  ASSERT_TRUE(r0.ok());
+  absl::StatusOr<RendezvousRound> r1 = RendezvousRound::Next(kv, one, "");
+  ASSERT_TRUE(r1.ok());
+  MapKeyValue restarted;  // the same planner address, none of the keys
+  EXPECT_EQ(r0->StillCurrent(restarted, 1).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(r1->StillCurrent(restarted, 0).code(), absl::StatusCode::kUnavailable);
+}
+
 // `size` ranks restart after a crash: the key-value space still holds the
 // previous run's nonces, round and Gloo addresses (ports nobody listens on).
 // Rank r starts r * 300 ms after rank 0, so rank 0 first opens a round with
