@@ -38,88 +38,80 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>* job_bubble;
   prometheus::Family<prometheus::Gauge>* job_error;
   prometheus::Family<prometheus::Counter>* rejected_reports;
+
+  // RPCs, solves, the plan cache, jobs and workers held.
+  void AddServiceMetrics(prometheus::Registry& r);
+  // Per job: its plan, replans, calibration, measured vs predicted.
+  void AddJobMetrics(prometheus::Registry& r);
 };
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new Families) {
-  using prometheus::BuildCounter;
-  using prometheus::BuildGauge;
-  using prometheus::BuildHistogram;
-  prometheus::Registry& r = *registry_;
-  f_->requests = &BuildCounter()
-                      .Name("pipeplan_plan_requests_total")
-                      .Help("RPCs answered by the planner, by method and status code")
-                      .Register(r);
-  f_->solve_duration =
-      &BuildHistogram()
+namespace {
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& r, const char* name,
+                                                   const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& r, const char* name,
+                                                       const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+void Metrics::Families::AddServiceMetrics(prometheus::Registry& r) {
+  requests = &CounterFamily(r, "pipeplan_plan_requests_total",
+                            "RPCs answered by the planner, by method and status code");
+  solve_duration =
+      &prometheus::BuildHistogram()
            .Name("pipeplan_solve_duration_seconds")
            .Help("Wall time of MakePlan for solved (not cached) requests")
            .Register(r)
            .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                             0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
-  f_->gap = &BuildGauge()
-                 .Name("pipeplan_solver_gap_ratio")
-                 .Help("Proven relative optimality gap of the last solve")
-                 .Register(r)
-                 .Add({});
-  f_->jobs =
-      &BuildGauge().Name("pipeplan_jobs").Help("Jobs held by the planner").Register(r).Add({});
-  auto& workers =
-      BuildGauge().Name("pipeplan_workers").Help("Registered workers by lease state").Register(r);
-  f_->workers_active = &workers.Add({{"state", "active"}});
-  f_->workers_lost = &workers.Add({{"state", "lost"}});
-  f_->plan_version =
-      &BuildGauge().Name("pipeplan_plan_version").Help("Current plan version per job").Register(r);
-  f_->plan_step = &BuildGauge()
-                       .Name("pipeplan_plan_step_seconds")
-                       .Help("Predicted step time of each job's current plan")
-                       .Register(r);
-  f_->plan_bubble = &BuildGauge()
-                         .Name("pipeplan_plan_bubble_ratio")
-                         .Help("Predicted bubble ratio (idle share) of each job's current plan")
-                         .Register(r);
-  auto& solves = BuildGauge().Name("pipeplan_solves").Help("Solves on the solver pool").Register(r);
-  f_->solves_running = &solves.Add({{"state", "running"}});
-  f_->solves_queued = &solves.Add({{"state", "queued"}});
-  auto& cache = BuildCounter()
-                    .Name("pipeplan_plan_cache_lookups_total")
-                    .Help("Plan request cache lookups")
-                    .Register(r);
-  f_->cache_hits = &cache.Add({{"result", "hit"}});
-  f_->cache_misses = &cache.Add({{"result", "miss"}});
-  f_->replans = &BuildCounter()
-                     .Name("pipeplan_replans_total")
-                     .Help(
-                         "Plan versions published by replanning, by reason "
-                         "(calibration, worker_lost, requested)")
-                     .Register(r);
-  f_->calibration_factor =
-      &BuildGauge()
-           .Name("pipeplan_calibration_factor")
-           .Help("Measured compute time / time modelled from the job's cluster, per device")
-           .Register(r);
-  f_->job_step = &BuildGauge()
-                      .Name("pipeplan_job_step_seconds")
-                      .Help(
+  gap = &GaugeFamily(r, "pipeplan_solver_gap_ratio",
+                     "Proven relative optimality gap of the last solve")
+             .Add({});
+  jobs = &GaugeFamily(r, "pipeplan_jobs", "Jobs held by the planner").Add({});
+  auto& workers = GaugeFamily(r, "pipeplan_workers", "Registered workers by lease state");
+  workers_active = &workers.Add({{"state", "active"}});
+  workers_lost = &workers.Add({{"state", "lost"}});
+  auto& solves = GaugeFamily(r, "pipeplan_solves", "Solves on the solver pool");
+  solves_running = &solves.Add({{"state", "running"}});
+  solves_queued = &solves.Add({{"state", "queued"}});
+  auto& cache = CounterFamily(r, "pipeplan_plan_cache_lookups_total", "Plan request cache lookups");
+  cache_hits = &cache.Add({{"result", "hit"}});
+  cache_misses = &cache.Add({{"result", "miss"}});
+}
+
+void Metrics::Families::AddJobMetrics(prometheus::Registry& r) {
+  plan_version = &GaugeFamily(r, "pipeplan_plan_version", "Current plan version per job");
+  plan_step = &GaugeFamily(r, "pipeplan_plan_step_seconds",
+                           "Predicted step time of each job's current plan");
+  plan_bubble = &GaugeFamily(r, "pipeplan_plan_bubble_ratio",
+                             "Predicted bubble ratio (idle share) of each job's current plan");
+  replans = &CounterFamily(r, "pipeplan_replans_total",
+                           "Plan versions published by replanning, by reason "
+                           "(calibration, worker_lost, requested)");
+  calibration_factor =
+      &GaugeFamily(r, "pipeplan_calibration_factor",
+                   "Measured compute time / time modelled from the job's cluster, per device");
+  job_step = &GaugeFamily(r, "pipeplan_job_step_seconds",
                           "Step time of a job's current plan: kind=measured (median makespan "
-                          "over the reported steps) or predicted (calibrated, as run)")
-                      .Register(r);
-  f_->job_bubble = &BuildGauge()
-                        .Name("pipeplan_job_bubble_ratio")
-                        .Help("Idle share of the ranks over the step, measured or predicted")
-                        .Register(r);
-  f_->job_error = &BuildGauge()
-                       .Name("pipeplan_job_prediction_error_ratio")
-                       .Help("|predicted - measured| / measured step time of a job's plan")
-                       .Register(r);
-  f_->rejected_reports =
-      &BuildCounter()
-           .Name("pipeplan_rejected_reports_total")
-           .Help("Step reports refused for a non-finite, negative or absurd timing, by field")
-           .Register(r);
-  BuildGauge()
-      .Name("pipeplan_build_info")
-      .Help("Build information; always 1")
-      .Register(r)
+                          "over the reported steps) or predicted (calibrated, as run)");
+  job_bubble = &GaugeFamily(r, "pipeplan_job_bubble_ratio",
+                            "Idle share of the ranks over the step, measured or predicted");
+  job_error = &GaugeFamily(r, "pipeplan_job_prediction_error_ratio",
+                           "|predicted - measured| / measured step time of a job's plan");
+  rejected_reports =
+      &CounterFamily(r, "pipeplan_rejected_reports_total",
+                     "Step reports refused for a non-finite, negative or absurd timing, by field");
+}
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()), f_(new Families) {
+  f_->AddServiceMetrics(*registry_);
+  f_->AddJobMetrics(*registry_);
+  GaugeFamily(*registry_, "pipeplan_build_info", "Build information; always 1")
       .Add({{"version", PIPEPLAN_VERSION}})
       .Set(1);
 }

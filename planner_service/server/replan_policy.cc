@@ -358,6 +358,41 @@ std::optional<std::string> GainTooSmall(const ReplanOutcome& outcome,
       seconds, floor, measured > 0 ? measured : options.assumed_switch_seconds, horizon);
 }
 
+// What the reports of the current version say: device factors, links and
+// the host time per message, fitted on the steps after the warm-up.
+struct Fitted {
+  Estimate estimate;
+  LinkCalibration links;
+  HostOverhead host;
+};
+
+absl::StatusOr<Fitted> Fit(JobRegistry& registry, const v1::Job& job, const v1::VersionedPlan& vp,
+                           const DecodedPlan& current, const LostDevices& lost,
+                           ReplanTrigger trigger, const ReplanPolicyOptions& options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
+                            ReportSamples(registry, job, vp.version(), options.report_window));
+  Fitted fit;
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      fit.estimate,
+      EstimateFactors(samples, current, lost, trigger == ReplanTrigger::kCalibration, options));
+  const std::vector<StepSample> settled = AfterWarmup(samples, options.warmup_steps);
+  fit.links =
+      CalibrateLinks(settled, ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()));
+  fit.host = FitHostOverhead(settled);
+  return fit;
+}
+
+// The published version's reason: why, then the predicted step before and after.
+std::string VersionReason(ReplanTrigger trigger, const CalibrationResult& est,
+                          const std::set<std::string>& joined, const LostDevices& lost,
+                          const ReplanOutcome& outcome) {
+  const std::string why = trigger == ReplanTrigger::kCalibration    ? CalibrationReason(est)
+                          : trigger == ReplanTrigger::kWorkerJoined ? JoinedReason(joined)
+                                                                    : LostReason(lost);
+  return absl::StrCat(why, absl::StrFormat("; predicted step %.4g s -> %.4g s",
+                                           outcome.current_step_seconds, outcome.new_step_seconds));
+}
+
 }  // namespace
 
 double MinGainSeconds(const ReplanPolicyOptions& options, double measured_switch_seconds,
@@ -384,24 +419,37 @@ absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReplanPolicy::Reserve
                           kBudgetWait);
 }
 
+void ReplanPolicy::ForgetDeletedJobsLocked(const std::vector<v1::Job>& jobs) {
+  std::set<std::string> live;
+  for (const v1::Job& j : jobs) live.insert(j.id());
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (!live.contains(it->first) && !it->second.in_flight) {
+      if (metrics_) metrics_->RemoveJob(it->first);
+      jobs_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool ReplanPolicy::CalibrationDue(const v1::Job& job, JobState& st,
+                                  const ReplanPolicyOptions& options) {
+  bool due = false;
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.rank() < 0 || w.state() == v1::WORKER_LOST) continue;
+    auto [it, inserted] = st.baseline_step.emplace(w.info().worker_id(), w.last_step());
+    due = true;
+    if (w.last_step() - it->second < options.min_steps + options.warmup_steps) return false;
+  }
+  return due;
+}
+
 int ReplanPolicy::Tick() {
   if (!options_.enabled) return 0;
   const std::vector<v1::Job> jobs = registry_->ListJobs();
   const absl::Time now = clock_->Now();
   absl::MutexLock l(&mu_);
-  // Forget deleted jobs (and their calibration gauges).
-  {
-    std::set<std::string> live;
-    for (const v1::Job& j : jobs) live.insert(j.id());
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      if (!live.contains(it->first) && !it->second.in_flight) {
-        if (metrics_) metrics_->RemoveJob(it->first);
-        jobs_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
+  ForgetDeletedJobsLocked(jobs);
   int submitted = 0;
   for (const v1::Job& job : jobs) {
     // An ended job gets no new versions (a cancelled one cannot, and one that
@@ -432,17 +480,9 @@ int ReplanPolicy::Tick() {
       trigger = ReplanTrigger::kWorkerLost;
     } else if (lost_devices.empty() && joined_new) {
       trigger = ReplanTrigger::kWorkerJoined;
-    } else if (lost_devices.empty() && now - st.last_evaluation >= options_.min_interval) {
-      bool due = false, short_of_steps = false;
-      for (const v1::WorkerStatus& w : job.workers()) {
-        if (w.rank() < 0 || w.state() == v1::WORKER_LOST) continue;
-        auto [it, inserted] = st.baseline_step.emplace(w.info().worker_id(), w.last_step());
-        due = true;
-        if (w.last_step() - it->second < options_.min_steps + options_.warmup_steps) {
-          short_of_steps = true;
-        }
-      }
-      if (due && !short_of_steps) trigger = ReplanTrigger::kCalibration;
+    } else if (lost_devices.empty() && now - st.last_evaluation >= options_.min_interval &&
+               CalibrationDue(job, st, options_)) {
+      trigger = ReplanTrigger::kCalibration;
     }
     if (!trigger) continue;
     const std::string id = job.id();
@@ -504,14 +544,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
   PIPEPLAN_ASSIGN_OR_RETURN(
       std::vector<v1::ReportStepRequest> reports,
       registry_->RecentStepReports(job_id, options_.report_window, kMaxSampleBytes));
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
-                            ReportSamples(*registry_, job, vp.version(), options_.report_window));
-  PIPEPLAN_ASSIGN_OR_RETURN(Estimate est,
-                            EstimateFactors(samples, current, lost, calibrating, options_));
-  const std::vector<StepSample> settled = AfterWarmup(samples, options_.warmup_steps);
-  const LinkCalibration links =
-      CalibrateLinks(settled, ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()));
-  const HostOverhead host = FitHostOverhead(settled);
+  PIPEPLAN_ASSIGN_OR_RETURN(Fitted fit, Fit(*registry_, job, vp, current, lost, trigger, options_));
+  const Estimate& est = fit.estimate;
+  const LinkCalibration& links = fit.links;
+  const HostOverhead& host = fit.host;
   factors_text = FactorsText(est.result);
   if (metrics_) {
     for (const DeviceFactor& f : est.result.devices) {
@@ -556,12 +592,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
           GainTooSmall(outcome, options_, floor_applies, reports, job, vp.version())) {
     return no_change(*std::move(why));
   }
-  const std::string why = calibrating                               ? CalibrationReason(est.result)
-                          : trigger == ReplanTrigger::kWorkerJoined ? JoinedReason(joined)
-                                                                    : LostReason(lost);
-  const std::string reason =
-      absl::StrCat(why, absl::StrFormat("; predicted step %.4g s -> %.4g s",
-                                        outcome.current_step_seconds, outcome.new_step_seconds));
+  const std::string reason = VersionReason(trigger, est.result, joined, lost, outcome);
   next = WithCalibration(std::move(next), *in.cluster, factors, links, lost, outcome);
   absl::StatusOr<ReplanOutcome> published = Publish(job_id, vp, next, reason, trigger, outcome);
   if (!published.ok() && published.status().code() == absl::StatusCode::kAborted) {

@@ -31,6 +31,11 @@ struct WorkerMetrics::Impl {
   prometheus::Gauge* samples_per_second = nullptr;
   prometheus::Histogram* compile_seconds = nullptr;
   prometheus::Histogram* switch_seconds = nullptr;
+
+  // Steps, versions, losses and the report buffer.
+  void AddProgressMetrics(const prometheus::Labels& labels);
+  // Where the last step's time and memory went, and what switches cost.
+  void AddBreakdownMetrics(const prometheus::Labels& labels);
 };
 
 namespace {
@@ -40,7 +45,69 @@ prometheus::Gauge* AddGauge(prometheus::Registry& registry, const char* name, co
   return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
 }
 
+prometheus::Counter* AddCounter(prometheus::Registry& registry, const char* name, const char* help,
+                                const prometheus::Labels& labels) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+prometheus::Histogram* AddHistogram(prometheus::Registry& registry, const char* name,
+                                    const char* help, const prometheus::Labels& labels,
+                                    const prometheus::Histogram::BucketBoundaries& buckets) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(labels,
+                                                                                    buckets);
+}
+
 }  // namespace
+
+void WorkerMetrics::Impl::AddProgressMetrics(const prometheus::Labels& labels) {
+  prometheus::Registry& r = *registry;
+  Impl& m = *this;
+  m.step_seconds = AddHistogram(
+      r, "pipeplan_worker_step_seconds", "Wall time of one training step on this worker.", labels,
+      {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  m.steps = AddCounter(r, "pipeplan_worker_steps_total", "Training steps completed by this worker.",
+                       labels);
+  m.version = AddGauge(r, "pipeplan_worker_plan_version", "Plan version this worker runs.", labels);
+  m.loss = AddGauge(r, "pipeplan_worker_loss",
+                    "Loss of the last step (mlp and torch executors, last stage only).", labels);
+  m.dropped_steps = AddCounter(r, "pipeplan_worker_dropped_steps_total",
+                               "Steps dropped because a peer failed (the job replans).", labels);
+  m.buffered_reports = AddGauge(r, "pipeplan_worker_buffered_reports",
+                                "Step reports waiting for the planner to accept them.", labels);
+  m.dropped_reports =
+      AddCounter(r, "pipeplan_worker_dropped_reports_total",
+                 "Step reports dropped because the report buffer was full.", labels);
+}
+
+void WorkerMetrics::Impl::AddBreakdownMetrics(const prometheus::Labels& labels) {
+  prometheus::Registry& r = *registry;
+  Impl& m = *this;
+  m.compute_seconds = AddGauge(r, "pipeplan_worker_compute_seconds",
+                               "Compute (F, I, W, B) seconds of the last step.", labels);
+  m.comm_seconds = AddGauge(r, "pipeplan_worker_comm_seconds",
+                            "Seconds the last step blocked on SEND/RECV.", labels);
+  m.bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
+                            "Idle share of the last step: 1 - compute / step.", labels);
+  m.peak_memory_bytes =
+      AddGauge(r, "pipeplan_worker_peak_memory_bytes",
+               "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
+  m.device_memory_bytes =
+      AddGauge(r, "pipeplan_worker_device_memory_bytes",
+               "Memory of the worker's device, as registered with the planner.", labels);
+  m.samples_per_second =
+      AddGauge(r, "pipeplan_worker_samples_per_second",
+               "Samples (rows of the global batch) per second of the last step.", labels);
+  const prometheus::Histogram::BucketBoundaries switch_buckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
+                                                                  2.5,  5,    10,  30,   60,  300};
+  m.compile_seconds =
+      AddHistogram(r, "pipeplan_worker_stage_compile_seconds",
+                   "Compiling a plan version's stages (in the background, before the switch).",
+                   labels, switch_buckets);
+  m.switch_seconds = AddHistogram(r, "pipeplan_worker_switch_seconds",
+                                  "Training paused for a plan switch: waiting for the compile, "
+                                  "connecting, moving state.",
+                                  labels, switch_buckets);
+}
 
 WorkerMetrics::WorkerMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 WorkerMetrics::~WorkerMetrics() = default;
@@ -50,78 +117,8 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Start(const std::s
                                                                     const std::string& worker) {
   auto impl = std::make_unique<Impl>();
   const prometheus::Labels labels = {{"job", job}, {"worker", worker}};
-  impl->step_seconds = &prometheus::BuildHistogram()
-                            .Name("pipeplan_worker_step_seconds")
-                            .Help("Wall time of one training step on this worker.")
-                            .Register(*impl->registry)
-                            .Add(labels, prometheus::Histogram::BucketBoundaries{
-                                             0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                             2.5, 5, 10, 30, 60});
-  impl->steps = &prometheus::BuildCounter()
-                     .Name("pipeplan_worker_steps_total")
-                     .Help("Training steps completed by this worker.")
-                     .Register(*impl->registry)
-                     .Add(labels);
-  impl->version = &prometheus::BuildGauge()
-                       .Name("pipeplan_worker_plan_version")
-                       .Help("Plan version this worker runs.")
-                       .Register(*impl->registry)
-                       .Add(labels);
-  impl->loss = &prometheus::BuildGauge()
-                    .Name("pipeplan_worker_loss")
-                    .Help("Loss of the last step (mlp and torch executors, last stage only).")
-                    .Register(*impl->registry)
-                    .Add(labels);
-  impl->dropped_steps = &prometheus::BuildCounter()
-                             .Name("pipeplan_worker_dropped_steps_total")
-                             .Help("Steps dropped because a peer failed (the job replans).")
-                             .Register(*impl->registry)
-                             .Add(labels);
-  impl->buffered_reports = &prometheus::BuildGauge()
-                                .Name("pipeplan_worker_buffered_reports")
-                                .Help("Step reports waiting for the planner to accept them.")
-                                .Register(*impl->registry)
-                                .Add(labels);
-  impl->dropped_reports = &prometheus::BuildCounter()
-                               .Name("pipeplan_worker_dropped_reports_total")
-                               .Help("Step reports dropped because the report buffer was full.")
-                               .Register(*impl->registry)
-                               .Add(labels);
-  prometheus::Registry& r = *impl->registry;
-  impl->compute_seconds = AddGauge(r, "pipeplan_worker_compute_seconds",
-                                   "Compute (F, I, W, B) seconds of the last step.", labels);
-  impl->comm_seconds = AddGauge(r, "pipeplan_worker_comm_seconds",
-                                "Seconds the last step blocked on SEND/RECV.", labels);
-  impl->bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
-                                "Idle share of the last step: 1 - compute / step.", labels);
-  impl->peak_memory_bytes =
-      AddGauge(r, "pipeplan_worker_peak_memory_bytes",
-               "Peak bytes the executor held (tracked tensors or allocator peak).", labels);
-  impl->device_memory_bytes =
-      AddGauge(r, "pipeplan_worker_device_memory_bytes",
-               "Memory of the worker's device, as registered with the planner.", labels);
-  impl->samples_per_second =
-      &prometheus::BuildGauge()
-           .Name("pipeplan_worker_samples_per_second")
-           .Help("Samples (rows of the global batch) per second of the last step.")
-           .Register(*impl->registry)
-           .Add(labels);
-  const prometheus::Histogram::BucketBoundaries switch_buckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
-                                                                  2.5,  5,    10,  30,   60,  300};
-  impl->compile_seconds =
-      &prometheus::BuildHistogram()
-           .Name("pipeplan_worker_stage_compile_seconds")
-           .Help("Compiling a plan version's stages (in the background, before the switch).")
-           .Register(*impl->registry)
-           .Add(labels, switch_buckets);
-  impl->switch_seconds =
-      &prometheus::BuildHistogram()
-           .Name("pipeplan_worker_switch_seconds")
-           .Help(
-               "Training paused for a plan switch: waiting for the compile, connecting, "
-               "moving state.")
-           .Register(*impl->registry)
-           .Add(labels, switch_buckets);
+  impl->AddProgressMetrics(labels);
+  impl->AddBreakdownMetrics(labels);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(listen, impl->registry);
   if (!endpoint.ok()) return endpoint.status();

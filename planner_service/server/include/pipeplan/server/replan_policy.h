@@ -135,6 +135,12 @@ class ReplanPolicy {
     std::vector<std::string> joined_tried;
   };
 
+  // Drops the state of jobs no longer in `jobs` (and their gauges).
+  void ForgetDeletedJobsLocked(const std::vector<v1::Job>& jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every live worker with a rank has reported enough steps of the version
+  // since it was first seen (recorded in `st` on the way).
+  static bool CalibrationDue(const v1::Job& job, JobState& st, const ReplanPolicyOptions& options);
+
   // Publishes `next` as the version after `current` with `reason`; ABORTED
   // (the registry's) when `current` has been replaced meanwhile.
   absl::StatusOr<ReplanOutcome> Publish(const std::string& job_id, const v1::VersionedPlan& current,
