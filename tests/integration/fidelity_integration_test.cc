@@ -100,6 +100,14 @@ void RunFidelity(v1::Schedule schedule) {
     EXPECT_GT(h.recv_samples(), 0) << what;
     EXPECT_GT(h.send_seconds(), 0) << what;
   }
+  std::string shown;
+  ASSERT_EQ(
+      RunCommand({PIPEPLAN_CLI_BIN, "--planner", (*planner)->address(), "jobs", "show", job->id()},
+                 &shown),
+      0)
+      << shown;
+  EXPECT_TRUE(absl::StrContains(shown, "host time per message gpu0: SEND ")) << shown;
+  EXPECT_TRUE(absl::StrContains(shown, ", tail ")) << shown;
   ASSERT_EQ(o.ranks_size(), 4) << what;
   for (const v1::RankObservation& r : o.ranks()) {
     EXPECT_GT(r.compute_seconds(), 0) << what;
