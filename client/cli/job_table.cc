@@ -60,10 +60,17 @@ std::string FormatObservation(const v1::JobObservation& o) {
                           100 * r.bubble_ratio(), r.peak_memory_bytes());
   }
   for (const v1::LinkFit& l : o.links()) {
-    absl::StrAppendFormat(&out, "    link %s: latency %s, bandwidth %.4g B/s (%d transfers)\n",
+    absl::StrAppendFormat(&out,
+                          "    link %s: latency %s, bandwidth %.4g B/s, tail %s (%d transfers)\n",
                           l.scope() == "pair" ? l.src_device() + "->" + l.dst_device() : l.scope(),
                           HumanSeconds(l.latency_seconds()), l.bandwidth_bytes_per_second(),
-                          l.samples());
+                          HumanSeconds(l.tail_seconds()), l.samples());
+  }
+  for (const v1::HostTimeFit& h : o.host_times()) {
+    absl::StrAppendFormat(&out,
+                          "    host time per message %s: SEND %s (%d steps), RECV %s (%d steps)\n",
+                          h.device_id(), HumanSeconds(h.send_seconds()), h.send_samples(),
+                          HumanSeconds(h.recv_seconds()), h.recv_samples());
   }
   return out;
 }

@@ -37,6 +37,7 @@ v1::LinkFit LinkFitToProto(const FittedLink& link) {
   out.set_latency_seconds(link.latency);
   out.set_bandwidth_bytes_per_second(link.bandwidth);
   out.set_samples(link.samples);
+  out.set_tail_seconds(link.tail);
   return out;
 }
 
@@ -47,7 +48,8 @@ absl::StatusOr<FittedLink> LinkFitFromProto(const v1::LinkFit& link) {
                     .dst_device = link.dst_device(),
                     .latency = link.latency_seconds(),
                     .bandwidth = link.bandwidth_bytes_per_second(),
-                    .samples = link.samples()};
+                    .samples = link.samples(),
+                    .tail = link.tail_seconds()};
 }
 
 }  // namespace pipeplan

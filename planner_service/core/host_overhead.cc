@@ -16,9 +16,8 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-bool IsMessage(const TimingSample& t) {
-  return absl::StrContains(t.action, "SEND_") || absl::StrContains(t.action, "RECV_");
-}
+bool IsSend(const TimingSample& t) { return absl::StrContains(t.action, "SEND_"); }
+bool IsRecv(const TimingSample& t) { return absl::StrContains(t.action, "RECV_"); }
 
 // The values within `cutoff` MADs of their median (all of them when the MAD
 // is 0: identical values are no outliers).
@@ -36,44 +35,72 @@ std::vector<double> WithoutOutliers(const std::vector<double>& v, double cutoff)
   return kept;
 }
 
+// Per direction: host seconds per message of each usable report.
+struct PerReport {
+  std::vector<double> send, recv;
+};
+
+// Adds `s`'s host seconds per SEND and per RECV (none without wall-clock
+// stamps: the worker did not report its waits apart).
+void AddReport(const StepSample& s, PerReport& out) {
+  int sends = 0, recvs = 0;
+  bool stamped = false;
+  double send_host = 0, recv_host = 0;
+  for (const TimingSample& t : s.timings) {
+    const bool send = IsSend(t);
+    if (!send && !IsRecv(t)) continue;
+    (send ? sends : recvs) += 1;
+    stamped = stamped || t.post_unix_us > 0;
+    // Posting and waiting are charged to the action; the wait is not host time.
+    const double posting = t.seconds - std::max(0.0, t.wait_seconds);
+    if (std::isfinite(posting)) (send ? send_host : recv_host) += std::max(0.0, posting);
+  }
+  if (!stamped) return;
+  if (sends > 0) out.send.push_back(send_host / sends);
+  if (recvs > 0) out.recv.push_back(recv_host / recvs);
+}
+
+// The median of `values` without outliers; no fit below `min_samples`.
+HostSeconds Fit(const std::vector<double>& values, const HostOverheadOptions& options) {
+  if (values.empty() || static_cast<int>(values.size()) < std::max(1, options.min_samples)) {
+    return {};
+  }
+  const std::vector<double> kept = WithoutOutliers(values, options.mad_cutoff);
+  return {.seconds = Median(kept), .samples = static_cast<int>(kept.size())};
+}
+
 }  // namespace
 
-double HostOverhead::MessageSeconds(const std::string& device_id) const {
+double HostOverhead::SendSeconds(const std::string& device_id) const {
   auto it = devices.find(device_id);
-  return it == devices.end() ? default_message_seconds : it->second.message_seconds;
+  return it == devices.end() || it->second.send.samples == 0 ? default_send_seconds
+                                                             : it->second.send.seconds;
+}
+
+double HostOverhead::RecvSeconds(const std::string& device_id) const {
+  auto it = devices.find(device_id);
+  return it == devices.end() || it->second.recv.samples == 0 ? default_recv_seconds
+                                                             : it->second.recv.seconds;
 }
 
 HostOverhead FitHostOverhead(std::span<const StepSample> samples,
                              const HostOverheadOptions& options) {
-  std::map<std::string, std::vector<double>> per_message;
+  std::map<std::string, PerReport> per_device;
   for (const StepSample& s : samples) {
-    if (s.device_id.empty()) continue;
-    int messages = 0;
-    bool stamped = false;
-    double host = 0;
-    for (const TimingSample& t : s.timings) {
-      if (!IsMessage(t)) continue;
-      ++messages;
-      stamped = stamped || t.post_unix_us > 0;
-      // Posting and waiting are charged to the action; the wait is not host time.
-      const double posting = t.seconds - std::max(0.0, t.wait_seconds);
-      if (std::isfinite(posting)) host += std::max(0.0, posting);
-    }
-    // Without wall-clock stamps the worker did not report its waits apart.
-    if (messages == 0 || !stamped) continue;
-    per_message[s.device_id].push_back(host / messages);
+    if (!s.device_id.empty()) AddReport(s, per_device[s.device_id]);
   }
   HostOverhead out;
-  std::vector<double> fitted;
-  for (const auto& [device, values] : per_message) {
-    if (static_cast<int>(values.size()) < std::max(1, options.min_samples)) continue;
-    const std::vector<double> kept = WithoutOutliers(values, options.mad_cutoff);
-    const DeviceHostOverhead fit{.message_seconds = Median(kept),
-                                 .samples = static_cast<int>(kept.size())};
+  std::vector<double> sends, recvs;
+  for (const auto& [device, reports] : per_device) {
+    const DeviceHostOverhead fit{.send = Fit(reports.send, options),
+                                 .recv = Fit(reports.recv, options)};
+    if (fit.send.samples == 0 && fit.recv.samples == 0) continue;
     out.devices[device] = fit;
-    fitted.push_back(fit.message_seconds);
+    if (fit.send.samples > 0) sends.push_back(fit.send.seconds);
+    if (fit.recv.samples > 0) recvs.push_back(fit.recv.seconds);
   }
-  out.default_message_seconds = Median(std::move(fitted));
+  out.default_send_seconds = Median(std::move(sends));
+  out.default_recv_seconds = Median(std::move(recvs));
   return out;
 }
 

@@ -176,6 +176,7 @@ absl::StatusOr<FittedLink> FitLink(std::span<const TransferSample> transfers,
       keep.push_back(i);
     }
   }
+  const std::vector<size_t> given = keep;
   std::optional<Line> line = FitLine(transfers, keep, modelled_latency);
   // Reject outliers by their residual's distance from the median residual,
   // then refit; twice is enough for the heavy tail of a shared machine.
@@ -202,9 +203,14 @@ absl::StatusOr<FittedLink> FitLink(std::span<const TransferSample> transfers,
     return absl::InvalidArgumentError(
         absl::StrCat("no positive bandwidth explains ", transfers.size(), " transfers"));
   }
+  double excess = 0;
+  for (size_t i : given) {
+    excess += transfers[i].seconds - (line->latency + transfers[i].bytes / line->bandwidth);
+  }
   return FittedLink{.latency = line->latency,
                     .bandwidth = line->bandwidth,
-                    .samples = static_cast<int>(keep.size())};
+                    .samples = static_cast<int>(keep.size()),
+                    .tail = excess / static_cast<double>(given.size())};
 }
 
 LinkCalibration FitLinks(std::span<const TransferSample> transfers, const ClusterSpec& cluster,
@@ -251,26 +257,27 @@ absl::StatusOr<ClusterSpec> ApplyLinkCalibration(const ClusterSpec& spec,
   ClusterSpec out = spec;
   for (const FittedLink& l : links.links) {
     if (!(l.bandwidth > 0) || !std::isfinite(l.bandwidth) || !(l.latency >= 0) ||
-        !std::isfinite(l.latency)) {
+        !std::isfinite(l.latency) || !std::isfinite(l.tail)) {
       return absl::InvalidArgumentError(
           absl::StrCat("fitted link ", l.src_device, "->", l.dst_device, " (",
                        std::string(LinkScopeName(l.scope)), ") has bandwidth ", l.bandwidth,
-                       " and latency ", l.latency));
+                       ", latency ", l.latency, " and tail ", l.tail));
     }
+    const double latency = std::max(0.0, l.latency + l.tail);
     switch (l.scope) {
       case LinkScope::kSameHost:
         out.intra_host_bandwidth = l.bandwidth;
-        out.intra_host_latency = std::max(l.latency, kZeroLatency);
+        out.intra_host_latency = std::max(latency, kZeroLatency);
         break;
       case LinkScope::kCrossHost:
         out.inter_host_bandwidth = l.bandwidth;
-        out.inter_host_latency = std::max(l.latency, kZeroLatency);
+        out.inter_host_latency = std::max(latency, kZeroLatency);
         break;
       case LinkScope::kPair: {
         auto it = std::find_if(out.links.begin(), out.links.end(), [&](const LinkSpec& s) {
           return s.src == l.src_device && s.dst == l.dst_device;
         });
-        const LinkSpec fitted{l.src_device, l.dst_device, l.bandwidth, l.latency};
+        const LinkSpec fitted{l.src_device, l.dst_device, l.bandwidth, latency};
         if (it == out.links.end()) {
           out.links.push_back(fitted);
         } else {

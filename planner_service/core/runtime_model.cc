@@ -70,8 +70,9 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
   }
   if (!as_run.host_overhead.empty()) {
     for (int st = 0; st < num_stages; ++st) {
-      c.message_host.push_back(
-          as_run.host_overhead.MessageSeconds(cluster.device(plan.stage_device[st]).id));
+      const std::string& device = cluster.device(plan.stage_device[st]).id;
+      c.send_host.push_back(as_run.host_overhead.SendSeconds(device));
+      c.recv_host.push_back(as_run.host_overhead.RecvSeconds(device));
     }
   }
   PIPEPLAN_ASSIGN_OR_RETURN(

@@ -127,6 +127,14 @@ absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
       samples, ClusterSpecFromProto(vp.request().cluster()), PlanLinks(vp.plan()), options.links);
   for (const FittedLink& l : links.links) *out.add_links() = LinkFitToProto(l);
   const HostOverhead host = FitHostOverhead(samples, options.host);
+  for (const auto& [device, fit] : host.devices) {
+    v1::HostTimeFit* h = out.add_host_times();
+    h->set_device_id(device);
+    h->set_send_seconds(host.SendSeconds(device));
+    h->set_recv_seconds(host.RecvSeconds(device));
+    h->set_send_samples(fit.send.samples);
+    h->set_recv_samples(fit.recv.samples);
+  }
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest request,
                             CalibratedRequest(vp.request(), factors, default_factor, {}, links));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(request, options.limits));

@@ -63,8 +63,11 @@ class Engine {
   double XferB(int boundary) const {
     return costs_ && !costs_->backward_transfer.empty() ? costs_->backward_transfer[boundary] : 0;
   }
-  double PostHost(int stage) const {
-    return costs_ && !costs_->message_host.empty() ? costs_->message_host[stage] : 0;
+  double SendHost(int stage) const {
+    return costs_ && !costs_->send_host.empty() ? costs_->send_host[stage] : 0;
+  }
+  double RecvHost(int stage) const {
+    return costs_ && !costs_->recv_host.empty() ? costs_->recv_host[stage] : 0;
   }
   double Duration(const Action& a) const {
     if (!costs_) return 0;
@@ -191,7 +194,7 @@ class Engine {
           At(fwd ? kSentF : kSentB, st, mb) = post;
           // The transfer starts at the post (link fits time it from there);
           // the rank is held for the host part of posting.
-          clock = post + PostHost(st);
+          clock = post + SendHost(st);
           Wake(fwd ? st + 1 : st - 1, work);
           Record(r, cur, a, post, post + (fwd ? XferF(st) : XferB(st - 1)));
           break;
@@ -205,7 +208,7 @@ class Engine {
           At(fwd ? kRecvedF : kRecvedB, st, mb) = end;
           makespan_ = std::max(makespan_, end);
           Record(r, cur, a, clock, end);
-          clock += PostHost(st);
+          clock += RecvHost(st);
           break;
         }
       }

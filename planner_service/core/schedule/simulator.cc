@@ -71,7 +71,7 @@ absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, cons
   // Fast path: one fused pass for a valid schedule. Anything unusual (a
   // timeline request, or host time charged to messages) takes the checked path below, which reports
   // errors in the documented order: structure, then costs, then deadlocks.
-  if (!options.record_timeline && costs.message_host.empty() &&
+  if (!options.record_timeline && costs.send_host.empty() && costs.recv_host.empty() &&
       internal::CheckHeader(schedule).ok() && CheckStageCosts(costs, schedule.num_stages).ok()) {
     SimulationResult fast;
     if (internal::SimulateFast(schedule, costs, fast)) return fast;

@@ -50,7 +50,8 @@ absl::Status CheckStageCosts(const StageCosts& c, int num_stages) {
         {"activation_bytes", &c.activation_bytes, s, true},
         {"forward_transfer", &c.forward_transfer, boundaries, true},
         {"backward_transfer", &c.backward_transfer, boundaries, true},
-        {"message_host", &c.message_host, s, true}}) {
+        {"send_host", &c.send_host, s, true},
+        {"recv_host", &c.recv_host, s, true}}) {
     if (absl::Status st = CheckVector(name, *values, want, optional); !st.ok()) return st;
   }
   return absl::OkStatus();

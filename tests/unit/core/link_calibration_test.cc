@@ -1,5 +1,6 @@
 // Link fitting: exact recovery of latency and bandwidth, outlier rejection,
-// the single-size case, pairing SEND/RECV ends, and applying fits.
+// the slow tail carried apart, the single-size case, pairing SEND/RECV ends,
+// and applying fits.
 #include "pipeplan/core/link_calibration.h"
 
 #include <cmath>
@@ -49,6 +50,48 @@ TEST(LinkCalibration, RejectsOutliers) {
   EXPECT_NEAR(fit->bandwidth, 2e9, 0.05 * 2e9);
   EXPECT_NEAR(fit->latency, 50e-6, 5e-6);
   EXPECT_LE(fit->samples, 37);
+  // The rejected transfers still count in the mean time: each is 99x its
+  // line value too slow, over 40 transfers.
+  double excess = 0;
+  for (int i : {3, 17, 29}) excess += t[i].seconds - fit->Seconds(t[i].bytes) + fit->tail;
+  EXPECT_NEAR(fit->tail, excess / 40, 2e-6);
+  EXPECT_GT(fit->tail, 0);
+}
+
+// A transfer that is slow one time in five (a receiver waking late) is
+// rejected from the line, and its time comes back as the tail: the fit's
+// Seconds is the mean transfer time, its line the typical one.
+TEST(LinkCalibration, TailIsTheMeanExcessOverTheLine) {
+  std::vector<TransferSample> t;
+  double all = 0;
+  for (int i = 0; i < 50; ++i) {
+    const double jitter = (i % 3) * 10e-6;
+    const double seconds = (i % 5 == 4 ? 20e-3 : 6e-3) + jitter;
+    t.push_back({"a", "b", 8e6, seconds});
+    all += seconds / 50;
+  }
+  auto fit = FitLink(t, 5e-6);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->samples, 40);
+  const double line = fit->latency + 8e6 / fit->bandwidth;
+  EXPECT_NEAR(line, 6e-3, 20e-6);  // one size: the typical (median) time
+  EXPECT_NEAR(fit->tail, all - line, 1e-9);
+  EXPECT_GT(fit->tail, 2.5e-3);
+  EXPECT_NEAR(fit->Seconds(8e6), all, 1e-9);
+  // Applied, the tail is latency: the cluster predicts the mean.
+  LinkCalibration links;
+  links.links.push_back(*fit);
+  links.links.back().src_device = "a";
+  links.links.back().dst_device = "b";
+  auto spec = ApplyLinkCalibration(TwoHosts(), links);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto cluster = Cluster::Build(*spec);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_NEAR(cluster->TransferSeconds(0, 1, 8e6), fit->Seconds(8e6), 1e-9);
+  // Noise-free transfers have no tail.
+  auto exact = FitLink(Line("a", "b", 50e-6, 2e9, 20), 5e-6);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_NEAR(exact->tail, 0, 1e-12);
 }
 
 TEST(LinkCalibration, OneSizeKeepsModelledLatency) {

@@ -136,7 +136,8 @@ TEST(SimulatorTest, PostingAMessageHoldsTheRankButIsNotCompute) {
   StageCosts costs = StageCosts::Uniform(2, 1, 1, 1);
   costs.forward_transfer = {0.5};
   costs.backward_transfer = {0.25};
-  costs.message_host = {0.5, 2};
+  costs.send_host = {0.5, 2};
+  costs.recv_host = {0.5, 2};
   absl::StatusOr<SimulationResult> r = Simulate(s, costs);
   ASSERT_TRUE(r.ok()) << r.status();
   // Rank 1 posts RECV_F0 until 2, so 1F0 [2,3] (not [1.5,2.5]), 1B0 [3,5],
@@ -145,9 +146,33 @@ TEST(SimulatorTest, PostingAMessageHoldsTheRankButIsNotCompute) {
   EXPECT_DOUBLE_EQ(r->step_seconds, 7.25);
   EXPECT_DOUBLE_EQ(r->busy_seconds[0], 3);
   EXPECT_DOUBLE_EQ(r->idle_seconds[1], 4.25);
-  costs.message_host = {1};
+  costs.send_host = {1};
   EXPECT_THAT(std::string(Simulate(s, costs).status().message()),
-              HasSubstr("message_host has 1 entries, want 2"));
+              HasSubstr("send_host has 1 entries, want 2"));
+}
+
+TEST(SimulatorTest, SendAndRecvPostingAreChargedApart) {
+  const PipelineSchedule s =
+      testing::MakeSchedule({0, 1}, 1, {"0F0,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,1B0,1SEND_B0"});
+  StageCosts costs = StageCosts::Uniform(2, 1, 1, 1);
+  costs.forward_transfer = {0.5};
+  costs.backward_transfer = {0.25};
+  costs.send_host = {0.5, 0.75};
+  costs.recv_host = {0, 0};
+  absl::StatusOr<SimulationResult> r = Simulate(s, costs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 0F0 [0,1], SEND_F0 posted at 1 (lands 1.5) holds rank 0 to 1.5; RECVs
+  // cost nothing: 1F0 [1.5,2.5], 1B0 [2.5,4.5], SEND_B0 at 4.5 lands at
+  // 4.75 and holds rank 1 to 5.25; 0B0 [4.75,6.75].
+  EXPECT_DOUBLE_EQ(r->step_seconds, 6.75);
+  EXPECT_DOUBLE_EQ(r->finish_seconds[1], 5.25);
+  // A RECV's own posting cost: rank 0 posts RECV_B0 from 1.5 to 5.5, so
+  // 0B0 runs [5.5,7.5] though the gradient landed at 4.75.
+  costs.recv_host = {4, 0};
+  r = Simulate(s, costs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->step_seconds, 7.5);
+  EXPECT_DOUBLE_EQ(r->finish_seconds[1], 5.25);
 }
 
 TEST(SimulatorTest, RejectsBadCostsAndBrokenSchedules) {

@@ -9,12 +9,18 @@
 //
 // Each report measures it directly: a SEND or RECV timing is its posting
 // time plus the seconds the rank later blocked waiting for it
-// (wait_seconds), so seconds - wait_seconds is host time. Per report, host
-// seconds per message = that sum / messages; per device, the median over the
-// reports after dropping those beyond `mad_cutoff` median absolute
-// deviations (a descheduled step). Per-step costs that do not grow with
-// messages (an optimizer step, a loss) are not in it. The simulator charges
-// it to the posting rank at every SEND and RECV (StageCosts.message_host).
+// (wait_seconds), so seconds - wait_seconds is host time. SENDs and RECVs
+// are fitted apart: a SEND writes what it can of its message in the
+// caller's thread (milliseconds for 8 MB), a RECV only registers its buffer
+// (well under a millisecond), and charging both their average puts the
+// SEND's cost on the wrong actions (on the critical path the SEND sits
+// between a compute and the transfer it starts). Per report, host seconds
+// per SEND = that sum over its SENDs / SENDs (RECV alike); per device and
+// direction, the median over the reports after dropping those beyond
+// `mad_cutoff` median absolute deviations (a descheduled step). Per-step
+// costs that do not grow with messages (an optimizer step, a loss) are not
+// in it. The simulator charges it to the posting rank at every SEND and
+// RECV (StageCosts.send_host, recv_host).
 //
 // Plain structs only (no protobuf); reentrant.
 #ifndef PIPEPLAN_CORE_HOST_OVERHEAD_H_
@@ -34,25 +40,34 @@ struct HostOverheadOptions {
   double mad_cutoff = 3;
 };
 
+// Host seconds per message in one direction.
+struct HostSeconds {
+  double seconds = 0;
+  int samples = 0;  // reports kept after outlier rejection; 0: no fit
+};
+
 struct DeviceHostOverhead {
-  double message_seconds = 0;  // host seconds per SEND or RECV posted
-  int samples = 0;             // reports kept after outlier rejection
+  HostSeconds send;  // per SEND posted
+  HostSeconds recv;  // per RECV posted
 };
 
 struct HostOverhead {
   std::map<std::string, DeviceHostOverhead> devices;
-  // Median over the fitted devices (0 when none): for devices without a fit.
-  double default_message_seconds = 0;
+  // Medians over the fitted devices (0 when none): for devices, or
+  // directions, without a fit.
+  double default_send_seconds = 0;
+  double default_recv_seconds = 0;
 
-  // Seconds per message on `device_id`: its fit or the default.
-  double MessageSeconds(const std::string& device_id) const;
+  // Seconds per SEND / per RECV on `device_id`: its fit or the default.
+  double SendSeconds(const std::string& device_id) const;
+  double RecvSeconds(const std::string& device_id) const;
   bool empty() const { return devices.empty(); }
 };
 
 // Fits per device from reports with SEND/RECV timings that carry wall-clock
 // stamps (post_unix_us; older workers did not report waits apart). Reports
-// without a device or such messages are skipped; devices with fewer than
-// min_samples reports get no fit.
+// without a device or such messages are skipped; a device gets a fit of a
+// direction from min_samples reports with messages of that direction.
 HostOverhead FitHostOverhead(std::span<const StepSample> samples,
                              const HostOverheadOptions& options = {});
 

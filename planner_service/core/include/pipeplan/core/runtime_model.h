@@ -11,7 +11,8 @@
 // are what a calibrated cluster predicts the workers will measure, and its
 // timeline lines up action by action with the workers' reports. With a
 // fitted host overhead, each SEND and RECV also holds its rank for the host
-// time the workers were measured to spend posting a message.
+// time the workers were measured to spend posting one (SENDs and RECVs
+// apart); fitted links carry their slow tail (link_calibration.h).
 //
 // Reentrant; no I/O.
 #ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_

@@ -31,11 +31,14 @@ struct StageCosts {
   // free communication.
   std::vector<double> forward_transfer;
   std::vector<double> backward_transfer;
-  // Host seconds a rank spends posting one SEND or RECV of stage s (the
-  // worker's synchronous part of a message: host_overhead.h), indexed by
-  // stage. The rank's clock advances by it; it is not compute, so it counts
-  // as bubble. Empty means free posting.
-  std::vector<double> message_host;
+  // Host seconds a rank spends posting one SEND (send_host) or one RECV
+  // (recv_host) of stage s (the worker's synchronous part of a message:
+  // host_overhead.h), indexed by stage. Apart because a SEND writes what it
+  // can of the message in the caller's thread and a RECV mostly does not.
+  // The rank's clock advances by it; it is not compute, so it counts as
+  // bubble. Empty means free posting.
+  std::vector<double> send_host;
+  std::vector<double> recv_host;
 
   // Same costs for every stage; communication free, memory zero.
   static StageCosts Uniform(int num_stages, double forward, double backward_input,
