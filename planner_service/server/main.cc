@@ -70,6 +70,9 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Switch("version", "print the version and exit")
         .Section("limits (RESOURCE_EXHAUSTED past them; docs/operations.md, \"Limits\")")
         .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
+        .Value("grpc-memory-bytes", "N",
+               "memory gRPC may hold for connections and calls\n(134217728; 0: unlimited)")
+        .Value("grpc-max-threads", "N", "threads of gRPC's synchronous services (64; 0: unlimited)")
         .Value("max-nodes", "N", "largest graph accepted (2000000)")
         .Value("max-edges", "N", "(8000000)")
         .Value("max-devices", "N", "largest cluster accepted (4096)")
@@ -133,6 +136,14 @@ absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c)
   pipeplan::server::HandlerOptions& h = c->handlers;
   pipeplan::server::JobRegistry::Options& r = h.registry;
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-message-bytes", &c->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-memory-bytes", &c->grpc_memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-max-threads", &c->grpc_max_threads));
+  if (c->grpc_memory_bytes > 0 && c->grpc_memory_bytes < 2 * int64_t{c->max_message_bytes}) {
+    // Below that, gRPC would cancel a single largest message while it arrives.
+    return pipeplan::cmdline::UsageError(
+        absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes, " must be 0 or at least twice ",
+                     "--max-message-bytes=", c->max_message_bytes));
+  }
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-devices", &h.max_cluster_devices));

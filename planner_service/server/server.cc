@@ -7,6 +7,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <atomic>
@@ -127,6 +128,14 @@ std::unique_ptr<grpc::Server> BuildGrpcServer(const ServerConfig& config,
                              static_cast<int>(absl::ToInt64Milliseconds(config.keepalive_timeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // Bounds what gRPC holds before a request reaches the solve budget; the
+  // builder keeps its own reference to the quota.
+  if (config.grpc_memory_bytes > 0 || config.grpc_max_threads > 0) {
+    grpc::ResourceQuota quota("pipeplan-planner");
+    if (config.grpc_memory_bytes > 0) quota.Resize(static_cast<size_t>(config.grpc_memory_bytes));
+    if (config.grpc_max_threads > 0) quota.SetMaxThreads(config.grpc_max_threads);
+    builder.SetResourceQuota(quota);
+  }
   builder.RegisterService(service);
   return builder.BuildAndStart();
 }

@@ -3,6 +3,7 @@
 // stays under its bounds while a client loops on large distinct Plan
 // requests and rendezvous writes, a deleted job's rendezvous memory leaves
 // the RSS, and start-up refuses a zero-byte database.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "pipeplan/v1/planner_service.grpc.pb.h"
 #include "planner_process.h"
 
 namespace pipeplan::testing {
@@ -156,6 +158,76 @@ TEST(PlannerLimits, HostileMixStaysUnderTheBounds) {
   // 192 MiB of solves + 24 MiB of cache + 32 MiB of rendezvous + messages
   // in flight and the process itself.
   EXPECT_LT(rss.peak(), 400 * kMiB) << "ok " << ok << ", refused " << exhausted;
+}
+
+// gRPC's own ResourceQuota (--grpc-memory-bytes) bounds what gRPC holds
+// before a request reaches the solve budget. Twelve large Plan requests, each
+// on its own connection, need about 40 MiB of read buffers at once against a
+// quota of 8 MiB: gRPC cancels streams while they are still being received
+// (RESOURCE_EXHAUSTED), and the planner answers a small request afterwards.
+TEST(PlannerLimits, GrpcMemoryQuotaCancelsAFloodOfLargeRequests) {
+  constexpr int kMessage = 4 * kMiB;
+  auto planner = MustStart({"--max-message-bytes", absl::StrCat(kMessage), "--grpc-memory-bytes",
+                            absl::StrCat(2 * kMessage)});
+  ASSERT_NE(planner, nullptr);
+  ASSERT_LT(BulkyRequest(0, 5'000).ByteSizeLong(), kMessage);
+  ASSERT_OK_AND_ASSIGN(c, planner->Client({.max_message_bytes = kMessage}));
+  // One at a time, a large request fits.
+  for (int i = 0; i < 2; ++i) {
+    auto alone = c->Plan(BulkyRequest(i, 5'000), absl::Seconds(60));
+    ASSERT_TRUE(alone.ok()) << alone.status();
+  }
+  std::atomic<int> ok{0}, exhausted{0}, goaway{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      // A subchannel pool of its own: one TCP connection per sender, as
+      // independent clients would have.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetMaxSendMessageSize(kMessage);
+      auto stub = v1::PlannerService::NewStub(
+          grpc::CreateCustomChannel(planner->address(), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      v1::Plan response;
+      grpc::Status s = stub->Plan(&ctx, BulkyRequest(100 + t, 5'000), &response);
+      // RESOURCE_EXHAUSTED: a stream gRPC cancelled (RST_STREAM
+      // ENHANCE_YOUR_CALM); UNAVAILABLE: a connection it sent GOAWAY to
+      // free memory before the call started on it. Both mean retry later.
+      if (s.ok()) {
+        ok++;
+      } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        exhausted++;
+      } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        goaway++;
+      } else {
+        ADD_FAILURE() << s.error_code() << " " << s.error_message();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(exhausted.load(), 0) << ok << " answered, " << goaway << " UNAVAILABLE";
+  ::testing::Test::RecordProperty("answered", ok.load());
+  ::testing::Test::RecordProperty("resource_exhausted", exhausted.load());
+  for (int i = 0; i < 3; ++i) {
+    auto small = c->Plan(SmallRequest(), absl::Seconds(60));
+    EXPECT_TRUE(small.ok()) << small.status();
+  }
+}
+
+// A quota that could not hold one largest message while it arrives is a
+// usage error naming both flags; 0 turns the quota off.
+TEST(PlannerLimits, GrpcMemoryQuotaBelowTwoMessagesRefusesToStart) {
+  auto p = PlannerProcess::Start({"--max-message-bytes", absl::StrCat(4 * kMiB),
+                                  "--grpc-memory-bytes", absl::StrCat(6 * kMiB)});
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(),
+                                "--grpc-memory-bytes=6291456 must be 0 or at "
+                                "least twice --max-message-bytes=4194304"))
+      << p.status();
+  EXPECT_NE(MustStart({"--max-message-bytes", absl::StrCat(4 * kMiB), "--grpc-memory-bytes", "0"}),
+            nullptr);
 }
 
 // The pattern: 1 MiB values (malloc keeps such freed chunks in its

@@ -72,6 +72,24 @@ TEST(PlannerService, PlanOverGrpcEqualsLibrary) {
       << metrics;
 }
 
+// A planner that answers the HTTP/2 handshake late (paused here with
+// SIGSTOP for 0.5 s; a loaded host or a sanitizer build in practice) still
+// gets the client's first call: the client waits for its SETTINGS instead of
+// failing the call with UNAVAILABLE after 100 ms.
+TEST(PlannerService, FirstCallWaitsForALateHandshake) {
+  auto planner = MustStart();
+  ASSERT_NE(planner, nullptr);
+  auto c = planner->Client();
+  ASSERT_TRUE(c.ok()) << c.status();
+  planner->Signal(SIGSTOP);
+  absl::StatusOr<v1::ListJobsResponse> jobs;
+  std::thread call([&] { jobs = (*c)->ListJobs(); });
+  absl::SleepFor(absl::Milliseconds(500));
+  planner->Signal(SIGCONT);
+  call.join();
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+}
+
 TEST(PlannerService, SixtyFourConcurrentPlansAllSucceed) {
   auto planner = MustStart();
   ASSERT_NE(planner, nullptr);

@@ -33,7 +33,8 @@ inline v1::PlanRequest ChainRequest(int n) {
     v1::Node* node = r.mutable_graph()->add_nodes();
     node->set_id("n" + std::to_string(i));
     node->set_op("linear");
-    node->set_forward_flops(1e9 + (i * 7919 % 1000) * 1e6);
+    // 64-bit: the product passes INT_MAX from about 271k nodes on.
+    node->set_forward_flops(1e9 + (int64_t{i} * 7919 % 1000) * 1e6);
     node->set_param_bytes(1e3);
     node->set_output_bytes(1e6);
     if (i > 0) {

@@ -38,6 +38,12 @@ struct ServerConfig {
   // with the file's first line as token.
   std::string auth_token_file;
   int max_message_bytes = 64 << 20;
+  // gRPC's own ResourceQuota (docs/operations.md, "Limits"): the memory
+  // gRPC may hold for connections and calls (read buffers, call arenas)
+  // before it cancels streams with RESOURCE_EXHAUSTED, and the threads of
+  // the synchronous services (reflection). Zero: no bound.
+  int64_t grpc_memory_bytes = int64_t{128} << 20;
+  int grpc_max_threads = 64;
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
   absl::Duration lease_check_period = absl::Milliseconds(250);
