@@ -91,7 +91,10 @@ def code_metrics():
     """{name: kind} for every Build<Kind>().Name("pipeplan_...") in the code."""
     found = {}
     pat = re.compile(r'Build(Counter|Gauge|Histogram|Summary)\(\)\s*\.Name\(\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"')
-    helper = re.compile(r'AddGauge\(\s*\w+\s*,\s*"(pipeplan_[a-zA-Z0-9_]*)"')
+    # The registration helpers: Add<Kind>(registry, "name", ...) in the
+    # worker, <Kind>Family(registry, "name", ...) in the planner.
+    helper = re.compile(r'(?:Add(Gauge|Counter|Histogram)|(Gauge|Counter)Family)'
+                        r'\(\s*[\w*]+\s*,\s*"(pipeplan_[a-zA-Z0-9_]*)"')
     for top in METRIC_SOURCES:
         for d, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
@@ -99,9 +102,8 @@ def code_metrics():
                     text = read(os.path.join(d, f))
                     for kind, name in pat.findall(text):
                         found[name] = kind.lower()
-                    # The worker's AddGauge(registry, "name", ...) helper.
-                    for name in helper.findall(text):
-                        found[name] = "gauge"
+                    for add_kind, family_kind, name in helper.findall(text):
+                        found[name] = (add_kind or family_kind).lower()
     return found
 
 
