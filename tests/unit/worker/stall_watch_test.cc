@@ -23,13 +23,22 @@ struct Watched {
                    [this](int64_t v) { aborted_version.store(v); }, absl::Milliseconds(10)};
 };
 
-TEST(StallWatch, AWaitOnAHungPeerEndsOnceANewerVersionOutlastsTheGrace) {
-  MemoryHub hub(2);
+// Rank 0 of a two-rank hub with a receive posted from rank 1, which never
+// sends: a hung peer.
+struct HungPeer {
+  MemoryHub hub{2};
   std::unique_ptr<Transport> t = hub.Connect(0);
-  Watched w;
   int64_t never = 0;
-  auto recv = t->Recv(1, 7, std::as_writable_bytes(std::span<int64_t>(&never, 1)));
+  absl::StatusOr<std::unique_ptr<PendingOp>> recv =
+      t->Recv(1, 7, std::as_writable_bytes(std::span<int64_t>(&never, 1)));
+};
+
+TEST(StallWatch, AWaitOnAHungPeerEndsOnceANewerVersionOutlastsTheGrace) {
+  HungPeer peer;
+  Transport* t = peer.t.get();
+  auto& recv = peer.recv;
   ASSERT_TRUE(recv.ok());
+  Watched w;
   std::thread planner([&] {
     absl::SleepFor(absl::Milliseconds(100));
     w.latest.store(2);  // the planner replanned without the hung peer
@@ -37,7 +46,7 @@ TEST(StallWatch, AWaitOnAHungPeerEndsOnceANewerVersionOutlastsTheGrace) {
   const absl::Time start = absl::Now();
   absl::Status s;
   {
-    StallWatch::Scope scope(w.watch, t.get(), 1, absl::Milliseconds(300));
+    StallWatch::Scope scope(w.watch, t, 1, absl::Milliseconds(300));
     s = (*recv)->Wait(absl::Seconds(30));
   }
   planner.join();
@@ -72,13 +81,12 @@ TEST(StallWatch, StepsThatCompleteWhileANewerVersionWaitsAreNotAborted) {
 }
 
 TEST(StallWatch, WithoutANewerVersionAHangIsLeftToTheCommTimeout) {
-  MemoryHub hub(2);
-  std::unique_ptr<Transport> t = hub.Connect(0);
-  Watched w;
-  int64_t never = 0;
-  auto recv = t->Recv(1, 7, std::as_writable_bytes(std::span<int64_t>(&never, 1)));
+  HungPeer peer;
+  Transport* t = peer.t.get();
+  auto& recv = peer.recv;
   ASSERT_TRUE(recv.ok());
-  StallWatch::Scope scope(w.watch, t.get(), 1, absl::Milliseconds(50));
+  Watched w;
+  StallWatch::Scope scope(w.watch, t, 1, absl::Milliseconds(50));
   EXPECT_EQ((*recv)->Wait(absl::Milliseconds(500)).code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(w.aborted_version.load(), 0);
 }
