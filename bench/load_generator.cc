@@ -243,6 +243,60 @@ bool Parse(int argc, char** argv, Options* o) {
   return true;
 }
 
+// A planner in this process on 127.0.0.1 with its data in a temp dir, for
+// runs without --planner; `data_dir` is where it keeps its files.
+absl::StatusOr<std::unique_ptr<pipeplan::server::PlannerServer>> StartOwnPlanner(
+    std::string* data_dir) {
+  pipeplan::server::SetLogEnabled(false);
+  *data_dir = (std::filesystem::temp_directory_path() /
+               absl::StrFormat("pipeplan-loadgen-%d", static_cast<int>(getpid())))
+                  .string();
+  pipeplan::server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.data_dir = *data_dir;
+  return pipeplan::server::PlannerServer::Start(config);
+}
+
+// The two requests every scenario sends: a small cached chain and a 1k-node
+// GPT that takes a real solve.
+struct Requests {
+  v1::PlanRequest small;
+  v1::PlanRequest gpt;
+};
+
+Requests LoadRequests(const std::string& data) {
+  Requests r;
+  const auto cluster = ReadJson<v1::ClusterTopology>(data + "/cluster_8xa100.json");
+  *r.small.mutable_graph() = ReadJson<v1::ModelGraph>(data + "/chain_small.json");
+  *r.small.mutable_cluster() = cluster;
+  r.small.mutable_options()->set_num_ranks(4);
+  r.small.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
+  r.small.mutable_options()->set_microbatches(8);
+  r.small.mutable_options()->set_method(v1::METHOD_DP);
+  *r.gpt.mutable_graph() = ReadJson<v1::ModelGraph>(data + "/gpt_1k.json");
+  *r.gpt.mutable_cluster() = cluster;
+  r.gpt.mutable_options()->set_num_ranks(8);
+  r.gpt.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
+  r.gpt.mutable_options()->set_microbatches(16);
+  r.gpt.mutable_options()->set_method(v1::METHOD_DP);
+  return r;
+}
+
+void PrintTable(const std::vector<Result>& results, const Options& o, bool own) {
+  std::cout << absl::StrFormat("\npipeplan-loadgen against %s (%s), %.0f s per scenario\n\n",
+                               o.planner, own ? "in-process planner" : "remote planner", o.seconds);
+  std::cout << absl::StrFormat("%-42s %9s %7s %11s %10s %10s %10s\n", "scenario", "calls", "errors",
+                               "calls/s", "p50 ms", "p99 ms", "max ms");
+  for (const Result& r : results) {
+    std::cout << absl::StrFormat("%-42s %9d %7d %11.1f %10.3f %10.3f %10.3f\n", r.name, r.calls,
+                                 r.errors, r.seconds > 0 ? r.calls / r.seconds : 0,
+                                 Percentile(r.latencies_ms, 0.5), Percentile(r.latencies_ms, 0.99),
+                                 Percentile(r.latencies_ms, 1.0));
+    if (!r.first_error.empty()) std::cout << "    first error: " << r.first_error << "\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,15 +314,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<pipeplan::server::PlannerServer> own;
   std::string data_dir;
   if (o.planner.empty()) {
-    pipeplan::server::SetLogEnabled(false);
-    data_dir = (std::filesystem::temp_directory_path() /
-                absl::StrFormat("pipeplan-loadgen-%d", static_cast<int>(getpid())))
-                   .string();
-    pipeplan::server::ServerConfig config;
-    config.listen = "127.0.0.1:0";
-    config.metrics_listen = "";
-    config.data_dir = data_dir;
-    auto s = pipeplan::server::PlannerServer::Start(config);
+    auto s = StartOwnPlanner(&data_dir);
     if (!s.ok()) {
       std::cerr << "pipeplan-loadgen: " << s.status() << "\n";
       return 1;
@@ -287,23 +333,9 @@ int main(int argc, char** argv) {
     clients.all.push_back(*std::move(client));
   }
 
-  v1::PlanRequest small;
-  *small.mutable_graph() = ReadJson<v1::ModelGraph>(o.data + "/chain_small.json");
-  *small.mutable_cluster() = ReadJson<v1::ClusterTopology>(o.data + "/cluster_8xa100.json");
-  small.mutable_options()->set_num_ranks(4);
-  small.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
-  small.mutable_options()->set_microbatches(8);
-  small.mutable_options()->set_method(v1::METHOD_DP);
-  v1::PlanRequest gpt;
-  *gpt.mutable_graph() = ReadJson<v1::ModelGraph>(o.data + "/gpt_1k.json");
-  *gpt.mutable_cluster() = ReadJson<v1::ClusterTopology>(o.data + "/cluster_8xa100.json");
-  gpt.mutable_options()->set_num_ranks(8);
-  gpt.mutable_options()->set_schedule(v1::SCHEDULE_1F1B);
-  gpt.mutable_options()->set_microbatches(16);
-  gpt.mutable_options()->set_method(v1::METHOD_DP);
-
+  const Requests req = LoadRequests(o.data);
   for (size_t i = 0; i < clients.all.size(); ++i) {
-    if (auto warm = clients[static_cast<int64_t>(i)].Plan(small); !warm.ok()) {
+    if (auto warm = clients[static_cast<int64_t>(i)].Plan(req.small); !warm.ok()) {
       std::cerr << "pipeplan-loadgen: cannot reach " << o.planner << ": " << warm.status() << "\n";
       return 1;
     }
@@ -311,30 +343,19 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   results.push_back(ClosedLoop(absl::StrFormat("Plan cached (chain_small), c=%d", o.concurrency),
                                o.concurrency, o.seconds,
-                               [&](int64_t i) { return clients[i].Plan(small).status(); }));
+                               [&](int64_t i) { return clients[i].Plan(req.small).status(); }));
   if (o.cold) {
     results.push_back(ClosedLoop(absl::StrFormat("Plan cold (gpt_1k, %d nodes), c=%d",
-                                                 gpt.graph().nodes_size(), o.cold_concurrency),
+                                                 req.gpt.graph().nodes_size(), o.cold_concurrency),
                                  o.cold_concurrency, o.seconds, [&](int64_t i) {
-                                   v1::PlanRequest r = gpt;
+                                   v1::PlanRequest r = req.gpt;
                                    r.mutable_options()->set_time_limit_seconds(
                                        30 + 1e-6 * static_cast<double>(i));
                                    return clients[i].Plan(r).status();
                                  }));
   }
-  results.push_back(ReportSteps(clients, o, small));
-
-  std::cout << absl::StrFormat("\npipeplan-loadgen against %s (%s), %.0f s per scenario\n\n",
-                               o.planner, own ? "in-process planner" : "remote planner", o.seconds);
-  std::cout << absl::StrFormat("%-42s %9s %7s %11s %10s %10s %10s\n", "scenario", "calls", "errors",
-                               "calls/s", "p50 ms", "p99 ms", "max ms");
-  for (const Result& r : results) {
-    std::cout << absl::StrFormat("%-42s %9d %7d %11.1f %10.3f %10.3f %10.3f\n", r.name, r.calls,
-                                 r.errors, r.seconds > 0 ? r.calls / r.seconds : 0,
-                                 Percentile(r.latencies_ms, 0.5), Percentile(r.latencies_ms, 0.99),
-                                 Percentile(r.latencies_ms, 1.0));
-    if (!r.first_error.empty()) std::cout << "    first error: " << r.first_error << "\n";
-  }
+  results.push_back(ReportSteps(clients, o, req.small));
+  PrintTable(results, o, own != nullptr);
   if (own) {
     own->Shutdown(absl::Seconds(2));
     own.reset();
