@@ -192,6 +192,16 @@ int64_t FirstStepOf(const WorkerProcess& w, int64_t version) {
 }
 
 // True once `w` reported a step >= `step` (within 240 s).
+// SIGTERM to `w`, a graceful leave: it exits 0 within `timeout` after
+// leaving at one step boundary. That step, or -1 (the test has failed).
+int64_t LeaveStep(WorkerProcess& w, absl::Duration timeout) {
+  w.Signal(SIGTERM);
+  EXPECT_EQ(w.Wait(timeout), 0) << w.Output();
+  const std::vector<std::string> left_at = w.Values("leave", "step");
+  EXPECT_EQ(left_at.size(), 1u) << w.Output();
+  return left_at.size() == 1 ? Int(left_at[0]) : -1;
+}
+
 bool ReachesStep(const WorkerProcess& w, int64_t step) {
   return WaitFor(
       [&] {
@@ -287,17 +297,15 @@ TEST_F(ElasticTrainingTest, SigtermLeavesAndTheOthersLoseNoStep) {
   const int64_t leave_after = 15 + static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) % 10);
   ASSERT_TRUE(ReachesStep(*w[2], leave_after)) << w[2]->Output();
   const absl::Time sent = absl::Now();
-  w[2]->Signal(SIGTERM);
-  ASSERT_EQ(w[2]->Wait(absl::Seconds(60)), 0) << w[2]->Output();
-  const auto left_at = w[2]->Values("leave", "step");
-  ASSERT_EQ(left_at.size(), 1u) << w[2]->Output();
+  const int64_t left = LeaveStep(*w[2], absl::Seconds(60));
+  ASSERT_GE(left, 0);
 
   const std::vector<int> stay = {0, 1, 3};
   ASSERT_TRUE(WaitFor(
       [&] {
         for (int r : stay) {
           const auto s = w[r]->Values("step", "step");
-          if (FirstStepOf(*w[r], 2) < 0 || Int(s.back()) < Int(left_at[0]) + 5) return false;
+          if (FirstStepOf(*w[r], 2) < 0 || Int(s.back()) < left + 5) return false;
         }
         return true;
       },
@@ -307,7 +315,7 @@ TEST_F(ElasticTrainingTest, SigtermLeavesAndTheOthersLoseNoStep) {
   for (int r : stay) {
     EXPECT_EQ(w[r]->Wait(absl::ZeroDuration()), -1) << "w" << r << " exited: " << w[r]->Output();
     EXPECT_TRUE(absl::StrContains(w[r]->Output(), "ranks=3")) << w[r]->Output();
-    EXPECT_EQ(FirstStepOf(*w[r], 2), Int(left_at[0])) << "steps lost\n" << w[r]->Output();
+    EXPECT_EQ(FirstStepOf(*w[r], 2), left) << "steps lost\n" << w[r]->Output();
   }
   for (int r : stay) w[r]->Signal(SIGTERM);
   for (int r : stay) EXPECT_EQ(w[r]->Wait(absl::Seconds(60)), 0) << w[r]->Output();
@@ -534,10 +542,8 @@ TEST(ElasticLeave, SigtermOnOneWorkerLeavesAndTheOthersGoOn) {
       << w[0]->Output();
 
   const absl::Time sent = absl::Now();
-  w[2]->Signal(SIGTERM);
-  ASSERT_EQ(w[2]->Wait(absl::Seconds(20)), 0) << w[2]->Output();
-  const auto left_at = w[2]->Values("leave", "step");
-  ASSERT_EQ(left_at.size(), 1u) << w[2]->Output();
+  const int64_t left = LeaveStep(*w[2], absl::Seconds(20));
+  ASSERT_GE(left, 0);
   const std::vector<int> stay = {0, 1, 3};
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -555,7 +561,7 @@ TEST(ElasticLeave, SigtermOnOneWorkerLeavesAndTheOthersGoOn) {
     EXPECT_TRUE(absl::StrContains(w[r]->Output(), "event=peer_left")) << w[r]->Output();
     EXPECT_TRUE(absl::StrContains(w[r]->Output(), "ranks=3")) << w[r]->Output();
     // No step lost: the first step of version 2 is the one after the leave.
-    EXPECT_EQ(FirstStepOf(*w[r], 2), Int(left_at[0])) << w[r]->Output();
+    EXPECT_EQ(FirstStepOf(*w[r], 2), left) << w[r]->Output();
   }
   auto v2 = c.client->GetPlan(c.job, 2);
   ASSERT_TRUE(v2.ok()) << v2.status();
