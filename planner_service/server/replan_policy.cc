@@ -203,6 +203,24 @@ absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const 
   return score.simulation.step_seconds;
 }
 
+// The new plan's step simulated as run (ScoreUnder), or the solver's own
+// figure when the plan cannot be read back or scored.
+double AsRunStep(const v1::Plan& plan, double solver_step, const PlanInputs& in,
+                 const HostOverhead& host) {
+  absl::StatusOr<DecodedPlan> decoded = DecodePlan(plan);
+  if (!decoded.ok()) return solver_step;
+  absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, host);
+  return as_run.ok() ? *as_run : solver_step;
+}
+
+// The calibration gauges of a job's devices.
+void ShowFactors(Metrics* metrics, const std::string& job_id, const CalibrationResult& est) {
+  if (metrics == nullptr) return;
+  for (const DeviceFactor& f : est.devices) {
+    metrics->SetCalibrationFactor(job_id, f.device_id, f.time_factor);
+  }
+}
+
 // What the next planned switch is expected to cost, from the switch into
 // `version`: the longest pause a rank reported with its first step of it,
 // less the time it waited for its stages to compile (a planned switch
@@ -546,42 +564,29 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
       registry_->RecentStepReports(job_id, options_.report_window, kMaxSampleBytes));
   PIPEPLAN_ASSIGN_OR_RETURN(Fitted fit, Fit(*registry_, job, vp, current, lost, trigger, options_));
   const Estimate& est = fit.estimate;
-  const LinkCalibration& links = fit.links;
-  const HostOverhead& host = fit.host;
   factors_text = FactorsText(est.result);
-  if (metrics_) {
-    for (const DeviceFactor& f : est.result.devices) {
-      metrics_->SetCalibrationFactor(job_id, f.device_id, f.time_factor);
-    }
-  }
+  ShowFactors(metrics_, job_id, est.result);
   if (!est.skip.empty()) return no_change(est.skip);
   const DeviceFactors factors = MergeFactors(current.time_factors, est.result);
 
-  // Step 2: a new plan under the calibrated model, without lost devices.
+  // Step 2: a new plan under the calibrated model, without lost devices. Not
+  // finding one (the memory budget, the solver) is the outcome, not an error.
+  auto no_plan = [&](const absl::Status& why) {
+    LogReplanFailed(job_id, version, trigger, why);
+    outcome.reason = absl::StrCat("no plan: ", why.message());
+    return outcome;
+  };
   absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory = ReserveMemory(vp.request());
-  if (!memory.ok()) {
-    LogReplanFailed(job_id, version, trigger, memory.status());
-    outcome.reason = absl::StrCat("no plan: ", memory.status().message());
-    return outcome;
-  }
+  if (!memory.ok()) return no_plan(memory.status());
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in,
-                            CalibratedInputs(vp.request(), factors, links, lost, options_));
+                            CalibratedInputs(vp.request(), factors, fit.links, lost, options_));
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
-  if (!result.ok()) {
-    LogReplanFailed(job_id, version, trigger, result.status());
-    outcome.reason = absl::StrCat("no plan: ", result.status().message());
-    return outcome;
-  }
+  if (!result.ok()) return no_plan(result.status());
   v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
-  outcome.new_step_seconds = result->step_seconds;
-  if (absl::StatusOr<DecodedPlan> decoded = DecodePlan(next); decoded.ok()) {
-    if (absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, host); as_run.ok()) {
-      outcome.new_step_seconds = *as_run;
-    }
-  }
+  outcome.new_step_seconds = AsRunStep(next, result->step_seconds, in, fit.host);
 
   // Step 3: the current plan under the same model; publish when it pays.
-  absl::StatusOr<double> cur = ScoreUnder(current, readable, in, host);
+  absl::StatusOr<double> cur = ScoreUnder(current, readable, in, fit.host);
   if (!cur.ok() && calibrating) {
     return no_change(absl::StrCat("cannot score the current plan: ", cur.status().message()));
   }
@@ -593,7 +598,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Evaluate(const std::string& job_id,
     return no_change(*std::move(why));
   }
   const std::string reason = VersionReason(trigger, est.result, joined, lost, outcome);
-  next = WithCalibration(std::move(next), *in.cluster, factors, links, lost, outcome);
+  next = WithCalibration(std::move(next), *in.cluster, factors, fit.links, lost, outcome);
   absl::StatusOr<ReplanOutcome> published = Publish(job_id, vp, next, reason, trigger, outcome);
   if (!published.ok() && published.status().code() == absl::StatusCode::kAborted) {
     return no_change(std::string(published.status().message()));
