@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/core/median.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
@@ -15,20 +16,6 @@
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 1;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  const double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  const double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
-
-}  // namespace
-
 const DeviceFactor* CalibrationResult::Find(const std::string& device_id) const {
   for (const DeviceFactor& d : devices) {
     if (d.device_id == device_id) return &d;
@@ -109,12 +96,12 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
   for (auto& [device, v] : ratios) {
     if (static_cast<int>(v.size()) < std::max(1, options.min_samples)) continue;
     const int n = static_cast<int>(v.size());
-    const double f = Median(std::move(v));
+    const double f = MedianOr(std::move(v), 1);
     if (!(f > 0) || !std::isfinite(f)) continue;
     out.devices.push_back({device, f, n});
     factors.push_back(f);
   }
-  out.median_factor = Median(std::move(factors));
+  out.median_factor = MedianOr(std::move(factors), 1);
   return out;
 }
 

@@ -5,16 +5,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "pipeplan/core/median.h"
 
 namespace pipeplan {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 bool IsSend(const TimingSample& t) { return absl::StrContains(t.action, "SEND_"); }
 bool IsRecv(const TimingSample& t) { return absl::StrContains(t.action, "RECV_"); }
@@ -22,11 +16,11 @@ bool IsRecv(const TimingSample& t) { return absl::StrContains(t.action, "RECV_")
 // The values within `cutoff` MADs of their median (all of them when the MAD
 // is 0: identical values are no outliers).
 std::vector<double> WithoutOutliers(const std::vector<double>& v, double cutoff) {
-  const double median = Median(v);
+  const double median = MedianOr(v, 0);
   std::vector<double> deviations;
   deviations.reserve(v.size());
   for (double x : v) deviations.push_back(std::abs(x - median));
-  const double mad = Median(deviations);
+  const double mad = MedianOr(deviations, 0);
   if (mad <= 0) return v;
   std::vector<double> kept;
   for (double x : v) {
@@ -66,7 +60,7 @@ HostSeconds Fit(const std::vector<double>& values, const HostOverheadOptions& op
     return {};
   }
   const std::vector<double> kept = WithoutOutliers(values, options.mad_cutoff);
-  return {.seconds = Median(kept), .samples = static_cast<int>(kept.size())};
+  return {.seconds = MedianOr(kept, 0), .samples = static_cast<int>(kept.size())};
 }
 
 }  // namespace
@@ -99,8 +93,8 @@ HostOverhead FitHostOverhead(std::span<const StepSample> samples,
     if (fit.send.samples > 0) sends.push_back(fit.send.seconds);
     if (fit.recv.samples > 0) recvs.push_back(fit.recv.seconds);
   }
-  out.default_send_seconds = Median(std::move(sends));
-  out.default_recv_seconds = Median(std::move(recvs));
+  out.default_send_seconds = MedianOr(std::move(sends), 0);
+  out.default_recv_seconds = MedianOr(std::move(recvs), 0);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
 
 namespace pipeplan {
@@ -22,13 +23,6 @@ constexpr double kMinBlockedSeconds = 20e-6;
 // ClusterSpec reads a class latency of 0 as "the default": a fitted zero is
 // written as this instead.
 constexpr double kZeroLatency = 1e-9;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // (step, forward?, boundary, microbatch): both ends of one transfer.
 using TransferKey = std::tuple<int64_t, bool, int, int>;
@@ -101,7 +95,7 @@ std::optional<Line> FitLine(std::span<const TransferSample> t, const std::vector
     }
     // Time does not grow with size: fall through to one size.
   }
-  const double b = Median(bytes), s = Median(seconds);
+  const double b = MedianOr(bytes, 0), s = MedianOr(seconds, 0);
   const double latency = std::clamp(modelled_latency, 0.0, s / 2);
   if (!(s - latency > 0) || !(b > 0)) return std::nullopt;
   return Line{latency, b / (s - latency)};
@@ -186,10 +180,10 @@ absl::StatusOr<FittedLink> FitLink(std::span<const TransferSample> transfers,
       residual.push_back(transfers[i].seconds -
                          (line->latency + transfers[i].bytes / line->bandwidth));
     }
-    const double mid = Median(residual);
+    const double mid = MedianOr(residual, 0);
     std::vector<double> dev;
     for (double r : residual) dev.push_back(std::abs(r - mid));
-    const double mad = 1.4826 * Median(dev);
+    const double mad = 1.4826 * MedianOr(dev, 0);
     if (!(mad > 0)) break;
     std::vector<size_t> inliers;
     for (size_t k = 0; k < keep.size(); ++k) {

@@ -11,19 +11,13 @@
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
+#include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/calibrated_model.h"
 
 namespace pipeplan::server {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Measured figures over the steps every rank reported.
 void AddMeasured(const std::vector<StepSample>& samples, int num_ranks, v1::JobObservation* out) {
@@ -65,17 +59,17 @@ void AddMeasured(const std::vector<StepSample>& samples, int num_ranks, v1::JobO
     }
   }
   out->set_steps(static_cast<int>(makespans.size()));
-  out->set_measured_step_seconds(Median(makespans));
-  out->set_measured_bubble_ratio(Median(bubbles));
+  out->set_measured_step_seconds(MedianOr(makespans, 0));
+  out->set_measured_bubble_ratio(MedianOr(bubbles, 0));
   for (auto& [rank, pr] : ranks) {
     v1::RankObservation* r = out->add_ranks();
     r->set_rank(rank);
     r->set_worker_id(pr.worker);
     r->set_device_id(pr.device);
-    r->set_step_seconds(Median(pr.step));
-    r->set_compute_seconds(Median(pr.compute));
-    r->set_comm_seconds(Median(pr.comm));
-    r->set_bubble_ratio(Median(pr.bubble));
+    r->set_step_seconds(MedianOr(pr.step, 0));
+    r->set_compute_seconds(MedianOr(pr.compute, 0));
+    r->set_comm_seconds(MedianOr(pr.comm, 0));
+    r->set_bubble_ratio(MedianOr(pr.bubble, 0));
     r->set_peak_memory_bytes(pr.peak);
   }
 }
@@ -90,7 +84,7 @@ std::pair<std::map<std::string, double>, double> Factors(const DecodedPlan& plan
   if (!est.ok() || est->devices.empty()) {
     std::vector<double> v;
     for (const auto& [d, f] : factors) v.push_back(f);
-    return {factors, v.empty() ? 1.0 : Median(v)};
+    return {factors, MedianOr(v, 1)};
   }
   for (const DeviceFactor& f : est->devices) {
     factors[f.device_id] = f.time_factor;

@@ -15,6 +15,7 @@
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/calibration.h"
+#include "pipeplan/core/median.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/status_macros.h"
@@ -29,13 +30,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // How long a replan waits for room in the solve memory budget.
 constexpr absl::Duration kBudgetWait = absl::Seconds(30);
-
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 1;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 std::string Ratio(double rel) {
   return rel >= 1 ? absl::StrFormat("%.1fx slower", rel) : absl::StrFormat("%.1fx faster", 1 / rel);
@@ -165,7 +159,7 @@ DeviceFactors MergeFactors(const std::map<std::string, double>& prior,
   } else if (!prior.empty()) {
     std::vector<double> v;
     for (const auto& [d, f] : prior) v.push_back(f);
-    out.default_factor = MedianOf(std::move(v));
+    out.default_factor = MedianOr(std::move(v), 1);
   }
   return out;
 }

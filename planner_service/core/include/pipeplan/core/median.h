@@ -1,0 +1,18 @@
+// The median of measured samples, as calibration uses it everywhere (step
+// times, per-device factors, transfer times, host overheads): robust to the
+// occasional late wake-up that a mean would carry. Pure; no I/O.
+#ifndef PIPEPLAN_CORE_MEDIAN_H_
+#define PIPEPLAN_CORE_MEDIAN_H_
+
+#include <vector>
+
+namespace pipeplan {
+
+// The median of `values` (the mean of the two middle ones for an even
+// count), or `if_empty` when there are none: callers differ in what "no
+// samples" means (a factor of 1, a duration of 0).
+double MedianOr(std::vector<double> values, double if_empty);
+
+}  // namespace pipeplan
+
+#endif  // PIPEPLAN_CORE_MEDIAN_H_
