@@ -85,6 +85,6 @@ PY
 )
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/support/tsan_suppressions.txt}"
 ctest --test-dir "$DIR" -R "$regex" -E "$TIMED" --output-on-failure -j"$JOBS" --timeout 900
 echo "sanitize ($SANITIZE): build $((built - start)) s, tests $(($(date +%s) - built)) s"

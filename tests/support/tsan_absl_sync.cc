@@ -140,12 +140,6 @@ auto AwaitingNotification(const absl::Notification* n, Call call) {
 
 namespace absl {
 
-Mutex::~Mutex() {
-  static const auto real = Real<MutexFn>("5MutexD2Ev");
-  __tsan_mutex_destroy(this, 0);
-  real(this);
-}
-
 void Mutex::Lock() {
   static const auto real = Real<MutexFn>("5Mutex4LockEv");
   Acquiring(this, 0, [&] { return (real(this), 0); });
