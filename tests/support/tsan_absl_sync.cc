@@ -7,7 +7,8 @@
 // tells the runtime about each lock through the __tsan_mutex_* interface;
 // this library does the same from outside. It defines the public
 // synchronization entry points of absl::Mutex, absl::CondVar and
-// absl::Notification, so that the dynamic linker binds every caller (ours,
+// absl::Notification (and absl::Status's out-of-line release of its shared
+// message, below), so that the dynamic linker binds every caller (ours,
 // gRPC's, Abseil's own cross-object calls) to these definitions; each one
 // tells the runtime what the call does to the mutex and forwards to
 // Abseil's definition, found with dlsym(RTLD_NEXT).
@@ -19,10 +20,12 @@
 #include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -247,6 +250,21 @@ bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   static const auto real = Real<bool (*)(const Notification*, Time)>(
       "12Notification31WaitForNotificationWithDeadlineENS0_4TimeE", "K");
   return AwaitingNotification(this, [&] { return real(this, deadline); });
+}
+
+// absl::Status shares its message between copies with a reference count
+// that libabsl_status drops out of line, unseen: the thread that drops the
+// last reference frees the message another thread read, and TSan reported
+// that as a race (a handler's answer read by the test while the solver
+// thread destroyed its callback). This is the same count, decremented where
+// TSan sees the acquire and release (Abseil's own status.cc does exactly
+// this; the count's increment is inline in status.h, so it is seen).
+void Status::UnrefNonInlined(uintptr_t rep) {
+  status_internal::StatusRep* r = RepToPointer(rep);
+  if (r->ref.load(std::memory_order_acquire) == 1 ||
+      r->ref.fetch_sub(1, std::memory_order_acq_rel) - 1 == 0) {
+    delete r;
+  }
 }
 
 }  // namespace absl

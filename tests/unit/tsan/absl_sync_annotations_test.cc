@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -69,6 +72,21 @@ TEST(TsanAbslSync, ANotificationPublishesWhatCameBeforeIt) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(published, 42);
   writer.join();
+}
+
+// A Status copied to another thread: whichever thread drops the last copy
+// frees the message the other one read.
+TEST(TsanAbslSync, AStatusIsFreedByItsLastCopyOnAnyThread) {
+  size_t read = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto theirs = std::make_unique<absl::Status>(absl::InternalError(std::string(64, 'x')));
+    absl::Status mine = *theirs;
+    std::thread other([copy = std::move(theirs)]() mutable { copy.reset(); });
+    read += mine.message().size();
+    mine = absl::OkStatus();
+    other.join();
+  }
+  EXPECT_EQ(read, 200u * 64);
 }
 
 // The same two threads with no lock between them: TSan must still say so
