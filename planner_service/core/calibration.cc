@@ -23,6 +23,42 @@ const DeviceFactor* CalibrationResult::Find(const std::string& device_id) const 
   return nullptr;
 }
 
+namespace {
+
+// Warm-up: the first step of each worker that counts, after its first
+// `warmup_steps` distinct steps in the window (INT64_MAX: none counts yet).
+absl::flat_hash_map<std::string, int64_t> FirstCountedSteps(std::span<const StepSample> samples,
+                                                            int warmup_steps) {
+  absl::flat_hash_map<std::string, std::set<int64_t>> steps_of;
+  for (const StepSample& r : samples) steps_of[r.worker_id].insert(r.step);
+  absl::flat_hash_map<std::string, int64_t> first_counted;
+  for (const auto& [worker, steps] : steps_of) {
+    auto it = steps.begin();
+    for (int i = 0; i < warmup_steps && it != steps.end(); ++i) ++it;
+    first_counted[worker] = it == steps.end() ? INT64_MAX : *it;
+  }
+  return first_counted;
+}
+
+// The planned seconds of one compute action of `stage`; a backward split in
+// two gives `input_share` of the stage's backward to its input half.
+double PredictedSeconds(schedule::ActionType type, const PlannedStage& stage, double input_share) {
+  switch (type) {
+    case schedule::ActionType::kForward:
+      return stage.forward_seconds;
+    case schedule::ActionType::kFullBackward:
+      return stage.backward_seconds;
+    case schedule::ActionType::kBackwardInput:
+      return stage.backward_seconds * input_share;
+    case schedule::ActionType::kBackwardWeight:
+      return stage.backward_seconds * (1 - input_share);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSample> samples,
                                                         std::span<const PlannedStage> stages,
                                                         const CalibrationOptions& options) {
@@ -32,15 +68,8 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
           absl::StrCat("stage ", s, " has time factor ", stages[s].time_factor));
     }
   }
-  // Warm-up: each worker's first `warmup_steps` distinct steps in the window.
-  absl::flat_hash_map<std::string, std::set<int64_t>> steps_of;
-  for (const StepSample& r : samples) steps_of[r.worker_id].insert(r.step);
-  absl::flat_hash_map<std::string, int64_t> first_counted;
-  for (const auto& [worker, steps] : steps_of) {
-    auto it = steps.begin();
-    for (int i = 0; i < options.warmup_steps && it != steps.end(); ++i) ++it;
-    first_counted[worker] = it == steps.end() ? INT64_MAX : *it;
-  }
+  absl::flat_hash_map<std::string, int64_t> first_counted =
+      FirstCountedSteps(samples, options.warmup_steps);
 
   std::map<std::string, std::vector<double>> ratios;  // device -> one ratio per report
   CalibrationResult out;
@@ -62,23 +91,7 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
                          " names stage ", s, " but the plan has ", stages.size()));
       }
       const PlannedStage& st = stages[s];
-      double predicted = 0;
-      switch (type) {
-        case schedule::ActionType::kForward:
-          predicted = st.forward_seconds;
-          break;
-        case schedule::ActionType::kFullBackward:
-          predicted = st.backward_seconds;
-          break;
-        case schedule::ActionType::kBackwardInput:
-          predicted = st.backward_seconds * input_share;
-          break;
-        case schedule::ActionType::kBackwardWeight:
-          predicted = st.backward_seconds * (1 - input_share);
-          break;
-        default:
-          break;
-      }
+      const double predicted = PredictedSeconds(type, st, input_share);
       if (!(t.seconds >= 0) || !std::isfinite(t.seconds)) continue;
       auto& [measured, modelled] = per_device[r.device_id.empty() ? st.device_id : r.device_id];
       measured += t.seconds;
