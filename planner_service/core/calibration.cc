@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/planner.h"
@@ -24,21 +23,6 @@ const DeviceFactor* CalibrationResult::Find(const std::string& device_id) const 
 }
 
 namespace {
-
-// Warm-up: the first step of each worker that counts, after its first
-// `warmup_steps` distinct steps in the window (INT64_MAX: none counts yet).
-absl::flat_hash_map<std::string, int64_t> FirstCountedSteps(std::span<const StepSample> samples,
-                                                            int warmup_steps) {
-  absl::flat_hash_map<std::string, std::set<int64_t>> steps_of;
-  for (const StepSample& r : samples) steps_of[r.worker_id].insert(r.step);
-  absl::flat_hash_map<std::string, int64_t> first_counted;
-  for (const auto& [worker, steps] : steps_of) {
-    auto it = steps.begin();
-    for (int i = 0; i < warmup_steps && it != steps.end(); ++i) ++it;
-    first_counted[worker] = it == steps.end() ? INT64_MAX : *it;
-  }
-  return first_counted;
-}
 
 // The planned seconds of one compute action of `stage`; a backward split in
 // two gives `input_share` of the stage's backward to its input half.
@@ -59,6 +43,19 @@ double PredictedSeconds(schedule::ActionType type, const PlannedStage& stage, do
 
 }  // namespace
 
+std::map<std::string, int64_t> FirstCountedSteps(std::span<const StepSample> samples,
+                                                 int warmup_steps) {
+  std::map<std::string, std::set<int64_t>> steps_of;
+  for (const StepSample& r : samples) steps_of[r.worker_id].insert(r.step);
+  std::map<std::string, int64_t> first_counted;
+  for (const auto& [worker, steps] : steps_of) {
+    auto it = steps.begin();
+    for (int i = 0; i < warmup_steps && it != steps.end(); ++i) ++it;
+    first_counted[worker] = it == steps.end() ? INT64_MAX : *it;
+  }
+  return first_counted;
+}
+
 absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSample> samples,
                                                         std::span<const PlannedStage> stages,
                                                         const CalibrationOptions& options) {
@@ -68,8 +65,7 @@ absl::StatusOr<CalibrationResult> EstimateDeviceFactors(std::span<const StepSamp
           absl::StrCat("stage ", s, " has time factor ", stages[s].time_factor));
     }
   }
-  absl::flat_hash_map<std::string, int64_t> first_counted =
-      FirstCountedSteps(samples, options.warmup_steps);
+  std::map<std::string, int64_t> first_counted = FirstCountedSteps(samples, options.warmup_steps);
 
   std::map<std::string, std::vector<double>> ratios;  // device -> one ratio per report
   CalibrationResult out;

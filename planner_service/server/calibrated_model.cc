@@ -35,14 +35,7 @@ absl::StatusOr<std::vector<StepSample>> ReportSamples(const JobRegistry& registr
 }
 
 std::vector<StepSample> AfterWarmup(std::vector<StepSample> samples, int warmup_steps) {
-  std::map<std::string, std::set<int64_t>> steps_of;
-  for (const StepSample& s : samples) steps_of[s.worker_id].insert(s.step);
-  std::map<std::string, int64_t> first;
-  for (const auto& [worker, steps] : steps_of) {
-    auto it = steps.begin();
-    for (int i = 0; i < warmup_steps && it != steps.end(); ++i) ++it;
-    first[worker] = it == steps.end() ? INT64_MAX : *it;
-  }
+  std::map<std::string, int64_t> first = FirstCountedSteps(samples, warmup_steps);
   std::erase_if(samples, [&](const StepSample& s) { return s.step < first[s.worker_id]; });
   return samples;
 }

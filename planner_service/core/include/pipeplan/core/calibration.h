@@ -112,6 +112,13 @@ struct CalibrationResult {
   const DeviceFactor* Find(const std::string& device_id) const;
 };
 
+// Warm-up: the first step of each worker that counts, after its first
+// `warmup_steps` distinct steps among `samples` (INT64_MAX: none counts yet).
+// EstimateDeviceFactors skips the earlier ones; so do the planner's other
+// readers of step reports.
+std::map<std::string, int64_t> FirstCountedSteps(std::span<const StepSample> samples,
+                                                 int warmup_steps);
+
 // `samples` are reports of one plan version; `stages` are that version's
 // stages in order. Action names that do not parse, or name a stage outside
 // `stages`, are INVALID_ARGUMENT. Too few reports is not an error: the
