@@ -333,7 +333,16 @@ v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFact
 std::optional<std::string> NothingToReplan(ReplanTrigger trigger, const v1::Job& job,
                                            const v1::VersionedPlan& vp, const LostDevices& lost,
                                            const std::set<std::string>& joined) {
-  if (trigger == ReplanTrigger::kWorkerLost && lost.lost.empty()) return "no lost worker left";
+  if (trigger == ReplanTrigger::kWorkerLost) {
+    // A worker the current version already left out (lost before it was
+    // published) is no reason for another version: one survivor missing a
+    // lease and coming back before this evaluation would otherwise publish
+    // the same shrunk plan again, and every rank would switch to it.
+    const bool ranked = std::any_of(lost.lost.begin(), lost.lost.end(), [&](const std::string& d) {
+      return RankOfDevice(vp.plan(), d) >= 0;
+    });
+    if (!ranked) return "no lost worker has a rank in the current version";
+  }
   if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
     return "no worker without a rank left";
   }

@@ -305,6 +305,13 @@ TEST_F(ReplanPolicyTest, LostWorkerTriggersReplanWithoutItsDevice) {
   // Done: the lost worker has no stage any more.
   EXPECT_EQ(TickAndWait(), 0);
   EXPECT_EQ(Current().version(), 2);
+  // Another loss evaluated after a survivor missed a lease and came back
+  // finds only w3, which version 2 left out: nothing to publish.
+  auto again = policy_->Evaluate(job_, ReplanTrigger::kWorkerLost);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->published);
+  EXPECT_EQ(again->reason, "no lost worker has a rank in the current version");
+  EXPECT_EQ(Current().version(), 2);
 }
 
 TEST_F(ReplanPolicyTest, LostWorkerWithoutAFittingPlanKeepsTheCurrentOne) {
