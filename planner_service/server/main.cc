@@ -54,7 +54,9 @@ const pipeplan::cmdline::FlagSet& PlannerFlags() {
         .Value("cache-ttl-seconds", "S",
                "how long identical Plan requests are answered from cache (60)")
         .Value("drain-seconds", "S", "NOT_SERVING period before stopping on SIGTERM (1)")
-        .Value("replan", "on|off", "recalibrate from step reports and replan (on)")
+        .Value("replan", "on|off|membership",
+               "recalibrate from step reports and replan (on); membership:\n"
+               "replan only when a worker is lost or joins")
         .Value("replan-min-gain", "X",
                "publish a calibrated plan only if its predicted step time is\n"
                "more than X (relative) better (0.05)")
@@ -187,8 +189,10 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   c->advertise_address = f.Get("advertise-address").value_or("");
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
   PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "drain-seconds", drain));
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string replan, f.GetChoice("replan", {"on", "off"}, "on"));
-  h.replan.enabled = replan == "on";
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string replan,
+                            f.GetChoice("replan", {"on", "off", "membership"}, "on"));
+  h.replan.enabled = replan != "off";
+  h.replan.calibrate = replan == "on";
   PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-min-gain", &h.replan.min_gain));
   PIPEPLAN_RETURN_IF_ERROR(Duration(f, "replan-min-interval-seconds", &h.replan.min_interval));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-min-steps", &h.replan.min_steps));

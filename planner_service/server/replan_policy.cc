@@ -501,7 +501,8 @@ int ReplanPolicy::Tick() {
       trigger = ReplanTrigger::kWorkerLost;
     } else if (lost_devices.empty() && joined_new) {
       trigger = ReplanTrigger::kWorkerJoined;
-    } else if (lost_devices.empty() && now - st.last_evaluation >= options_.min_interval &&
+    } else if (options_.calibrate && lost_devices.empty() &&
+               now - st.last_evaluation >= options_.min_interval &&
                CalibrationDue(job, st, options_)) {
       trigger = ReplanTrigger::kCalibration;
     }

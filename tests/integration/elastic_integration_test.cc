@@ -56,14 +56,13 @@ bool WaitFor(F done, absl::Duration timeout) {
 }
 
 // Planner flags: a short lease so a lost worker is noticed within seconds;
-// calibration replans held back so only membership changes the plan. The
+// no calibration replans, so only membership changes the plan. The
 // test model's steps take ~15 ms, so a fourth rank gains ~1-5 ms per step
 // depending on the machine's load: no absolute floor, so that growing back
 // turns on the relative gain alone.
 std::vector<std::string> PlannerFlags(std::vector<std::string> extra = {}) {
-  std::vector<std::string> f = {
-      "--lease-seconds", absl::StrCat(kLeaseSeconds), "--replan-min-interval-seconds",
-      "100000",          "--replan-min-gain-seconds", "0"};
+  std::vector<std::string> f = {"--lease-seconds", absl::StrCat(kLeaseSeconds), "--replan",
+                                "membership",      "--replan-min-gain-seconds", "0"};
   f.insert(f.end(), extra.begin(), extra.end());
   return f;
 }

@@ -331,6 +331,25 @@ TEST_F(ReplanPolicyTest, LostWorkerWithoutAFittingPlanKeepsTheCurrentOne) {
   EXPECT_NE(direct->reason.find("no plan"), std::string::npos) << direct->reason;
 }
 
+TEST_F(ReplanPolicyTest, MembershipOnlyReplansForALostWorkerNotForASlowDevice) {
+  ReplanPolicyOptions o = Fast();
+  o.calibrate = false;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(6, {{"gpu2", 2.0}});
+  EXPECT_EQ(TickAndWait(), 0);
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(TickAndWait(), 0);
+  EXPECT_EQ(Current().version(), 1);
+  // w3 stops reporting: that still replans.
+  clock_.Advance(absl::Seconds(6));
+  Report(1, {{"gpu2", 2.0}}, 0.02, {"w3"});
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(TickAndWait(), 1);
+  EXPECT_EQ(Current().version(), 2);
+  EXPECT_EQ(NodesOn(Current().plan(), "gpu3"), 0);
+}
+
 TEST_F(ReplanPolicyTest, DisabledDoesNothing) {
   ReplanPolicyOptions o = Fast();
   o.enabled = false;

@@ -56,6 +56,10 @@ class Metrics;
 
 struct ReplanPolicyOptions {
   bool enabled = true;
+  // False: replan only when a worker is lost or joins (--replan=membership);
+  // step reports still calibrate those replans' cost model, but a slow
+  // device alone never publishes a version.
+  bool calibrate = true;
   // Publish only when the new plan's predicted step time is this much
   // (relative) below the current plan's, both under the calibrated model.
   double min_gain = 0.05;
