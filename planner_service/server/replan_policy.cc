@@ -335,9 +335,10 @@ std::optional<std::string> NothingToReplan(ReplanTrigger trigger, const v1::Job&
                                            const std::set<std::string>& joined) {
   if (trigger == ReplanTrigger::kWorkerLost) {
     // A worker the current version already left out (lost before it was
-    // published) is no reason for another version: one survivor missing a
-    // lease and coming back before this evaluation would otherwise publish
-    // the same shrunk plan again, and every rank would switch to it.
+    // published) is no reason for another version. Otherwise a survivor
+    // that misses a lease and is back before this evaluation turns it into
+    // a calibration replan outside --replan-min-interval-seconds (and
+    // outside --replan=membership), and every rank pays a switch.
     const bool ranked = std::any_of(lost.lost.begin(), lost.lost.end(), [&](const std::string& d) {
       return RankOfDevice(vp.plan(), d) >= 0;
     });
