@@ -333,16 +333,14 @@ v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const DeviceFact
 std::optional<std::string> NothingToReplan(ReplanTrigger trigger, const v1::Job& job,
                                            const v1::VersionedPlan& vp, const LostDevices& lost,
                                            const std::set<std::string>& joined) {
-  if (trigger == ReplanTrigger::kWorkerLost) {
-    // A worker the current version already left out (lost before it was
-    // published) is no reason for another version. Otherwise a survivor
-    // that misses a lease and is back before this evaluation turns it into
-    // a calibration replan outside --replan-min-interval-seconds (and
-    // outside --replan=membership), and every rank pays a switch.
-    const bool ranked = std::any_of(lost.lost.begin(), lost.lost.end(), [&](const std::string& d) {
-      return RankOfDevice(vp.plan(), d) >= 0;
-    });
-    if (!ranked) return "no lost worker has a rank in the current version";
+  // A worker the current version already left out (lost before it was
+  // published) is no reason for another version. Otherwise a survivor that
+  // misses a lease and is back before this evaluation turns it into a
+  // calibration replan outside --replan-min-interval-seconds (and outside
+  // --replan=membership), and every rank pays a switch. The same test as
+  // Tick's trigger.
+  if (trigger == ReplanTrigger::kWorkerLost && LostRankDevices(job).empty()) {
+    return "no lost worker has a rank in the current version";
   }
   if (trigger == ReplanTrigger::kWorkerJoined && joined.empty()) {
     return "no worker without a rank left";
