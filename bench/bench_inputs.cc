@@ -1,29 +1,23 @@
 #include "bench_inputs.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <utility>
 
+#include "pipeplan/common/file_reader.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 
 namespace pipeplan::bench {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Loaded Load(const std::string& graph_path, const std::string& cluster_path) {
   v1::PlanRequest req;
   for (const auto& [path, message] :
        {std::pair<std::string, google::protobuf::Message*>{graph_path, req.mutable_graph()},
         {cluster_path, req.mutable_cluster()}}) {
-    if (auto s = ParseJson(ReadFile(path), message); !s.ok()) {
+    absl::StatusOr<std::string> text = common::ReadFileToString(path, "bench input");
+    absl::Status s = text.ok() ? ParseJson(*text, message) : text.status();
+    if (!s.ok()) {
       std::cerr << path << ": " << s << "\n";
       std::exit(1);
     }

@@ -17,9 +17,6 @@ struct Loaded {
   std::unique_ptr<Cluster> cluster;
 };
 
-// The file's bytes ("" when it cannot be read; the parse then says so).
-std::string ReadFile(const std::string& path);
-
 // The graph and cluster at these paths, as PlanInputs::FromRequest reads them.
 Loaded Load(const std::string& graph_path, const std::string& cluster_path);
 

@@ -40,8 +40,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/flag_set.h"
 
 namespace {
 
@@ -330,9 +330,9 @@ void Large(const Options& o, Planner& p, RssSampler& rss) {
   answers.Print();
 }
 
-const pipeplan::cmdline::FlagSet& HostileFlags() {
-  static const pipeplan::cmdline::FlagSet* flags = [] {
-    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-hostile");
+const pipeplan::common::FlagSet& HostileFlags() {
+  static const pipeplan::common::FlagSet* flags = [] {
+    auto* f = new pipeplan::common::FlagSet("pipeplan-hostile");
     f->Value("planner-binary", "PATH", "the pipeplan-planner to start (required)")
         .Value("phases", "A,B", "rendezvous,reports,cache,large (all)")
         .Value("keys", "N", "rendezvous: values written (1024)")
@@ -352,7 +352,7 @@ const pipeplan::cmdline::FlagSet& HostileFlags() {
 }
 
 // Arguments after `--` go to the planner.
-absl::Status ReadArgs(const pipeplan::cmdline::ParsedFlags& f, Options* o) {
+absl::Status ReadArgs(const pipeplan::common::ParsedFlags& f, Options* o) {
   absl::StatusOr<std::string> binary = f.Require("planner-binary");
   if (!binary.ok()) return binary.status();
   o->planner_binary = *binary;
@@ -372,7 +372,7 @@ absl::Status ReadArgs(const pipeplan::cmdline::ParsedFlags& f, Options* o) {
     if (!v.ok()) return v.status();
     *out = *v;
     if (*out < 0) {
-      return pipeplan::cmdline::UsageError(
+      return pipeplan::common::UsageError(
           absl::StrCat("--", name, " wants a non-negative integer, got ", *out));
     }
   }
@@ -383,31 +383,31 @@ absl::Status ReadArgs(const pipeplan::cmdline::ParsedFlags& f, Options* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::cmdline::FlagSet& flags = HostileFlags();
-  absl::StatusOr<pipeplan::cmdline::ParsedFlags> parsed =
+  const pipeplan::common::FlagSet& flags = HostileFlags();
+  absl::StatusOr<pipeplan::common::ParsedFlags> parsed =
       flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (parsed.ok() && parsed->help_requested()) {
     std::cout << "usage: pipeplan-hostile --planner-binary PATH [flags] [-- planner flags]\n\n"
               << flags.Help();
-    return pipeplan::cmdline::kExitOk;
+    return pipeplan::common::kExitOk;
   }
   Options o;
   absl::Status read = parsed.ok() ? ReadArgs(*parsed, &o) : parsed.status();
   if (!read.ok()) {
     std::cerr << "pipeplan-hostile: " << read.message()
               << "\nrun `pipeplan-hostile --help` for usage\n";
-    return pipeplan::cmdline::kExitUsage;
+    return pipeplan::common::kExitUsage;
   }
   Planner planner;
   if (!planner.Start(o)) {
     std::cerr << "pipeplan-hostile: the planner did not start\n";
-    return pipeplan::cmdline::kExitError;
+    return pipeplan::common::kExitError;
   }
   auto client =
       PlannerClient::Connect({.address = planner.address(), .max_message_bytes = 256 << 20});
   if (!client.ok()) {
     std::cerr << client.status() << "\n";
-    return pipeplan::cmdline::kExitError;
+    return pipeplan::common::kExitError;
   }
   RssSampler rss(&planner);
   std::printf("planner %s, RSS at start %.0f MiB\n", planner.address().c_str(), MiB(planner.Rss()));

@@ -1,5 +1,5 @@
 // pipeplan-worker: one per GPU (or per CPU rank). See docs/worker.md; flags,
-// --help, --version and exit codes follow pipeplan/cmdline (docs/cli.md):
+// --help, --version and exit codes follow pipeplan/common (docs/cli.md):
 // 0 done or stopped (left the job), 1 error, 2 bad flags or configuration, 3 the planner
 // was unavailable, 4 the job was deleted or cancelled (do not restart),
 // 128 + the signal on a second SIGTERM / SIGINT.
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/cmdline/flag_set.h"
-#include "pipeplan/cmdline/version.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/flag_set.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/version.h"
 #include "pipeplan/worker/nccl_transport.h"
 #include "pipeplan/worker/worker.h"
 
@@ -29,8 +29,8 @@
 
 namespace {
 
-using pipeplan::cmdline::ParsedFlags;
-using pipeplan::cmdline::UsageError;
+using pipeplan::common::ParsedFlags;
+using pipeplan::common::UsageError;
 
 pipeplan::worker::Worker* g_worker = nullptr;
 std::atomic<int> g_signals{0};  // lock-free: safe in a signal handler
@@ -60,9 +60,9 @@ std::string DefaultStageCompiler(const std::string& built_in) {
   return std::filesystem::is_regular_file(installed, ec) ? installed.string() : built_in;
 }
 
-const pipeplan::cmdline::FlagSet& WorkerFlags() {
-  static const pipeplan::cmdline::FlagSet* flags = [] {
-    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-worker");
+const pipeplan::common::FlagSet& WorkerFlags() {
+  static const pipeplan::common::FlagSet* flags = [] {
+    auto* f = new pipeplan::common::FlagSet("pipeplan-worker");
     f->Section("required")
         .Value("planner", "ADDR",
                "the pipeplan-planner (host:port), or replicas A,B,C: the next one\n"
@@ -198,24 +198,24 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
 int UsageFailure(const absl::Status& status) {
   std::cerr << "pipeplan-worker: " << status.message()
             << "\nrun `pipeplan-worker --help` for usage\n";
-  return pipeplan::cmdline::kExitUsage;
+  return pipeplan::common::kExitUsage;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::cmdline::FlagSet& flags = WorkerFlags();
+  const pipeplan::common::FlagSet& flags = WorkerFlags();
   absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) return UsageFailure(parsed.status());
   if (parsed->help_requested()) {
     std::cout << "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device "
                  "DEVICE_ID [flags]\n\n"
               << flags.Help();
-    return pipeplan::cmdline::kExitOk;
+    return pipeplan::common::kExitOk;
   }
   if (parsed->Has("version")) {
-    std::cout << pipeplan::cmdline::VersionLine("pipeplan-worker");
-    return pipeplan::cmdline::kExitOk;
+    std::cout << pipeplan::common::VersionLine("pipeplan-worker");
+    return pipeplan::common::kExitOk;
   }
   pipeplan::worker::WorkerOptions o;
   o.planner.timeout = absl::Seconds(10);
@@ -237,6 +237,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pipeplan-worker: %s\n",
                  std::string(s.ToString(absl::StatusToStringMode::kWithNoExtraData)).c_str());
   }
-  if (pipeplan::worker::IsJobFailure(s)) return pipeplan::cmdline::kExitJobFailed;
-  return pipeplan::cmdline::ExitCodeFor(s);
+  if (pipeplan::worker::IsJobFailure(s)) return pipeplan::common::kExitJobFailed;
+  return pipeplan::common::ExitCodeFor(s);
 }

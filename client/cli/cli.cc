@@ -9,8 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "command.h"
 #include "global_flags.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/cmdline/version.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/version.h"
 
 namespace pipeplan::cli {
 namespace {
@@ -42,8 +42,8 @@ const Command* FindCommand(const std::string& words) {
   return nullptr;
 }
 
-cmdline::FlagSet FullFlags(const Command& c) {
-  cmdline::FlagSet flags = c.flags;
+common::FlagSet FullFlags(const Command& c) {
+  common::FlagSet flags = c.flags;
   flags.Include(GlobalFlagSet());
   return flags;
 }
@@ -85,7 +85,7 @@ std::string CommandHelp(const Command& c) {
 
 int Usage(absl::string_view message, absl::string_view help_hint) {
   std::cerr << "pipeplan: " << message << "\nrun `pipeplan " << help_hint << "--help` for usage\n";
-  return cmdline::kExitUsage;
+  return common::kExitUsage;
 }
 
 // `pipeplan help [command words]`.
@@ -100,20 +100,20 @@ int RunHelp(const std::vector<std::string>& words) {
   } else {
     return Usage(absl::StrCat("unknown command \"", joined, "\""), "");
   }
-  return cmdline::kExitOk;
+  return common::kExitOk;
 }
 
 int RunCommand(const Command& c, std::vector<std::string> args) {
   const std::string hint = absl::StrCat(c.words, " ");
-  absl::StatusOr<cmdline::ParsedFlags> flags = FullFlags(c).Parse(args);
+  absl::StatusOr<common::ParsedFlags> flags = FullFlags(c).Parse(args);
   if (!flags.ok()) return Usage(flags.status().message(), hint);
   if (flags->help_requested()) {
     std::cout << CommandHelp(c);
-    return cmdline::kExitOk;
+    return common::kExitOk;
   }
   if (flags->Has("version")) {
-    std::cout << cmdline::VersionLine("pipeplan");
-    return cmdline::kExitOk;
+    std::cout << common::VersionLine("pipeplan");
+    return common::kExitOk;
   }
   const std::vector<std::string>& positionals = flags->positionals();
   if (static_cast<int>(positionals.size()) > c.num_arguments) {
@@ -125,32 +125,32 @@ int RunCommand(const Command& c, std::vector<std::string> args) {
   absl::StatusOr<GlobalFlags> global = GlobalFlagsFrom(*flags);
   if (!global.ok()) return Usage(global.status().message(), hint);
   const absl::Status status = c.run(CommandContext{*flags, *global, positionals});
-  if (cmdline::IsUsageError(status)) return Usage(status.message(), hint);
+  if (common::IsUsageError(status)) return Usage(status.message(), hint);
   if (!status.ok()) {
     std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
               << "\n";
   }
-  return cmdline::ExitCodeFor(status);
+  return common::ExitCodeFor(status);
 }
 
 }  // namespace
 
 int RunCli(const std::vector<std::string>& args) {
-  absl::StatusOr<cmdline::ParsedFlags> global =
-      GlobalFlagSet().Parse(args, cmdline::FlagSet::Mode::kUntilPositional);
+  absl::StatusOr<common::ParsedFlags> global =
+      GlobalFlagSet().Parse(args, common::FlagSet::Mode::kUntilPositional);
   if (!global.ok()) {
     return Usage(absl::StrCat(global.status().message(), " (command flags go after the command)"),
                  "");
   }
   if (global->help_requested()) return RunHelp({});
   if (global->Has("version")) {
-    std::cout << cmdline::VersionLine("pipeplan");
-    return cmdline::kExitOk;
+    std::cout << common::VersionLine("pipeplan");
+    return common::kExitOk;
   }
   size_t i = global->consumed();
   if (i == args.size()) {
     std::cerr << TopHelp();
-    return cmdline::kExitUsage;
+    return common::kExitUsage;
   }
   std::string words = args[i++];
   if (words == "help") return RunHelp({args.begin() + i, args.end()});
@@ -158,7 +158,7 @@ int RunCli(const std::vector<std::string>& args) {
     if (i == args.size() || IsFlag(args[i])) {
       const bool help = i < args.size() && (args[i] == "--help" || args[i] == "-h");
       (help ? std::cout : std::cerr) << GroupHelp(words);
-      return help ? cmdline::kExitOk : cmdline::kExitUsage;
+      return help ? common::kExitOk : common::kExitUsage;
     }
     words += " " + args[i++];
   }

@@ -1,6 +1,6 @@
 // The `pipeplan` dispatcher: global flags, the command words, the command's
 // flags, --help at every level (exit 0), --version, and the exit code of the
-// result (pipeplan/cmdline/exit_code.h). main.cc is a call to RunCli.
+// result (pipeplan/common/exit_code.h). main.cc is a call to RunCli.
 #ifndef PIPEPLAN_CLIENT_CLI_CLI_H_
 #define PIPEPLAN_CLIENT_CLI_CLI_H_
 

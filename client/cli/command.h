@@ -11,24 +11,24 @@
 
 #include "absl/status/status.h"
 #include "global_flags.h"
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 
 namespace pipeplan::cli {
 
 // What a command runs with.
 struct CommandContext {
-  const cmdline::ParsedFlags& flags;  // the command's flags and the global ones
+  const common::ParsedFlags& flags;  // the command's flags and the global ones
   const GlobalFlags& global;
   const std::vector<std::string>& args;  // positional arguments (count checked)
 };
 
 struct Command {
-  std::string words;                   // "plan", "jobs replan"
-  std::string arguments;               // synopsis of the positional arguments: "JOB"
-  int num_arguments = 0;               // exactly this many
-  std::string summary;                 // one line for `pipeplan --help`
-  std::string details;                 // more for `pipeplan <command> --help` (may be empty)
-  cmdline::FlagSet flags{"pipeplan"};  // the command's own (globals are added)
+  std::string words;                  // "plan", "jobs replan"
+  std::string arguments;              // synopsis of the positional arguments: "JOB"
+  int num_arguments = 0;              // exactly this many
+  std::string summary;                // one line for `pipeplan --help`
+  std::string details;                // more for `pipeplan <command> --help` (may be empty)
+  common::FlagSet flags{"pipeplan"};  // the command's own (globals are added)
   std::function<absl::Status(const CommandContext&)> run;
 };
 

@@ -2,14 +2,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::cli {
 
-const cmdline::FlagSet& GlobalFlagSet() {
-  static const cmdline::FlagSet* flags = [] {
-    auto* f = new cmdline::FlagSet("pipeplan");
+const common::FlagSet& GlobalFlagSet() {
+  static const common::FlagSet* flags = [] {
+    auto* f = new common::FlagSet("pipeplan");
     f->Section("global flags (before or after the command)")
         .Value("planner", "ADDR",
                "talk to a running pipeplan-planner (e.g. 127.0.0.1:7600), or\n"
@@ -29,7 +29,7 @@ const cmdline::FlagSet& GlobalFlagSet() {
   return *flags;
 }
 
-absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const cmdline::ParsedFlags& flags) {
+absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const common::ParsedFlags& flags) {
   GlobalFlags g;
   g.planner = flags.Get("planner").value_or("");
   g.tls_ca = flags.Get("tls-ca").value_or("");
@@ -38,13 +38,13 @@ absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const cmdline::ParsedFlags& flags) {
   g.token_file = flags.Get("token-file").value_or("");
   PIPEPLAN_ASSIGN_OR_RETURN(g.timeout_seconds, flags.GetDouble("timeout", 60));
   if (!(g.timeout_seconds > 0)) {
-    return cmdline::UsageError(absl::StrCat("--timeout wants positive seconds, got \"",
-                                            flags.Get("timeout").value_or(""), "\""));
+    return common::UsageError(absl::StrCat("--timeout wants positive seconds, got \"",
+                                           flags.Get("timeout").value_or(""), "\""));
   }
   PIPEPLAN_ASSIGN_OR_RETURN(std::string output,
                             flags.GetChoice("output", {"json", "table"}, "table"));
   if (flags.Has("json") && output == "table" && flags.Has("output")) {
-    return cmdline::UsageError("give -o table or --json, not both");
+    return common::UsageError("give -o table or --json, not both");
   }
   g.output = output == "json" || flags.Has("json") ? Output::kJson : Output::kTable;
   return g;
@@ -52,7 +52,7 @@ absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const cmdline::ParsedFlags& flags) {
 
 absl::StatusOr<std::unique_ptr<client::PlannerClient>> Connect(const GlobalFlags& g) {
   if (g.planner.empty()) {
-    return cmdline::UsageError("this command needs --planner ADDR");
+    return common::UsageError("this command needs --planner ADDR");
   }
   client::ClientOptions o;
   o.address = g.planner;

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "pipeplan/client/planner_client.h"
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 
 namespace pipeplan::cli {
 
@@ -25,11 +25,11 @@ struct GlobalFlags {
   Output output = Output::kTable;
 };
 
-const cmdline::FlagSet& GlobalFlagSet();
+const common::FlagSet& GlobalFlagSet();
 
 // Usage errors name the flag: --timeout not a positive number, -o neither
 // json nor table, or -o table with --json.
-absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const cmdline::ParsedFlags& flags);
+absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const common::ParsedFlags& flags);
 
 // A client for --planner; a usage error when --planner is missing.
 absl::StatusOr<std::unique_ptr<client::PlannerClient>> Connect(const GlobalFlags& global);

@@ -13,8 +13,8 @@
 #include "job_table.h"
 #include "json_text.h"
 #include "pipeplan/client/planner_client.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
-#include "pipeplan/core/status_macros.h"
 #include "plan_table.h"
 #include "request_flags.h"
 

@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "command.h"
 #include "pipeplan/client/planner_client.h"
-#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/chrome_trace.h"
-#include "pipeplan/core/status_macros.h"
 #include "simulate_command.h"
 
 namespace pipeplan::cli {
@@ -48,7 +48,7 @@ absl::Status JobsTrace(const CommandContext& ctx) {
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t step, ctx.flags.GetInt64("step", -1));
   const std::optional<std::string> path = ctx.flags.Get("out");
   if (!path && !ctx.flags.Has("ascii")) {
-    return cmdline::UsageError("say where the trace goes: --out FILE (or --ascii)");
+    return common::UsageError("say where the trace goes: --out FILE (or --ascii)");
   }
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::ListStepReportsResponse reports,

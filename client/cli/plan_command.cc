@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "command.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/core/status_macros.h"
 #include "plan_table.h"
 #include "request_flags.h"
 

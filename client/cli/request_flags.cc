@@ -5,17 +5,18 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/file_reader.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/memory_model.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan::cli {
 
-const cmdline::FlagSet& PlanInputFlags() {
-  static const cmdline::FlagSet* flags = [] {
-    auto* f = new cmdline::FlagSet("pipeplan");
+const common::FlagSet& PlanInputFlags() {
+  static const common::FlagSet* flags = [] {
+    auto* f = new common::FlagSet("pipeplan");
     f->Section("model and cluster")
         .Value("graph", "FILE", "model graph JSON (docs/graph-format.md)")
         .Value("cluster", "FILE", "cluster topology JSON");
@@ -24,9 +25,9 @@ const cmdline::FlagSet& PlanInputFlags() {
   return *flags;
 }
 
-const cmdline::FlagSet& PlanOptionFlags() {
-  static const cmdline::FlagSet* flags = [] {
-    auto* f = new cmdline::FlagSet("pipeplan");
+const common::FlagSet& PlanOptionFlags() {
+  static const common::FlagSet* flags = [] {
+    auto* f = new common::FlagSet("pipeplan");
     f->Section("plan options")
         .Value("ranks", "P", "pipeline ranks (0 or absent: the planner chooses)")
         .Alias("stages")
@@ -58,19 +59,11 @@ const cmdline::FlagSet& PlanOptionFlags() {
   return *flags;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 namespace {
 
 template <typename Message>
 absl::Status ReadJsonFile(const std::string& path, Message* message) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, common::ReadFileToString(path));
   absl::Status s = ParseJson(text, message);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   return absl::OkStatus();
@@ -80,12 +73,12 @@ absl::Status ReadJsonFile(const std::string& path, Message* message) {
 template <typename T>
 absl::StatusOr<T> FlagValue(const std::string& flag, absl::StatusOr<T> parsed) {
   if (!parsed.ok()) {
-    return cmdline::UsageError(absl::StrCat("--", flag, ": ", parsed.status().message()));
+    return common::UsageError(absl::StrCat("--", flag, ": ", parsed.status().message()));
   }
   return parsed;
 }
 
-absl::Status ApplyNamedOptions(const cmdline::ParsedFlags& flags, v1::PlanOptions* o) {
+absl::Status ApplyNamedOptions(const common::ParsedFlags& flags, v1::PlanOptions* o) {
   if (auto name = flags.Get("schedule")) {
     if (absl::AsciiStrToLower(*name) == "auto") {
       o->set_schedule(v1::SCHEDULE_AUTO);
@@ -116,7 +109,7 @@ absl::Status ApplyNamedOptions(const cmdline::ParsedFlags& flags, v1::PlanOption
   if (auto comm = flags.Get("comm")) {
     const std::string c = absl::AsciiStrToLower(*comm);
     if (c != "relay" && c != "direct") {
-      return cmdline::UsageError(absl::StrCat("--comm wants direct or relay, got \"", *comm, "\""));
+      return common::UsageError(absl::StrCat("--comm wants direct or relay, got \"", *comm, "\""));
     }
     o->set_comm_model(c == "relay" ? v1::COMM_RELAY : v1::COMM_DIRECT);
   }
@@ -125,14 +118,14 @@ absl::Status ApplyNamedOptions(const cmdline::ParsedFlags& flags, v1::PlanOption
 
 }  // namespace
 
-bool HasOptionFlags(const cmdline::ParsedFlags& flags) {
-  for (const cmdline::FlagSpec& f : PlanOptionFlags().flags()) {
+bool HasOptionFlags(const common::ParsedFlags& flags) {
+  for (const common::FlagSpec& f : PlanOptionFlags().flags()) {
     if (flags.Has(f.name)) return true;
   }
   return false;
 }
 
-absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions* o) {
+absl::Status ApplyOptionFlags(const common::ParsedFlags& flags, v1::PlanOptions* o) {
   if (flags.Has("ranks")) {
     PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("ranks", 0));
     o->set_num_ranks(v);
@@ -172,7 +165,7 @@ absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions
   return ApplyNamedOptions(flags, o);
 }
 
-absl::StatusOr<v1::PlanRequest> RequestFromFlags(const cmdline::ParsedFlags& flags) {
+absl::StatusOr<v1::PlanRequest> RequestFromFlags(const common::ParsedFlags& flags) {
   v1::PlanRequest req;
   PIPEPLAN_ASSIGN_OR_RETURN(std::string graph_path, flags.Require("graph"));
   PIPEPLAN_ASSIGN_OR_RETURN(std::string cluster_path, flags.Require("cluster"));

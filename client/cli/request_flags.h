@@ -8,29 +8,27 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 #include "pipeplan/v1/plan.pb.h"
 
 namespace pipeplan::cli {
 
 // --graph FILE --cluster FILE.
-const cmdline::FlagSet& PlanInputFlags();
+const common::FlagSet& PlanInputFlags();
 // --ranks (deprecated alias --stages), --microbatches, --schedule,
 // --chunks-per-rank (alias --chunks), --method, --comm, ... .
-const cmdline::FlagSet& PlanOptionFlags();
+const common::FlagSet& PlanOptionFlags();
 
 // Reads --graph and --cluster JSON and the option flags. Errors name the file
 // or flag.
-absl::StatusOr<v1::PlanRequest> RequestFromFlags(const cmdline::ParsedFlags& flags);
+absl::StatusOr<v1::PlanRequest> RequestFromFlags(const common::ParsedFlags& flags);
 
 // Sets the option fields whose flags were given and leaves the others as
 // they are (`jobs replan --ranks 2` keeps the schedule of the current
 // version). Usage errors name the flag.
-absl::Status ApplyOptionFlags(const cmdline::ParsedFlags& flags, v1::PlanOptions* options);
+absl::Status ApplyOptionFlags(const common::ParsedFlags& flags, v1::PlanOptions* options);
 // Whether any option flag was given.
-bool HasOptionFlags(const cmdline::ParsedFlags& flags);
-
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+bool HasOptionFlags(const common::ParsedFlags& flags);
 
 }  // namespace pipeplan::cli
 

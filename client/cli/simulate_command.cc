@@ -12,7 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "command.h"
 #include "json_text.h"
-#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/file_reader.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/chrome_trace.h"
@@ -26,7 +28,6 @@
 #include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
-#include "pipeplan/core/status_macros.h"
 #include "plan_command.h"
 #include "request_flags.h"
 
@@ -37,14 +38,6 @@ namespace {
 using schedule::PipelineSchedule;
 using schedule::ScheduleKind;
 using schedule::StageCosts;
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -77,21 +70,21 @@ namespace {
 
 // A schedule named by --schedule with --ranks, --microbatches and
 // --chunks-per-rank, at unit stage times.
-absl::StatusOr<Scenario> FromScheduleFlags(const cmdline::ParsedFlags& flags) {
+absl::StatusOr<Scenario> FromScheduleFlags(const common::ParsedFlags& flags) {
   if (!flags.Has("schedule")) {
-    return cmdline::UsageError(
+    return common::UsageError(
         "say what to simulate: --schedule NAME --ranks P --microbatches M, --csv FILE, "
         "--plan FILE or --graph FILE --cluster FILE");
   }
   PIPEPLAN_ASSIGN_OR_RETURN(std::string name, flags.Require("schedule"));
   absl::StatusOr<ScheduleKind> kind = schedule::ParseScheduleKind(name);
-  if (!kind.ok()) return cmdline::UsageError(absl::StrCat("--schedule: ", kind.status().message()));
+  if (!kind.ok()) return common::UsageError(absl::StrCat("--schedule: ", kind.status().message()));
   PIPEPLAN_ASSIGN_OR_RETURN(int ranks, flags.GetInt("ranks", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(int microbatches, flags.GetInt("microbatches", 0));
   PIPEPLAN_ASSIGN_OR_RETURN(int chunks_per_rank,
                             flags.GetInt("chunks-per-rank", kDefaultChunksPerRank));
   if (ranks < 1 || microbatches < 1) {
-    return cmdline::UsageError("--schedule needs --ranks P and --microbatches M (>= 1)");
+    return common::UsageError("--schedule needs --ranks P and --microbatches M (>= 1)");
   }
   Scenario sc;
   sc.source = std::string(schedule::ScheduleKindName(*kind));
@@ -102,14 +95,14 @@ absl::StatusOr<Scenario> FromScheduleFlags(const cmdline::ParsedFlags& flags) {
 }
 
 absl::StatusOr<Scenario> FromFlags(const CommandContext& ctx) {
-  const cmdline::ParsedFlags& flags = ctx.flags;
+  const common::ParsedFlags& flags = ctx.flags;
   const int sources = flags.Has("plan") + flags.Has("graph") + flags.Has("csv");
   if (sources > 1) {
-    return cmdline::UsageError("give only one of --plan, --graph/--cluster and --csv");
+    return common::UsageError("give only one of --plan, --graph/--cluster and --csv");
   }
   if (flags.Has("plan")) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("plan"));
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, common::ReadFileToString(path));
     v1::Plan plan;
     if (absl::Status s = ParseJson(text, &plan); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
@@ -124,7 +117,7 @@ absl::StatusOr<Scenario> FromFlags(const CommandContext& ctx) {
   Scenario sc;
   if (flags.Has("csv")) {
     PIPEPLAN_ASSIGN_OR_RETURN(std::string path, flags.Require("csv"));
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, common::ReadFileToString(path));
     absl::StatusOr<PipelineSchedule> s = schedule::ScheduleFromCsv(text);
     if (!s.ok())
       return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
@@ -200,7 +193,7 @@ std::string ReportTable(const Scenario& sc, const PipelineSchedule& s,
 }
 
 absl::Status RunSimulate(const CommandContext& ctx) {
-  const cmdline::ParsedFlags& flags = ctx.flags;
+  const common::ParsedFlags& flags = ctx.flags;
   PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, FromFlags(ctx));
   PIPEPLAN_ASSIGN_OR_RETURN(PipelineSchedule lowered, Lowered(sc.schedule));
   const bool unit_time = flags.Has("unit-time");

@@ -4,8 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/model_package.h"
 
 namespace pipeplan::cli {
@@ -16,13 +16,13 @@ std::string Absolute(const std::string& path) {
 }
 
 // tensors:FILE names a file the CLI can check exists; synthetic needs nothing.
-absl::StatusOr<std::string> DataFlag(const cmdline::ParsedFlags& flags) {
+absl::StatusOr<std::string> DataFlag(const common::ParsedFlags& flags) {
   const std::optional<std::string> data = flags.Get("data");
-  if (!data) return cmdline::UsageError("--data is required with --model-package");
+  if (!data) return common::UsageError("--data is required with --model-package");
   if (absl::StartsWith(*data, "tensors:")) {
     const std::string file = data->substr(8);
     if (!std::filesystem::is_regular_file(file)) {
-      return cmdline::UsageError(absl::StrCat("--data: no file ", file));
+      return common::UsageError(absl::StrCat("--data: no file ", file));
     }
     return absl::StrCat("tensors:", Absolute(file));
   }
@@ -31,9 +31,9 @@ absl::StatusOr<std::string> DataFlag(const cmdline::ParsedFlags& flags) {
 
 }  // namespace
 
-const cmdline::FlagSet& TrainingFlags() {
-  static const cmdline::FlagSet* flags = [] {
-    auto* f = new cmdline::FlagSet("pipeplan");
+const common::FlagSet& TrainingFlags() {
+  static const common::FlagSet* flags = [] {
+    auto* f = new common::FlagSet("pipeplan");
     f->Section("training flags (workers with --executor torch train the model)")
         .Value("model-package", "DIR",
                "pipeplan_export.py --package output (checked against --graph)")
@@ -56,12 +56,12 @@ const cmdline::FlagSet& TrainingFlags() {
 }
 
 absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
-    const cmdline::ParsedFlags& flags, const v1::ModelGraph& graph) {
+    const common::ParsedFlags& flags, const v1::ModelGraph& graph) {
   if (!flags.Has("model-package")) {
-    for (const cmdline::FlagSpec& f : TrainingFlags().flags()) {
+    for (const common::FlagSpec& f : TrainingFlags().flags()) {
       // --optimizer is also a planning flag (the memory model's optimizer).
       if (flags.Has(f.name) && f.name != "optimizer") {
-        return cmdline::UsageError(absl::StrCat("--", f.name, " needs --model-package"));
+        return common::UsageError(absl::StrCat("--", f.name, " needs --model-package"));
       }
     }
     return std::nullopt;
@@ -89,7 +89,7 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
   PIPEPLAN_ASSIGN_OR_RETURN(std::string data, DataFlag(flags));
   spec.set_data(data);
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt64("batch-size", 0));
-  if (batch < 1) return cmdline::UsageError("--batch-size is required (rows per step)");
+  if (batch < 1) return common::UsageError("--batch-size is required (rows per step)");
   spec.set_batch_size(batch);
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t max_steps, flags.GetInt64("max-steps", 0));
   spec.set_max_steps(max_steps);

@@ -8,20 +8,20 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
 namespace pipeplan::cli {
 
 // --model-package, --data, --batch-size, --optimizer, --lr, ... .
-const cmdline::FlagSet& TrainingFlags();
+const common::FlagSet& TrainingFlags();
 
 // nullopt without --model-package (a planning-only job). Paths become
 // absolute (workers run elsewhere); the package's manifest is read and its
 // nodes checked against `graph`; --loss defaults to the package's.
 // Flag mistakes are usage errors naming the flag.
 absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
-    const cmdline::ParsedFlags& flags, const v1::ModelGraph& graph);
+    const common::ParsedFlags& flags, const v1::ModelGraph& graph);
 
 }  // namespace pipeplan::cli
 

@@ -17,8 +17,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "pipeplan/core/status_macros.h"
-#include "pipeplan/server/status_map.h"
+#include "pipeplan/common/file_reader.h"
+#include "pipeplan/common/grpc_status.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::client {
 namespace {
@@ -72,15 +73,7 @@ absl::StatusOr<std::string> ChannelTarget(const std::string& address) {
   return absl::StrCat(any_v6 ? "ipv6:" : "ipv4:", absl::StrJoin(numeric, ","));
 }
 
-using server::FromGrpcStatus;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using common::FromGrpcStatus;
 
 class GrpcPlanWatch : public PlanWatch {
  public:
@@ -116,7 +109,8 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
   std::unique_ptr<PlannerClient> c(new PlannerClient());
   c->options_ = options;
   if (c->options_.token.empty() && !options.token_file.empty()) {
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadFile(options.token_file, "token file"));
+    PIPEPLAN_ASSIGN_OR_RETURN(std::string text,
+                              common::ReadFileToString(options.token_file, "token file"));
     c->options_.token = std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
     if (c->options_.token.empty()) {
       return absl::InvalidArgumentError(
@@ -127,15 +121,17 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
   if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca_file.empty()) {
-      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_ca_file, "TLS CA"));
+      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                                common::ReadFileToString(options.tls_ca_file, "TLS CA"));
     }
     if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
       if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
         return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
       }
       PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
-                                ReadFile(options.tls_cert_file, "TLS certificate"));
-      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(options.tls_key_file, "TLS key"));
+                                common::ReadFileToString(options.tls_cert_file, "TLS certificate"));
+      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                                common::ReadFileToString(options.tls_key_file, "TLS key"));
     }
     creds = grpc::SslCredentials(ssl);
   }

@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/schedule/build.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 namespace {

@@ -5,8 +5,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/schedule/action.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 

@@ -1,6 +1,6 @@
 #include "pipeplan/convert/report_convert.h"
 
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan {
 

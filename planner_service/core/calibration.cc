@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/schedule/stage_costs.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 const DeviceFactor* CalibrationResult::Find(const std::string& device_id) const {

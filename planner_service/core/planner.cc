@@ -9,10 +9,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/cut_groups.h"
 #include "pipeplan/core/placement.h"
 #include "pipeplan/core/schedule/stage_costs.h"
-#include "pipeplan/core/status_macros.h"
 #include "search/search.h"
 
 namespace pipeplan {

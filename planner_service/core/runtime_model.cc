@@ -3,11 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 namespace {

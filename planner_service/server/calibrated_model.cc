@@ -4,10 +4,10 @@
 #include <set>
 #include <utility>
 
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/schedule/action.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan::server {
 

@@ -10,9 +10,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
+#include "pipeplan/common/grpc_status.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
-#include "pipeplan/server/status_map.h"
 #include "pipeplan/v1/planner_service.grpc.pb.h"
 
 namespace pipeplan::server {
@@ -88,7 +88,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::PlanUpdate> {
     }
     void FinishLocked(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       finished_ = true;
-      reactor_->Finish(ToGrpcStatus(s));
+      reactor_->Finish(common::ToGrpcStatus(s));
     }
     absl::Mutex mu_;
     WatchReactor* reactor_ ABSL_GUARDED_BY(mu_);
@@ -267,7 +267,7 @@ class GrpcAdapter::Service final : public v1::PlannerService::CallbackService {
       }
     }
     Count(method, s);
-    reactor->Finish(ToGrpcStatus(s));
+    reactor->Finish(common::ToGrpcStatus(s));
     return reactor;
   }
 
@@ -278,7 +278,7 @@ class GrpcAdapter::Service final : public v1::PlannerService::CallbackService {
     absl::Status s = Admit(ctx);
     if (!s.ok()) {
       Count(method, s);
-      reactor->Finish(ToGrpcStatus(s));
+      reactor->Finish(common::ToGrpcStatus(s));
       return reactor;
     }
     reactor->ctx.deadline = DeadlineOf(ctx);
@@ -287,7 +287,7 @@ class GrpcAdapter::Service final : public v1::PlannerService::CallbackService {
       absl::Status st = r.status();
       if (r.ok()) *resp = *std::move(r);
       Count(m, st);
-      reactor->Finish(ToGrpcStatus(st));
+      reactor->Finish(common::ToGrpcStatus(st));
     });
     return reactor;
   }

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
-#include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/calibrated_model.h"
 
 namespace pipeplan::server {

@@ -6,7 +6,7 @@
 // Prints `listening on HOST:PORT` on stdout once it serves (port 0 picks a
 // free port), logs key=value lines on stderr, and drains then stops on
 // SIGTERM or SIGINT. Flags, --help, --version and exit codes follow
-// pipeplan/cmdline (docs/cli.md).
+// pipeplan/common (docs/cli.md).
 #include <signal.h>
 
 #include <cmath>
@@ -18,21 +18,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/cmdline/flag_set.h"
-#include "pipeplan/cmdline/version.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/flag_set.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/version.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/release_memory.h"
 #include "pipeplan/server/server.h"
 
 namespace {
 
-using pipeplan::cmdline::ParsedFlags;
+using pipeplan::common::ParsedFlags;
 
-const pipeplan::cmdline::FlagSet& PlannerFlags() {
-  static const pipeplan::cmdline::FlagSet* flags = [] {
-    auto* f = new pipeplan::cmdline::FlagSet("pipeplan-planner");
+const pipeplan::common::FlagSet& PlannerFlags() {
+  static const pipeplan::common::FlagSet* flags = [] {
+    auto* f = new pipeplan::common::FlagSet("pipeplan-planner");
     f->Value("listen", "ADDR", "gRPC address (127.0.0.1:7600; port 0 picks one)")
         .Value("data-dir", "DIR",
                "SQLite state directory ($XDG_STATE_HOME/pipeplan or\n~/.local/state/pipeplan)")
@@ -107,8 +107,8 @@ absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
   if (!flags.Has(name)) return absl::OkStatus();
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
   if (v < 0 || !std::in_range<T>(v)) {
-    return pipeplan::cmdline::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
-                                                      std::numeric_limits<T>::max(), ", got ", v));
+    return pipeplan::common::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
+                                                     std::numeric_limits<T>::max(), ", got ", v));
   }
   *out = static_cast<T>(v);
   return absl::OkStatus();
@@ -119,7 +119,7 @@ absl::Status NonNegative(const ParsedFlags& flags, const std::string& name, doub
   if (!flags.Has(name)) return absl::OkStatus();
   PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
   if (!(v >= 0) || std::isinf(v)) {
-    return pipeplan::cmdline::UsageError(
+    return pipeplan::common::UsageError(
         absl::StrCat("--", name, " wants a non-negative number, got ", *flags.Get(name)));
   }
   *out = v;
@@ -142,9 +142,9 @@ absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c)
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-max-threads", &c->grpc_max_threads));
   if (c->grpc_memory_bytes > 0 && c->grpc_memory_bytes < 2 * int64_t{c->max_message_bytes}) {
     // Below that, gRPC would cancel a single largest message while it arrives.
-    return pipeplan::cmdline::UsageError(
-        absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes, " must be 0 or at least twice ",
-                     "--max-message-bytes=", c->max_message_bytes));
+    return pipeplan::common::UsageError(absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes,
+                                                     " must be 0 or at least twice ",
+                                                     "--max-message-bytes=", c->max_message_bytes));
   }
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
@@ -168,7 +168,7 @@ absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c)
 
 absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, double* drain) {
   if (!f.positionals().empty()) {
-    return pipeplan::cmdline::UsageError(
+    return pipeplan::common::UsageError(
         absl::StrCat("unexpected argument \"", f.positionals()[0], "\""));
   }
   c->listen = f.Get("listen").value_or(c->listen);
@@ -221,7 +221,7 @@ int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
   if (!server.ok()) {
     std::cerr << "pipeplan-planner: " << absl::StatusCodeToString(server.status().code()) << ": "
               << server.status().message() << "\n";
-    return pipeplan::cmdline::ExitCodeFor(server.status());
+    return pipeplan::common::ExitCodeFor(server.status());
   }
   std::cout << "listening on " << (*server)->host() << ":" << (*server)->port() << "\n";
   if ((*server)->metrics_port() > 0) {
@@ -237,21 +237,21 @@ int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
   absl::SleepFor(absl::Seconds(drain_seconds));
   (*server)->Shutdown(absl::Seconds(5));
   server->reset();
-  return pipeplan::cmdline::kExitOk;
+  return pipeplan::common::kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::cmdline::FlagSet& flags = PlannerFlags();
+  const pipeplan::common::FlagSet& flags = PlannerFlags();
   absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (parsed.ok() && parsed->help_requested()) {
     std::cout << "usage: pipeplan-planner [flags]\n\n" << flags.Help();
-    return pipeplan::cmdline::kExitOk;
+    return pipeplan::common::kExitOk;
   }
   if (parsed.ok() && parsed->Has("version")) {
-    std::cout << pipeplan::cmdline::VersionLine("pipeplan-planner");
-    return pipeplan::cmdline::kExitOk;
+    std::cout << pipeplan::common::VersionLine("pipeplan-planner");
+    return pipeplan::common::kExitOk;
   }
   pipeplan::server::ServerConfig config;
   double drain_seconds = 1;
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   if (!read.ok()) {
     std::cerr << "pipeplan-planner: " << read.message()
               << "\nrun `pipeplan-planner --help` for usage\n";
-    return pipeplan::cmdline::kExitUsage;
+    return pipeplan::common::kExitUsage;
   }
   return Serve(config, drain_seconds);
 }

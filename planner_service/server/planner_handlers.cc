@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/core/status_macros.h"
 #include "pipeplan/server/job_observer.h"
 #include "pipeplan/server/live_devices.h"
 #include "pipeplan/server/log.h"

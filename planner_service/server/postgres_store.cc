@@ -21,7 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/server/store.h"
 #include "postgres_connection.h"
 

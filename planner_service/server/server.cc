@@ -22,11 +22,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "grpc_adapter.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/grpc_status.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/server/job_ownership.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/metrics.h"
-#include "pipeplan/server/status_map.h"
 #include "pipeplan/server/write_health_store.h"
 
 namespace pipeplan::server {

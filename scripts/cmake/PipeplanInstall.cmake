@@ -17,7 +17,7 @@ set(PIPEPLAN_PYTHON_INSTALL_DIR lib/python3/dist-packages)
 # --- Libraries: a consumer names pipeplan::client / pipeplan::core /
 # pipeplan::convert; the others come along as their link dependencies.
 set(pipeplan_exported_targets pipeplan_client pipeplan_convert pipeplan_core pipeplan_schedule
-    pipeplan_proto pipeplan_health_proto pipeplan_server_status)
+    pipeplan_proto pipeplan_health_proto pipeplan_grpc_status pipeplan_base)
 foreach(target ${pipeplan_exported_targets})
   string(REPLACE "pipeplan_" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
@@ -47,7 +47,7 @@ install(FILES ${PROJECT_BINARY_DIR}/pipeplan.pc DESTINATION ${CMAKE_INSTALL_LIBD
 # --- Public headers: the client, the core (and its schedule library), the
 # wire <-> core conversion, the generated pipeplan.v1 headers, and the
 # .proto files beside them (protoc -I <prefix>/include).
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/ ${PROJECT_SOURCE_DIR}/planner_service/core/include/
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/common/include/ ${PROJECT_SOURCE_DIR}/client/include/ ${PROJECT_SOURCE_DIR}/planner_service/core/include/
                   ${PROJECT_SOURCE_DIR}/planner_service/convert/include/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev FILES_MATCHING PATTERN "*.h")
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/pipeplan/v1

@@ -880,7 +880,7 @@ def check_exit_codes():
     """The units restart exactly what a restart can fix (docs/cli.md)."""
     codes = exit_codes()
     if not {"kExitUsage", "kExitNotFound", "kExitUnavailable"} <= set(codes):
-        fail(f"pipeplan/cmdline/exit_code.h: exit codes not found ({codes})")
+        fail(f"pipeplan/common/exit_code.h: exit codes not found ({codes})")
         return
     # Workers: bad flags, and a job that is gone or failed for good.
     worker_final = {codes["kExitUsage"], codes["kExitNotFound"]}

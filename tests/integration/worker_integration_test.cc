@@ -279,7 +279,7 @@ TEST(WorkerIntegration, MlpLossDecreasesAcrossTwoRanks) {
 
 // The planner answers NOT_FOUND once the job is gone or cancelled (the watch
 // stream ends with it, Heartbeat returns it); the worker decides by that code
-// and exits 4 (pipeplan/cmdline/exit_code.h), which its units do not restart.
+// and exits 4 (pipeplan/common/exit_code.h), which its units do not restart.
 void ExpectWorkerStopsWhenJobEnds(bool cancel) {
   Cluster c;
   ASSERT_NO_FATAL_FAILURE(StartJob(&c, 1, 2, {"--time-scale", "0.2"}));

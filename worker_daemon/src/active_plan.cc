@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/executor_factory.h"
 #include "pipeplan/worker/gloo_transport.h"
 #include "pipeplan/worker/group_transport.h"

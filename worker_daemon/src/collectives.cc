@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::worker {
 

@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::worker {
 namespace {

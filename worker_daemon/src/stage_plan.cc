@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/core/schedule/lowering.h"
-#include "pipeplan/core/status_macros.h"
 #include "pipeplan/v1/graph.pb.h"
 
 namespace pipeplan::worker {

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/collectives.h"
 
 namespace pipeplan::worker {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "event_log.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
-#include "pipeplan/core/status_macros.h"
 #include "retryable.h"
 #include "step_report.h"
 

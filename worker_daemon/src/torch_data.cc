@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/checkpoint.h"
 
 namespace pipeplan::worker {

@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/collectives.h"
 #include "torch_executor_impl.h"

@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "compile_queue.h"
 #include "event_log.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/checkpoint.h"
 #include "pipeplan/worker/model_package.h"
 #include "pipeplan/worker/stage_compiler.h"

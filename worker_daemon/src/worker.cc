@@ -10,7 +10,7 @@
 #include "control_state.h"
 #include "control_threads.h"
 #include "event_log.h"
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/executor_factory.h"
 #include "pipeplan/worker/metrics.h"
 #include "pipeplan/worker/nccl_transport.h"

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/partition.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 namespace {

@@ -18,8 +18,8 @@
 #include "contraction.h"
 #include "direct_pair_dp.h"
 #include "ideal_lattice.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/partition.h"
-#include "pipeplan/core/status_macros.h"
 #include "separable_dp.h"
 #include "zero_cost_merge.h"
 

@@ -19,8 +19,8 @@
 #include "comm_bound.h"
 #include "contraction.h"
 #include "milp_model.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/partition.h"
-#include "pipeplan/core/status_macros.h"
 
 namespace pipeplan {
 namespace milp_internal {

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipeplan/core/status_macros.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::lattice_dp_internal {
 

@@ -4,9 +4,9 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
-#include "pipeplan/core/status_macros.h"
 #include "split.h"
 
 namespace pipeplan::search {

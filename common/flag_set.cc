@@ -1,4 +1,4 @@
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 
 #include <algorithm>
 #include <iostream>
@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/common/exit_code.h"
 
-namespace pipeplan::cmdline {
+namespace pipeplan::common {
 namespace {
 
 bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h"; }
@@ -299,4 +299,4 @@ std::string FlagSet::Help() const {
   return out;
 }
 
-}  // namespace pipeplan::cmdline
+}  // namespace pipeplan::common

@@ -13,13 +13,13 @@
 //      FinishWorker; `jobs show` says why (do not restart)
 //
 // docs/cli.md lists them with the commands.
-#ifndef PIPEPLAN_CMDLINE_EXIT_CODE_H_
-#define PIPEPLAN_CMDLINE_EXIT_CODE_H_
+#ifndef PIPEPLAN_COMMON_EXIT_CODE_H_
+#define PIPEPLAN_COMMON_EXIT_CODE_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-namespace pipeplan::cmdline {
+namespace pipeplan::common {
 
 enum ExitCode : int {
   kExitOk = 0,
@@ -39,6 +39,6 @@ bool IsUsageError(const absl::Status& status);
 // The exit code for a command's final status (the table above).
 int ExitCodeFor(const absl::Status& status);
 
-}  // namespace pipeplan::cmdline
+}  // namespace pipeplan::common
 
-#endif  // PIPEPLAN_CMDLINE_EXIT_CODE_H_
+#endif  // PIPEPLAN_COMMON_EXIT_CODE_H_

@@ -1,8 +1,8 @@
-#include "pipeplan/server/status_map.h"
+#include "pipeplan/common/grpc_status.h"
 
 #include <string>
 
-namespace pipeplan::server {
+namespace pipeplan::common {
 
 grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
   switch (code) {
@@ -96,4 +96,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(FromGrpcCode(status.error_code()), status.error_message());
 }
 
-}  // namespace pipeplan::server
+}  // namespace pipeplan::common

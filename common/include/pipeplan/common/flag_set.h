@@ -12,13 +12,13 @@
 //
 // Accepted forms: `--name value`, `--name=value`, `-x value`, `-x=value`,
 // `-xvalue` (declared one-letter names), `--switch`; `--` ends the flags.
-// Every error is a cmdline::UsageError (exit code 2) that names the flag.
+// Every error is a common::UsageError (exit code 2) that names the flag.
 //
 // Why not absl::flags: Abseil 20220623 exits 1 (not 0) for --help and 1
 // (not 2) for a bad flag, and keeps one process-wide flag registry, where
 // the CLI needs a flag set per subcommand.
-#ifndef PIPEPLAN_CMDLINE_FLAG_SET_H_
-#define PIPEPLAN_CMDLINE_FLAG_SET_H_
+#ifndef PIPEPLAN_COMMON_FLAG_SET_H_
+#define PIPEPLAN_COMMON_FLAG_SET_H_
 
 #include <cstdint>
 #include <map>
@@ -29,7 +29,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace pipeplan::cmdline {
+namespace pipeplan::common {
 
 // One declared flag.
 struct FlagSpec {
@@ -111,6 +111,6 @@ class FlagSet {
   std::string current_section_ = "flags";
 };
 
-}  // namespace pipeplan::cmdline
+}  // namespace pipeplan::common
 
-#endif  // PIPEPLAN_CMDLINE_FLAG_SET_H_
+#endif  // PIPEPLAN_COMMON_FLAG_SET_H_

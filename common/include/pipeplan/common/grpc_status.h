@@ -1,14 +1,14 @@
 // The one place where absl::Status meets grpc::Status, in both directions.
 // Codes map one to one (gRPC and Abseil share the canonical code space); the
 // message is kept verbatim so field-level errors reach the client unchanged.
-#ifndef PIPEPLAN_SERVER_STATUS_MAP_H_
-#define PIPEPLAN_SERVER_STATUS_MAP_H_
+#ifndef PIPEPLAN_COMMON_GRPC_STATUS_H_
+#define PIPEPLAN_COMMON_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
 
-namespace pipeplan::server {
+namespace pipeplan::common {
 
 grpc::StatusCode ToGrpcCode(absl::StatusCode code);
 absl::StatusCode FromGrpcCode(grpc::StatusCode code);
@@ -16,6 +16,6 @@ absl::StatusCode FromGrpcCode(grpc::StatusCode code);
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-}  // namespace pipeplan::server
+}  // namespace pipeplan::common
 
-#endif  // PIPEPLAN_SERVER_STATUS_MAP_H_
+#endif  // PIPEPLAN_COMMON_GRPC_STATUS_H_

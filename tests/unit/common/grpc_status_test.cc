@@ -1,11 +1,11 @@
-#include "pipeplan/server/status_map.h"
+#include "pipeplan/common/grpc_status.h"
 
 #include <gtest/gtest.h>
 
-namespace pipeplan::server {
+namespace pipeplan::common {
 namespace {
 
-TEST(StatusMap, EveryCodeRoundTripsWithItsMessage) {
+TEST(GrpcStatus, EveryCodeRoundTripsWithItsMessage) {
   for (int c = 0; c <= 16; ++c) {
     const auto code = static_cast<absl::StatusCode>(c);
     const absl::Status s(code, c == 0 ? "" : "graph.edges[12].dst \"fc9\" is not a node");
@@ -18,7 +18,7 @@ TEST(StatusMap, EveryCodeRoundTripsWithItsMessage) {
   }
 }
 
-TEST(StatusMap, NamedCases) {
+TEST(GrpcStatus, NamedCases) {
   EXPECT_EQ(ToGrpcCode(absl::StatusCode::kInvalidArgument), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(ToGrpcCode(absl::StatusCode::kResourceExhausted), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(ToGrpcCode(absl::StatusCode::kFailedPrecondition),
@@ -29,4 +29,4 @@ TEST(StatusMap, NamedCases) {
 }
 
 }  // namespace
-}  // namespace pipeplan::server
+}  // namespace pipeplan::common

@@ -1,12 +1,12 @@
-#include "pipeplan/cmdline/flag_set.h"
+#include "pipeplan/common/flag_set.h"
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
-#include "pipeplan/cmdline/exit_code.h"
-#include "pipeplan/cmdline/version.h"
+#include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/version.h"
 
-namespace pipeplan::cmdline {
+namespace pipeplan::common {
 namespace {
 
 FlagSet Example() {
@@ -105,4 +105,4 @@ TEST(Version, LineNamesTheProgramAndVersion) {
 }
 
 }  // namespace
-}  // namespace pipeplan::cmdline
+}  // namespace pipeplan::common

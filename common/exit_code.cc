@@ -1,8 +1,8 @@
-#include "pipeplan/cmdline/exit_code.h"
+#include "pipeplan/common/exit_code.h"
 
 #include "absl/strings/cord.h"
 
-namespace pipeplan::cmdline {
+namespace pipeplan::common {
 namespace {
 
 constexpr absl::string_view kUsagePayload = "type.pipeplan.dev/cmdline.usage";
@@ -34,4 +34,4 @@ int ExitCodeFor(const absl::Status& status) {
   }
 }
 
-}  // namespace pipeplan::cmdline
+}  // namespace pipeplan::common

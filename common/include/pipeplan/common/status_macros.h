@@ -1,7 +1,7 @@
 // Early-return helpers for absl::Status / absl::StatusOr. Abseil 20220623 has
 // no public RETURN_IF_ERROR, so pipeplan defines its own once, here.
-#ifndef PIPEPLAN_CORE_STATUS_MACROS_H_
-#define PIPEPLAN_CORE_STATUS_MACROS_H_
+#ifndef PIPEPLAN_COMMON_STATUS_MACROS_H_
+#define PIPEPLAN_COMMON_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,4 +24,4 @@
   if (!statusor.ok()) return std::move(statusor).status();   \
   lhs = std::move(statusor).value()
 
-#endif  // PIPEPLAN_CORE_STATUS_MACROS_H_
+#endif  // PIPEPLAN_COMMON_STATUS_MACROS_H_
