@@ -228,19 +228,10 @@ def print_breakdown(steps, o):
               " | %.4f |" % (st.median(between[rank]) if between[rank] else 0))
 
 
-def print_replay(steps, o, chunks):
-    stages = RANKS * chunks
-    stage_rank = [s % RANKS for s in range(stages)]
-    nominal = {"F": 2e-3 / chunks, "B": 4e-3 / chunks, "I": 2e-3 / chunks, "W": 2e-3 / chunks}
-    factor = {int(d["device_id"][3:]): d["time_factor"] for d in o["devices"]}
-    line = {}
-    for link in o["links"]:
-        if link["scope"] == "pair":
-            src, dst = int(link["src_device"][3:]), int(link["dst_device"][3:])
-            line[(src, dst)] = link["latency_seconds"] + 8e6 / link["bandwidth_bytes_per_second"]
-    host = {int(h["device_id"][3:]): h for h in o.get("host_times", [])}
-    # Host time per message, both directions together (the fit before the
-    # split): per report, all posting over all messages.
+def measured_messages(steps):
+    """(rank -> host time per message, both directions together: the fit before
+    the split, per report all posting over all messages; (src, dst) -> mean
+    measured transfer seconds of the blocked receives)."""
     per_message, measured_transfer = {}, {}
     for rs in steps.values():
         ends = {}
@@ -258,6 +249,21 @@ def print_replay(steps, o, chunks):
                 measured_transfer.setdefault((src, dst), []).append(seconds)
     combined = {rank: robust_median(v) for rank, v in per_message.items()}
     mean_transfer = {k: st.mean(v) for k, v in measured_transfer.items()}
+    return combined, mean_transfer
+
+
+def print_replay(steps, o, chunks):
+    stages = RANKS * chunks
+    stage_rank = [s % RANKS for s in range(stages)]
+    nominal = {"F": 2e-3 / chunks, "B": 4e-3 / chunks, "I": 2e-3 / chunks, "W": 2e-3 / chunks}
+    factor = {int(d["device_id"][3:]): d["time_factor"] for d in o["devices"]}
+    line = {}
+    for link in o["links"]:
+        if link["scope"] == "pair":
+            src, dst = int(link["src_device"][3:]), int(link["dst_device"][3:])
+            line[(src, dst)] = link["latency_seconds"] + 8e6 / link["bandwidth_bytes_per_second"]
+    host = {int(h["device_id"][3:]): h for h in o.get("host_times", [])}
+    combined, mean_transfer = measured_messages(steps)
 
     def src(r, stage, kind):
         return stage_rank[stage - 1] if kind == "RECV_F" else stage_rank[stage + 1]

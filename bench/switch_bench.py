@@ -124,14 +124,7 @@ def main():
     fx, params = export(work, args)
     export_seconds = time.perf_counter() - t
     with PlannerProcess(planner_binary(), ["--replan=off"]) as planner:
-        job = json.loads(cli(
-            planner, "jobs", "create", "--graph", fx["graph"], "--cluster",
-            os.path.join(work, "cluster.json"), "--ranks", "2", "--schedule", "1F1B",
-            "--microbatches", str(MICROBATCHES), "--method", "dp", "--model-package",
-            fx["package"], "--data", "tensors:" + fx["data"], "--batch-size", str(BATCH),
-            "--optimizer", "adamw", "--lr", "1e-4", "--max-steps", "100000",
-            "--checkpoint-dir", os.path.join(work, "ckpt"), "--checkpoint-every",
-            str(args.checkpoint_every), "--json"))["id"]
+        job = create_job(planner, fx, work, args)
         workers = [Worker(planner, job, r, work, "a") for r in range(2)]
         first = [w.wait_for("plan_switch") for w in workers]
         checkpoints = [w.wait_for("checkpoint") for w in workers]
@@ -161,13 +154,35 @@ def main():
     print("training: 2 workers, 1F1B, batch %d in %d microbatches, AdamW; median step %.2f s"
           % (BATCH, MICROBATCHES, sorted(step_seconds)[len(step_seconds) // 2]))
     print()
+    print_switch_table(first, switches, checkpoints, resumed,
+                       "switch 1 -> 2 (%d of %d nodes change stage; %d steps trained on v1 "
+                       "meanwhile):" % (moved, len(v1["node_stage"]), steps_v1_during_compile))
+    print()
+    print("checkpoint: %.0f MB (all shards); write %.0f MB/s, read %.0f MB/s "
+          "(both ranks at once, slowest rank's time)" % (mb, mb / write, mb / read))
+
+
+def create_job(planner, fx, work, args):
+    """Creates the benchmark's training job; returns its id."""
+    return json.loads(cli(
+        planner, "jobs", "create", "--graph", fx["graph"], "--cluster",
+        os.path.join(work, "cluster.json"), "--ranks", "2", "--schedule", "1F1B",
+        "--microbatches", str(MICROBATCHES), "--method", "dp", "--model-package",
+        fx["package"], "--data", "tensors:" + fx["data"], "--batch-size", str(BATCH),
+        "--optimizer", "adamw", "--lr", "1e-4", "--max-steps", "100000",
+        "--checkpoint-dir", os.path.join(work, "ckpt"), "--checkpoint-every",
+        str(args.checkpoint_every), "--json"))["id"]
+
+
+def print_switch_table(first, switches, checkpoints, resumed, switch_title):
+    """Per rank: the first start, the switch to version 2, the checkpoint write
+    and the read on restart, from the workers' logged events."""
     print("%-44s %10s %10s" % ("", "rank 0", "rank 1"))
     row = "%-44s %10.2f %10.2f"
     print(row % ("first start: compile stages (s)", *[float(e["compile_seconds"])
                                                       for e in first]))
     print(row % ("first start: whole switch (s)", *[float(e["switch_seconds"]) for e in first]))
-    print("switch 1 -> 2 (%d of %d nodes change stage; %d steps trained on v1 meanwhile):"
-          % (moved, len(v1["node_stage"]), steps_v1_during_compile))
+    print(switch_title)
     print(row % ("  compile v2 in the background (s)",
                  *[float(e["compile_seconds"]) for e in switches]))
     print(row % ("  training paused: switch_seconds (s)",
@@ -180,9 +195,6 @@ def main():
                  *[float(c["seconds"]) for c in checkpoints]))
     print(row % ("checkpoint read on restart (s)",
                  *[float(r["state_move_seconds"]) for r in resumed]))
-    print()
-    print("checkpoint: %.0f MB (all shards); write %.0f MB/s, read %.0f MB/s "
-          "(both ranks at once, slowest rank's time)" % (mb, mb / write, mb / read))
 
 
 def count_steps_between(worker):

@@ -23,8 +23,8 @@ API: open_data(spec, manifest, loss) -> data with .batch(step, B) -> (inputs, ta
 
 import torch
 
-import pipeplan_loss
-from pipeplan_package import dtype_of
+from pipeplan import loss as pipeplan_loss
+from pipeplan.export.package import dtype_of
 
 SEED_STRIDE = 2 ** 32
 

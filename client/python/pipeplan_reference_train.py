@@ -31,8 +31,8 @@ import tempfile
 import torch
 
 import pipeplan_data
-import pipeplan_loss
-import pipeplan_package as pp
+from pipeplan import loss as pipeplan_loss
+from pipeplan.export import package as pp
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 

@@ -41,7 +41,7 @@ import warnings
 import torch
 import torch.fx
 
-import pipeplan_package as pp
+from pipeplan.export import package as pp
 
 FORMAT = "pipeplan-stages/1"
 STAGES_JSON = "stages.json"
@@ -331,7 +331,7 @@ def _prepare(module):
 
 
 def compile_stages(package, node_stage, microbatch_size):
-    """Builds and scripts every stage of `package` (pipeplan_package.Package) under
+    """Builds and scripts every stage of `package` (pipeplan.export.package.Package) under
     the assignment. Returns (the stages.json dict, [ScriptModule]).
     Raises CompileError on bad input, ScriptError when TorchScript fails."""
     gm = package.module
@@ -399,7 +399,7 @@ def _is_complete(out, digest, assignment, microbatch_size):
 def write_stages(package_path, node_stage, microbatch_size, out):
     """Compiles the stages into directory `out` unless it already holds them.
     Returns "cached" or "compiled"; raises CompileError / ScriptError /
-    pipeplan_package.PackageError."""
+    pipeplan.export.package.PackageError."""
     manifest = pp.read_manifest(package_path)
     key = (manifest["digest"], assignment_digest(node_stage), microbatch_size)
     if _is_complete(out, *key):

@@ -101,8 +101,9 @@ install(FILES docs/install.md docs/architecture.md DESTINATION ${CMAKE_INSTALL_D
   COMPONENT dev)
 install(FILES docs/python-client.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT python)
 
-# --- Python: the package, the flat modules it (and the exporter) imports,
-# and the generated pipeplan.v1 modules, in one dist-packages folder.
+# --- Python: the package (with its subpackage pipeplan/export/, the
+# exporter), the flat command modules over it, and the generated pipeplan.v1
+# modules, in one dist-packages folder.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/python/pipeplan
   DESTINATION ${PIPEPLAN_PYTHON_INSTALL_DIR} COMPONENT python
   FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

@@ -13,62 +13,44 @@ FailedPrecondition, ResourceExhausted, Unavailable, Unauthenticated, ...).
 Messages: pipeplan.proto (the generated pipeplan.v1 modules); wire.py turns dicts,
 paths and names into them.
 
-Client, PlanWatch and the wire helpers are imported on first use, so `import
-pipeplan` and pipeplan.export work without the generated modules. Those live in
-a `pipeplan/v1/` folder of their own (the build tree's python/, or this package
-once installed): the package path is extended to every `pipeplan/` folder on
-sys.path, so `pipeplan.v1` is found there.
+The exporter is the subpackage pipeplan.export (export/__init__.py); pipeplan.loss
+names the losses a job trains with.
+
+Client, PlanWatch, the wire helpers and the error classes are imported on first
+use, so `import pipeplan` and pipeplan.export work without the generated modules
+and without grpcio (the worker's stage compiler reads model packages through
+pipeplan.export.package). The generated modules live in a `pipeplan/v1/` folder of
+their own (the build tree's python/, or this package once installed): the package
+path is extended to every `pipeplan/` folder on sys.path, so `pipeplan.v1` is
+found there.
 """
 
 import pkgutil
 
 __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821 (the package's own)
 
-from pipeplan.errors import (  # noqa: E402
-    Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
-    Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, PipeplanError,
-    ResourceExhausted, Unauthenticated, Unavailable, Unimplemented, Unknown)
+_ERRORS = (
+    "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
+    "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
+    "PermissionDenied", "PipeplanError", "ResourceExhausted", "Unauthenticated",
+    "Unavailable", "Unimplemented", "Unknown")
 
-# The client needs the generated modules; `import pipeplan` and export do not.
-_LAZY = {"Client": "pipeplan.client", "PlanWatch": "pipeplan.client",
-         "schedule_name": "pipeplan.wire", "to_dict": "pipeplan.wire",
-         "to_json": "pipeplan.wire"}
+# The client needs the generated modules and the errors need grpcio; `import
+# pipeplan` and the exporter need neither.
+_LAZY = dict({"Client": "pipeplan.client", "PlanWatch": "pipeplan.client",
+              "schedule_name": "pipeplan.wire", "to_dict": "pipeplan.wire",
+              "to_json": "pipeplan.wire", "write_graph": "pipeplan.export.graph_export"},
+             **{name: "pipeplan.errors" for name in _ERRORS})
 
 
 def __getattr__(name):
     import importlib
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("client", "proto", "wire"):
+    if name in ("client", "errors", "export", "loss", "proto", "wire"):
+        # pipeplan.export(model, example_inputs, ...) calls the exporter package.
         return importlib.import_module("pipeplan." + name)
     raise AttributeError("module 'pipeplan' has no attribute %r" % name)
-
-
-def export(model, example_inputs, **kwargs):
-    """pipeplan_export.export: traces `model` (an nn.Module) on `example_inputs`
-    and returns the graph as a dict (the JSON form of pipeplan.v1.ModelGraph);
-    `package=DIR` also writes the model package. Keywords: name, batch_size,
-    leaf_modules, leaf_names, default_leaves, transformer_layers_as_leaves,
-    package, loss, real_forward. Imports torch on first use."""
-    return _exporter().export(model, example_inputs, **kwargs)
-
-
-def write_graph(graph, path):
-    """pipeplan_export.write_graph: the graph dict as JSON, one node per line."""
-    _exporter().write_graph(graph, path)
-
-
-def _exporter():
-    """The pipeplan_export module, which sits next to this package (client/python,
-    or site-packages once installed)."""
-    try:
-        import pipeplan_export
-    except ImportError:
-        import os
-        import sys
-        sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        import pipeplan_export
-    return pipeplan_export
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Tests of the PyTorch exporter. CPU only, a few seconds.
 
-Run: /usr/bin/python3 -m unittest discover -s client/python -p 'test_*.py'
-  or /usr/bin/python3 client/python/test_export.py
+Run: /usr/bin/python3 -m pytest -q tests/python/test_export.py
+  or /usr/bin/python3 tests/python/test_export.py
 """
 
 import json
@@ -11,14 +11,21 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# This folder (the CLI tests name `test_export:ConvNet`) and the exporter's.
+HERE = os.path.dirname(os.path.abspath(__file__))
+for _path in (HERE, os.path.join(HERE, "..", "..", "client", "python")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
 
 import pipeplan_export as pe  # noqa: E402
+from pipeplan.export.tracer_patches import proxy_iter  # noqa: E402
 from pipeplan_graph_check import validate  # noqa: E402
+
 
 def check_valid(test, graph):
     """The planner's validation rules (docs/graph-format.md, pipeplan_graph_check); the
@@ -369,7 +376,7 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(nodes["lm_head"]["param_key"], "wte.weight")
         self.assertEqual(nodes["wte"]["param_key"], "wte.weight")
         # Proxy.__iter__ is restored after tracing.
-        self.assertIsNot(torch.fx.proxy.Proxy.__dict__.get("__iter__"), pe._proxy_iter)
+        self.assertIsNot(torch.fx.proxy.Proxy.__dict__.get("__iter__"), proxy_iter)
 
     def test_mha_sequence_first_hand_count(self):
         module = SeqFirstAttention()
@@ -468,7 +475,7 @@ class ExportTest(unittest.TestCase):
         with self.assertRaises(pe.ExportError) as ctx:
             pe.export(StarUnpack(), (torch.randn(2, 8),))
         self.assertIn("top-level forward", str(ctx.exception))
-        self.assertIsNot(torch.fx.proxy.Proxy.__dict__.get("__iter__"), pe._proxy_iter)
+        self.assertIsNot(torch.fx.proxy.Proxy.__dict__.get("__iter__"), proxy_iter)
 
     def test_user_leaf_module(self):
         for kwargs in ({"leaf_modules": [DataDependent]},
@@ -528,7 +535,7 @@ class ExportTest(unittest.TestCase):
         leaf = SeenInputs()
         pe.export(nn.Sequential(nn.Linear(8, 8), leaf), (torch.randn(2, 8),),
                   leaf_modules=[SeenInputs])
-        self.assertEqual(leaf.seen, [pe.FakeTensor])
+        self.assertEqual(leaf.seen, [FakeTensor])
 
     def test_value_dependent_model_runs_for_real(self):
         with self.assertWarnsRegex(UserWarning, "fake tensors failed.*item"):

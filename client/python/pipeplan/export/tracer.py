@@ -1,0 +1,196 @@
+"""Tracing an nn.Module into a torch.fx GraphModule: PipeplanTracer with
+configurable leaf modules, traceable stand-ins for torch.nn's transformer
+containers, and errors that name the module that failed and the --leaf-module
+that would make it opaque.
+"""
+
+import importlib
+
+import torch
+import torch.fx
+import torch.nn as nn
+
+from pipeplan.export.errors import ExportError
+from pipeplan.export.op_tables import RNN_LEAVES, TRANSFORMER_LAYERS
+from pipeplan.export.tracer_patches import patched_proxy_iter
+
+
+# Always leaves (their forward is not symbolically traceable, and the exporter has a
+# cost model for them), whatever the tracer's defaults.
+DEFAULT_LEAF_MODULES = (nn.MultiheadAttention,) + RNN_LEAVES
+
+
+# Traceable stand-ins for forwards that branch on tensor properties (fast-path checks)
+# in torch.nn; they compute the training (slow) path with the module's own blocks.
+
+
+def _encoder_layer_forward(m, src, src_mask=None, src_key_padding_mask=None):
+    x = src
+    if m.norm_first:
+        x = x + m._sa_block(m.norm1(x), src_mask, src_key_padding_mask)
+        x = x + m._ff_block(m.norm2(x))
+    else:
+        x = m.norm1(x + m._sa_block(x, src_mask, src_key_padding_mask))
+        x = m.norm2(x + m._ff_block(x))
+    return x
+
+
+def _encoder_forward(m, src, mask=None, src_key_padding_mask=None):
+    out = src
+    for layer in m.layers:
+        out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
+    return m.norm(out) if m.norm is not None else out
+
+
+def _decoder_forward(m, tgt, memory, tgt_mask=None, memory_mask=None,
+                     tgt_key_padding_mask=None, memory_key_padding_mask=None):
+    out = tgt
+    for layer in m.layers:
+        out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                    tgt_key_padding_mask=tgt_key_padding_mask,
+                    memory_key_padding_mask=memory_key_padding_mask)
+    return m.norm(out) if m.norm is not None else out
+
+
+def _transformer_forward(m, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                         src_key_padding_mask=None, tgt_key_padding_mask=None,
+                         memory_key_padding_mask=None):
+    memory = m.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask)
+    return m.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                     tgt_key_padding_mask=tgt_key_padding_mask,
+                     memory_key_padding_mask=memory_key_padding_mask)
+
+
+_TRACE_THROUGH = {nn.TransformerEncoderLayer: _encoder_layer_forward,
+                  nn.TransformerEncoder: _encoder_forward,
+                  nn.TransformerDecoder: _decoder_forward,
+                  nn.Transformer: _transformer_forward}
+if not all(hasattr(nn.TransformerEncoderLayer, a) for a in ("_sa_block", "_ff_block")):
+    del _TRACE_THROUGH[nn.TransformerEncoderLayer]  # other torch: keep it a leaf
+
+
+def resolve_class(spec):
+    """`pkg.mod.Class` or `pkg.mod:Class` -> the class."""
+    if isinstance(spec, type):
+        return spec
+    if ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+    else:
+        mod_name, _, attr = spec.rpartition(".")
+    if not mod_name or not attr:
+        raise ExportError("leaf module %r: write it as package.module.Class" % spec)
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise ExportError("leaf module %r: %s" % (spec, e)) from e
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        raise ExportError("leaf module %r is not an nn.Module class" % spec)
+    return obj
+
+
+class PipeplanTracer(torch.fx.Tracer):
+    """torch.fx Tracer whose leaf modules are:
+
+    - DEFAULT_LEAF_MODULES (nn.MultiheadAttention, the RNN family) unless
+      `default_leaves=False`;
+    - the classes in `leaf_modules` (classes or "pkg.mod.Class" strings) and any
+      module whose qualified name is in `leaf_names`;
+    - nn.TransformerEncoderLayer / nn.TransformerDecoderLayer when
+      `transformer_layers_as_leaves`;
+    - as in torch.fx, every other torch.nn module except containers: nn.Sequential,
+      nn.Transformer, nn.TransformerEncoder/Decoder and (unless leaves)
+      nn.TransformerEncoderLayer/DecoderLayer are traced through, the ones whose
+      forward is not traceable through a stand-in computing their training path.
+
+    It records the module being traced when an error happens (`failed_module`).
+    """
+
+    def __init__(self, leaf_modules=(), leaf_names=(), default_leaves=True,
+                 transformer_layers_as_leaves=False):
+        super().__init__()
+        classes = [resolve_class(c) for c in leaf_modules]
+        if default_leaves:
+            classes.extend(DEFAULT_LEAF_MODULES)
+        if transformer_layers_as_leaves:
+            classes.extend(TRANSFORMER_LAYERS)
+        self.leaf_classes = tuple(classes)
+        self.leaf_names = set(leaf_names)
+        self.transformer_layers_as_leaves = transformer_layers_as_leaves
+        self.module_stack = []
+        self.failed_module = None  # (qualified name, class) of the innermost failure
+
+    def is_leaf_module(self, m, module_qualified_name):
+        if isinstance(m, self.leaf_classes) or module_qualified_name in self.leaf_names:
+            return True
+        if type(m) in _TRACE_THROUGH or isinstance(m, nn.TransformerDecoderLayer):
+            return False
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **kw):
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **kw)
+        # The module a node was traced inside: the planner's cut granularity
+        # (module:DEPTH, layer) keeps such modules whole.
+        if kind == "call_module":
+            proxy.node.meta["pipeplan_module"] = target
+        elif self.module_stack:
+            proxy.node.meta["pipeplan_module"] = self.module_stack[-1]
+        return proxy
+
+    def call_module(self, m, forward, args, kwargs):
+        name = self.path_of_module(m)
+        if self.is_leaf_module(m, name):
+            return self.create_proxy("call_module", name, args, kwargs)
+        self.module_stack.append(name)
+        try:
+            stand_in = _TRACE_THROUGH.get(type(m))
+            if stand_in is not None:
+                return stand_in(m, *args, **kwargs)
+            return forward(*args, **kwargs)
+        except Exception:
+            if self.failed_module is None:
+                self.failed_module = (name, type(m))
+            raise
+        finally:
+            self.module_stack.pop()
+
+
+def _class_path(cls):
+    return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+def trace(module, leaf_modules=(), leaf_names=(), default_leaves=True,
+          transformer_layers_as_leaves=False):
+    """Symbolically traces `module` with PipeplanTracer; returns a GraphModule.
+
+    Raises ExportError naming the module whose forward could not be traced and the
+    --leaf-module argument that would make it opaque.
+    """
+    tracer = PipeplanTracer(leaf_modules, leaf_names, default_leaves,
+                            transformer_layers_as_leaves)
+    stand_in = _TRACE_THROUGH.get(type(module))
+    saved_class = module.__class__
+    try:
+        with patched_proxy_iter():
+            if stand_in is not None:  # Tracer.trace calls type(root).forward
+                module.__class__ = type(saved_class.__name__, (saved_class,),
+                                        {"forward": stand_in})
+            graph = tracer.trace(module)
+    except Exception as e:
+        if tracer.failed_module is not None:
+            name, cls = tracer.failed_module
+            where = "module %r (%s)" % (name, _class_path(cls))
+            hint = ("mark it as a leaf: --leaf-module %s (export(..., leaf_modules=[%s]) "
+                    "or leaf_names=[%r]); a leaf is one graph node whose flops are "
+                    "counted by running it" % (_class_path(cls), cls.__qualname__, name))
+        else:
+            where = "the top-level forward of %s" % _class_path(saved_class)
+            hint = ("make that forward traceable by torch.fx (no Python control flow on "
+                    "tensor values, no iteration over tensors or unknown-length shapes)")
+        raise ExportError("torch.fx could not trace %s: %s: %s\n  hint: %s"
+                          % (where, type(e).__name__, e, hint)) from e
+    finally:
+        module.__class__ = saved_class
+    name = module.__class__.__name__
+    return torch.fx.GraphModule(tracer.root, graph, name)
