@@ -648,19 +648,17 @@ TEST(LatticeDpTest, IdealEnumerationStopsAtDeadlineAndOnCancel) {
   Cluster cluster = *Cluster::Build(cs);
   CostModel cost(g, cluster, {});
   PartitionProblem p = PipelineProblem(cost, 4);
+  // The code tells which stop it took: enumerating to the cap would answer
+  // RESOURCE_EXHAUSTED ("too many ideals"), not DEADLINE_EXCEEDED.
   p.deadline = absl::Now() + absl::Milliseconds(20);
-  absl::Time start = absl::Now();
   auto r = MakeLatticeDpPartitioner()->Solve(p);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
-  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 0.2);
 
   std::atomic<bool> cancelled{true};
   p.deadline = absl::InfiniteFuture();
   p.cancelled = &cancelled;
-  start = absl::Now();
   r = MakeLatticeDpPartitioner()->Solve(p);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
-  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 0.2);
 }
 
 }  // namespace

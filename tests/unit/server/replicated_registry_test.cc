@@ -48,13 +48,15 @@ TEST_F(ReplicatedTest, LeaseHasOneOwnerAndTokensFenceTheOldOne) {
   ASSERT_TRUE(a->CreateJob({"j", "", 1, 1}, Version("j", 1, "created")).ok());
   EXPECT_EQ(a->ClaimJob("nope", "A", "a:1", absl::Seconds(5), false).status().code(),
             absl::StatusCode::kNotFound);
-  auto la = a->ClaimJob("j", "A", "a:1", absl::Milliseconds(400), false);
+  // Held for the checks below however slow this machine is: a lease shorter
+  // than the round trips (it was 400 ms) lapsed under load before B asked.
+  auto la = a->ClaimJob("j", "A", "a:1", absl::Seconds(60), false);
   ASSERT_TRUE(la.ok()) << la.status();
   EXPECT_EQ(la->token, 1);
   // Held: B may not take it; A renewing keeps its token.
   EXPECT_EQ(b->ClaimJob("j", "B", "b:1", absl::Seconds(5), false).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  auto again = a->ClaimJob("j", "A", "a:1", absl::Milliseconds(400), false);
+  auto again = a->ClaimJob("j", "A", "a:1", absl::Seconds(60), false);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->token, 1);
   auto heads = b->JobHeads();
@@ -62,10 +64,15 @@ TEST_F(ReplicatedTest, LeaseHasOneOwnerAndTokensFenceTheOldOne) {
   ASSERT_EQ(heads->size(), 1u);
   EXPECT_EQ((*heads)[0].owner, "A");
 
-  // A pauses past its lease: B takes the job with the next token.
-  absl::SleepFor(absl::Milliseconds(600));
-  heads = b->JobHeads();
-  ASSERT_TRUE(heads.ok());
+  // A pauses past its lease (renewed short, then left to lapse): once the
+  // store shows no owner, B takes the job with the next token.
+  ASSERT_TRUE(a->ClaimJob("j", "A", "a:1", absl::Milliseconds(50), false).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    heads = b->JobHeads();
+    ASSERT_TRUE(heads.ok());
+  } while ((*heads)[0].owner != "" && absl::Now() < give_up);
   EXPECT_EQ((*heads)[0].owner, "");
   auto lb = b->ClaimJob("j", "B", "b:1", absl::Seconds(5), false);
   ASSERT_TRUE(lb.ok()) << lb.status();
@@ -163,8 +170,11 @@ TEST_F(ReplicatedTest, TwoRegistriesRacingToPublishOneWins) {
 // watchers) on the next sync; a job one creates is served by the other at
 // once; a dead owner's job is claimed by a live replica after its lease.
 TEST_F(ReplicatedTest, ReplicasFollowEachOtherAndTakeOverExpiredJobs) {
-  Replica a = Start("A", absl::Milliseconds(600));
-  Replica b = Start("B", absl::Milliseconds(600));
+  // A's lease must outlast the steps before it "dies" on a loaded machine
+  // (at 600 ms B's first sync could claim the job early); after that the
+  // test waits for the takeover instead of sleeping a fixed time.
+  Replica a = Start("A", absl::Seconds(3));
+  Replica b = Start("B", absl::Seconds(3));
   auto job = a.registry->CreateJob("follow", v1::PlanRequest(), v1::Plan());
   ASSERT_TRUE(job.ok());
   auto seen = b.registry->GetJob(job->id());
@@ -191,8 +201,11 @@ TEST_F(ReplicatedTest, ReplicasFollowEachOtherAndTakeOverExpiredJobs) {
 
   // A stops renewing (dies): after its lease B's sync claims the job.
   EXPECT_FALSE(b.registry->Owns(job->id()));
-  absl::SleepFor(absl::Milliseconds(800));
-  ASSERT_TRUE(b.registry->SyncFromStore().ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(b.registry->SyncFromStore().ok());
+  } while (!b.registry->Owns(job->id()) && absl::Now() < give_up);
   EXPECT_TRUE(b.registry->Owns(job->id()));
   auto v3 = b.registry->PublishPlan(job->id(), v1::PlanRequest(), v1::Plan(), "by B", 2,
                                     PublishAs::kOwner);
