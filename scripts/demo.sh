@@ -4,9 +4,9 @@
 #
 #   ./scripts/demo.sh            # builds first (./scripts/setup.sh) if needed
 #
-# Phases: build (only when build/ lacks a binary or a source is newer than
-# it) -> a planner on its embedded store (a fresh data dir, a free loopback
-# port) -> export tests/models/tiny_models.py's GPT (torch.fx) and make its
+# Phases: build (./scripts/setup.sh when build/ lacks a binary; the three
+# binaries alone when a source changed) -> a planner on its embedded store
+# (a fresh data dir, a free loopback port) -> export tests/models/tiny_models.py's GPT (torch.fx) and make its
 # data -> create a training job (2 ranks, 1F1B) -> two workers (torch
 # executor, CPU, Gloo) -> train with a progress line -> `jobs replan` to
 # Interleaved1F1B at step DEMO_REPLAN_AT, and wait until the workers train on
@@ -21,7 +21,8 @@
 # names it. On exit, Ctrl-C or SIGTERM it stops the processes it started,
 # and only those.
 #
-# Environment: DEMO_STEPS (240), DEMO_REPLAN_AT (20), BUILD (./build),
+# Environment: DEMO_STEPS (240), DEMO_REPLAN_AT (20), BUILD (./build; another
+# build dir must exist already: setup.sh builds ./build),
 # CI=true for plain progress lines (also when stdout is not a terminal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,27 +53,36 @@ fail() {
   exit 1
 }
 
-# Stops what we started: TERM, up to 5 s, then KILL. Workers first, then the
-# planner (it drains for --drain-seconds).
+# Stops what we started: the workers and helpers first, so that they can
+# still tell the planner they left, then the planner. Each: TERM, up to 5 s,
+# then KILL.
+stop() {
+  local live=()
+  for pid in "$@"; do kill -0 "$pid" 2>/dev/null && live+=("$pid"); done
+  ((${#live[@]})) || return 0
+  kill -TERM "${live[@]}" 2>/dev/null || true
+  for _ in $(seq 50); do
+    local any=0
+    for pid in "${live[@]}"; do kill -0 "$pid" 2>/dev/null && any=1; done
+    ((any)) || break
+    sleep 0.1
+  done
+  for pid in "${live[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      say "demo: pid $pid did not stop on SIGTERM within 5 s; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  wait "${live[@]}" 2>/dev/null || true
+}
 cleanup() {
   local rc=$?
   [[ $BASHPID == "$MAIN_PID" ]] || exit "$rc"
   trap - EXIT INT TERM
-  local live=()
-  for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && live+=("$pid"); done
-  if ((${#live[@]})); then
-    kill -TERM "${live[@]}" 2>/dev/null || true
-    for _ in $(seq 50); do
-      local any=0
-      for pid in "${live[@]}"; do kill -0 "$pid" 2>/dev/null && any=1; done
-      ((any)) || break
-      sleep 0.1
-    done
-    for pid in "${live[@]}"; do
-      if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-    done
-    wait "${live[@]}" 2>/dev/null || true
-  fi
+  local first=()
+  for pid in "${PIDS[@]}"; do [[ $pid == "${PLANNER_PID:-}" ]] || first+=("$pid"); done
+  stop "${first[@]}"
+  [[ -n ${PLANNER_PID:-} ]] && stop "$PLANNER_PID"
   exit "$rc"
 }
 interrupted() {
@@ -105,25 +115,18 @@ forget() {
 
 # --- 1. build --------------------------------------------------------------
 phase "1/7 build"
-stale=""
-for b in "$PLANNER_BIN" "$WORKER_BIN" "$CLI_BIN"; do
-  if [[ ! -x $b ]]; then
-    stale="$b is missing"
-    break
-  fi
-  newer=$(find CMakeLists.txt proto client planner_service worker_daemon -newer "$b" \
-    \( -name '*.cc' -o -name '*.h' -o -name '*.proto' -o -name CMakeLists.txt \) \
-    -print -quit)
-  if [[ -n $newer ]]; then
-    stale="$newer is newer than $b"
-    break
-  fi
-done
-if [[ -n $stale ]]; then
-  say "building ($stale): ./scripts/setup.sh"
+missing=""
+for b in "$PLANNER_BIN" "$WORKER_BIN" "$CLI_BIN"; do [[ -x $b ]] || missing="$b"; done
+TARGETS=(pipeplan-planner pipeplan-worker pipeplan)
+if [[ -n $missing || ! -f $BUILD/build.ninja ]]; then
+  say "no ${missing:-build} yet: ./scripts/setup.sh (the Debian packages, then the build)"
   ./scripts/setup.sh || fail "./scripts/setup.sh failed"
+elif ! ninja -C "$BUILD" -n "${TARGETS[@]}" | grep "no work to do" > /dev/null; then
+  say "sources changed since the last build: cmake --build $BUILD --target ${TARGETS[*]}"
+  cmake --build "$BUILD" -j"${PIPEPLAN_JOBS:-2}" --target "${TARGETS[@]}" ||
+    fail "the build failed"
 else
-  say "build/ is up to date"
+  say "$BUILD/ is up to date"
 fi
 
 RUN=out/demo-$(date +%Y%m%d-%H%M%S)
@@ -190,7 +193,7 @@ $PP -o json jobs create --name demo --graph "$RUN/model.json" --cluster "$RUN/cl
   fail "jobs create failed: $(cat "$RUN/job-create.err")"
 JOB=$("$PY" -c 'import json, sys; print(json.load(sys.stdin)["id"])' < "$RUN/job-create.json")
 say "job $JOB: $STEPS steps of $BATCH samples (4 microbatches), AdamW lr 3e-3"
-$PP jobs show "$JOB" --version 1 | tee "$RUN/plan-v1.txt"
+$PP jobs show "$JOB" --version 1 | tee "$RUN/plan-v1.txt" || fail "jobs show --version 1 failed"
 
 # --- 5. workers --------------------------------------------------------------
 phase "5/7 start two workers"
@@ -213,7 +216,8 @@ waitable "${HELPER[@]}" wait "${WAIT_ARGS[@]}" --until "step>=$REPLAN_AT" --time
 $PP -o json jobs show "$JOB" > "$RUN/job-v1.json"  # version 1 measured, before it ends
 say "\$ pipeplan jobs replan $JOB --schedule Interleaved1F1B --chunks-per-rank 2"
 $PP jobs replan "$JOB" --schedule Interleaved1F1B --chunks-per-rank 2 \
-  --reason "demo: interleave, 2 stages per rank" | tee "$RUN/plan-v2.txt"
+  --reason "demo: interleave, 2 stages per rank" | tee "$RUN/plan-v2.txt" ||
+  fail "jobs replan did not publish version 2"
 say "version 2 compiles in the background while version 1 trains; the workers switch at a step boundary"
 waitable "${HELPER[@]}" wait "${WAIT_ARGS[@]}" --until "version>=2" --timeout 150 ||
   fail "the workers did not switch to plan version 2"
