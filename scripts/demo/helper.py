@@ -118,6 +118,7 @@ class Progress:
         self.every = every
         self.last_plain = 0.0
         self.last_text = None
+        self.last_printed = None
         self.open_line = False
 
     def show(self, text, force=False):
@@ -127,6 +128,7 @@ class Progress:
         elif force or (text != self.last_text and time.monotonic() - self.last_plain >= self.every):
             sys.stdout.write(text + "\n")
             self.last_plain = time.monotonic()
+            self.last_printed = text
         self.last_text = text
         sys.stdout.flush()
 
@@ -134,7 +136,7 @@ class Progress:
         if self.tty and self.open_line:
             sys.stdout.write("\n")
             sys.stdout.flush()
-        elif not self.tty and self.last_text:
+        elif not self.tty and self.last_text and self.last_text != self.last_printed:
             self.show(self.last_text, force=True)
         self.open_line = False
 
