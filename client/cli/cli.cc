@@ -111,7 +111,10 @@ int RunCommand(const Command& c, std::vector<std::string> args) {
     std::cout << CommandHelp(c);
     return common::kExitOk;
   }
-  if (flags->Has("version")) {
+  // A command's own --version (`jobs show JOB --version V`: a plan version)
+  // hides the global switch; before the command it is the program's
+  // (RunCli).
+  if (flags->Has("version") && !c.flags.Declares("version")) {
     std::cout << common::VersionLine("pipeplan");
     return common::kExitOk;
   }

@@ -125,6 +125,23 @@ class VersionTest(unittest.TestCase):
             self.assertRegex(r.stdout, r"^%s %s( \(git [^)]+\))?\n$"
                              % (re.escape(name), re.escape(VERSION)))
 
+    def test_a_commands_own_version_flag_is_not_the_programs(self):
+        # `jobs show JOB --version V` names plan version V (docs/cli.md); it
+        # printed the program's version and exited 0. Without --planner it
+        # now gets as far as asking for one.
+        r = run(CLI, "jobs", "show", "job-x", "--version", "1")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertNotIn(VERSION, r.stdout)
+        self.assertIn("needs --planner", r.stderr)
+        r = run(CLI, "jobs", "show", "job-x", "--version", "x")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--version", r.stderr)
+        # Before the command, and after one without its own, it is the program's.
+        for argv in (["--version", "jobs", "show", "job-x"], ["jobs", "list", "--version"]):
+            r = run(CLI, *argv)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith("pipeplan %s" % VERSION), r.stdout)
+
 
 class OutputTest(unittest.TestCase):
     def test_output_formats(self):
