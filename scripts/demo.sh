@@ -21,7 +21,7 @@
 # names it. On exit, Ctrl-C or SIGTERM it stops the processes it started,
 # and only those.
 #
-# Environment: DEMO_STEPS (240), DEMO_REPLAN_AT (20), BUILD (./build; another
+# Environment: DEMO_STEPS (240), DEMO_REPLAN_AT (10), BUILD (./build; another
 # build dir must exist already: setup.sh builds ./build),
 # CI=true for plain progress lines (also when stdout is not a terminal).
 set -euo pipefail
@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PY=/usr/bin/python3
 STEPS=${DEMO_STEPS:-240}
-REPLAN_AT=${DEMO_REPLAN_AT:-20}
+REPLAN_AT=${DEMO_REPLAN_AT:-10}
 BATCH=16
 HELPER=("$PY" scripts/demo/helper.py)
 PLANNER_BIN=$BUILD/planner_service/server/pipeplan-planner
