@@ -111,10 +111,10 @@ absl::StatusOr<std::string> StepTraceSvg(const std::string& job, std::span<const
   const int ranks = predicted.lowered.num_ranks;
   const int64_t step_number = step.empty() ? 0 : step.front().step;
   const TimelinePanel panels[] = {
-      {absl::StrFormat("measured: step %d, %.6g s", step_number, measured_seconds),
+      {absl::StrFormat("measured: step %d, %s", step_number, HumanSeconds(measured_seconds)),
        std::move(measured), std::max(ranks, static_cast<int>(step.size()))},
-      {absl::StrFormat("predicted by plan version %d: %.6g s, bubble %.1f%%", plan_version,
-                       predicted.sim.step_seconds, 100 * predicted.sim.bubble_ratio),
+      {absl::StrFormat("predicted by plan version %d: %s, bubble %.1f%%", plan_version,
+                       HumanSeconds(predicted.sim.step_seconds), 100 * predicted.sim.bubble_ratio),
        SpansOfSimulation(predicted.sim), ranks}};
   return TimelineSvg(
       absl::StrFormat("job %s, step %d: measured vs predicted (%s, %d microbatches)", job,

@@ -31,6 +31,7 @@
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
 #include "plan_command.h"
+#include "plan_table.h"
 #include "request_flags.h"
 #include "timeline_svg.h"
 
@@ -220,9 +221,10 @@ absl::Status WriteFiles(const common::ParsedFlags& flags, const Scenario& sc,
         *path, FormatChromeTrace(spans, s.num_ranks, absl::StrCat("predicted: ", sc.source))));
   }
   if (auto path = flags.Get("svg")) {
-    TimelinePanel panel{absl::StrFormat("predicted: step %.6g s, bubble %.1f%%",
-                                        run.sim.step_seconds, 100 * run.sim.bubble_ratio),
-                        std::vector<TraceSpan>(spans.begin(), spans.end()), s.num_ranks};
+    TimelinePanel panel{
+        absl::StrFormat("predicted: step %s, bubble %.1f%%", HumanSeconds(run.sim.step_seconds),
+                        100 * run.sim.bubble_ratio),
+        std::vector<TraceSpan>(spans.begin(), spans.end()), s.num_ranks};
     const std::string title = absl::StrFormat("%s: %d ranks, %d stages, %d microbatches", sc.source,
                                               s.num_ranks, s.num_stages, s.num_microbatches);
     PIPEPLAN_RETURN_IF_ERROR(

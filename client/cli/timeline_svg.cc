@@ -98,7 +98,7 @@ void DrawLegend(SvgWriter& svg, std::span<const TimelinePanel> panels, double y)
   for (const KindStyle& k : kinds) {
     svg.Rect(x, y - 10, 12, 12, k.color, {{"stroke", "#999"}, {"stroke-width", 0.5}});
     svg.Text(x + 17, y, k.name, {{"fill", "#333"}});
-    x += 17 + TextWidth(k.name) + 18;
+    x += 17 + TextWidth(k.name, 11) + 16;
   }
   svg.Close();
 }
@@ -133,7 +133,9 @@ void DrawSpan(SvgWriter& svg, const TimeAxis& axis, const TraceSpan& s, double y
   }
 }
 
-void DrawLane(SvgWriter& svg, const TimeAxis& axis, const TimelinePanel& p, int rank, double y) {
+// `step`: the panel's own length, which the busy share is of.
+void DrawLane(SvgWriter& svg, const TimeAxis& axis, const TimelinePanel& p, int rank, double y,
+              double step) {
   svg.Open("g", {{"class", "lane"}});
   svg.Text(kLeft - 10, y + kBox / 2 + 4, absl::StrCat("rank ", rank),
            {{"text-anchor", "end"}, {"fill", "#333"}});
@@ -144,7 +146,7 @@ void DrawLane(SvgWriter& svg, const TimeAxis& axis, const TimelinePanel& p, int 
     if (schedule::IsCompute(s.action.type)) busy += s.end - s.start;
   }
   svg.Text(axis.x0 + axis.width + 10, y + kBox / 2 + 4,
-           absl::StrFormat("busy %.0f%%", 100 * busy / axis.end), {{"fill", "#555"}});
+           absl::StrFormat("busy %.0f%%", step > 0 ? 100 * busy / step : 0), {{"fill", "#555"}});
   svg.Close();
 }
 
@@ -184,7 +186,9 @@ void DrawPanel(SvgWriter& svg, const TimeAxis& axis, const TimelinePanel& p, dou
   svg.Text(kLeft, y + 15, p.label, {{"font-weight", "bold"}, {"font-size", 13}});
   const double lanes = y + kLabel;
   DrawBackground(svg, axis, p.num_ranks, lanes);
-  for (int r = 0; r < p.num_ranks; ++r) DrawLane(svg, axis, p, r, lanes + r * kLane);
+  double step = 0;
+  for (const TraceSpan& s : p.spans) step = std::max(step, s.end);
+  for (int r = 0; r < p.num_ranks; ++r) DrawLane(svg, axis, p, r, lanes + r * kLane, step);
   DrawAxis(svg, axis, lanes + p.num_ranks * kLane - 4);
   svg.Close();
 }
