@@ -4,9 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "command.h"
+#include "output_file.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/graph.h"
 #include "pipeplan/core/planner.h"
+#include "plan_svg.h"
 #include "plan_table.h"
 #include "request_flags.h"
 
@@ -26,9 +29,18 @@ absl::StatusOr<v1::Plan> PlanAnywhere(const GlobalFlags& global, const v1::PlanR
 
 namespace {
 
+// --svg FILE: the stages over the model's nodes (plan_svg.h).
+absl::Status WritePlanSvg(const std::string& path, const v1::PlanRequest& req,
+                          const v1::Plan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(Graph graph, Graph::Build(GraphSpecFromProto(req.graph())));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::string svg, PlanSvg(graph, plan));
+  return WriteOutputFile(path, svg, "SVG");
+}
+
 absl::Status RunPlan(const CommandContext& ctx) {
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest req, RequestFromFlags(ctx.flags));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, PlanAnywhere(ctx.global, req));
+  if (auto path = ctx.flags.Get("svg")) PIPEPLAN_RETURN_IF_ERROR(WritePlanSvg(*path, req, plan));
   if (ctx.global.output == Output::kJson) {
     std::cout << ToJson(plan) << "\n";
     return absl::OkStatus();
@@ -54,7 +66,10 @@ Command PlanCommand() {
       "Without --planner the planning core runs in this process; with it, the\n"
       "planner solves the same request. -o json prints the pipeplan.v1.Plan.\n";
   c.flags.Include(PlanInputFlags()).Include(PlanOptionFlags());
-  c.flags.Switch("explain", "also print the best plan of every (ranks, replicas) scored");
+  c.flags.Switch("explain", "also print the best plan of every (ranks, replicas) scored")
+      .Value("svg", "FILE",
+             "draw the stages over the model's nodes, with each stage's time and memory, as an\n"
+             "SVG picture");
   c.run = RunPlan;
   return c;
 }

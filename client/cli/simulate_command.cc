@@ -4,6 +4,7 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "command.h"
 #include "json_text.h"
+#include "output_file.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/file_reader.h"
 #include "pipeplan/common/status_macros.h"
@@ -29,7 +31,9 @@
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
 #include "plan_command.h"
+#include "plan_table.h"
 #include "request_flags.h"
+#include "timeline_svg.h"
 
 namespace pipeplan::cli {
 
@@ -47,6 +51,30 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   out.close();
   if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
+}
+
+namespace {
+
+// Lowers a compute-only schedule whose stages span ranks, so that the
+// timeline (and any saved CSV) shows the SEND/RECV PyTorch would issue.
+absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
+  bool crosses = false;
+  for (int st = 0; st + 1 < s.num_stages; ++st) {
+    crosses |= s.stage_to_rank[st] != s.stage_to_rank[st + 1];
+  }
+  if (!crosses || s.HasCommunication()) return s;
+  return schedule::InsertSendRecv(s);
+}
+
+}  // namespace
+
+absl::StatusOr<SimulatedScenario> SimulateScenario(const Scenario& sc, bool record_timeline) {
+  SimulatedScenario out;
+  PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, Lowered(sc.schedule));
+  schedule::SimulateOptions options;
+  options.record_timeline = record_timeline;
+  PIPEPLAN_ASSIGN_OR_RETURN(out.sim, schedule::Simulate(out.lowered, sc.costs, options));
+  return out;
 }
 
 absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan) {
@@ -132,17 +160,6 @@ absl::StatusOr<Scenario> FromFlags(const CommandContext& ctx) {
   return sc;
 }
 
-// Lowers a compute-only schedule whose stages span ranks, so that the
-// timeline (and any saved CSV) shows the SEND/RECV PyTorch would issue.
-absl::StatusOr<PipelineSchedule> Lowered(const PipelineSchedule& s) {
-  bool crosses = false;
-  for (int st = 0; st + 1 < s.num_stages; ++st) {
-    crosses |= s.stage_to_rank[st] != s.stage_to_rank[st + 1];
-  }
-  if (!crosses || s.HasCommunication()) return s;
-  return schedule::InsertSendRecv(s);
-}
-
 std::string ReportJson(const Scenario& sc, const PipelineSchedule& s,
                        const schedule::SimulationResult& sim,
                        const std::optional<schedule::UnitTimeResult>& unit) {
@@ -192,38 +209,52 @@ std::string ReportTable(const Scenario& sc, const PipelineSchedule& s,
   return out;
 }
 
+// --trace, --svg and --save-csv: the files the simulated step goes to.
+absl::Status WriteFiles(const common::ParsedFlags& flags, const Scenario& sc,
+                        const SimulatedScenario& run, std::span<const TraceSpan> spans) {
+  const PipelineSchedule& s = run.lowered;
+  if (auto path = flags.Get("save-csv")) {
+    PIPEPLAN_RETURN_IF_ERROR(WriteTextFile(*path, schedule::ScheduleToCsv(s)));
+  }
+  if (auto path = flags.Get("trace")) {
+    PIPEPLAN_RETURN_IF_ERROR(WriteTextFile(
+        *path, FormatChromeTrace(spans, s.num_ranks, absl::StrCat("predicted: ", sc.source))));
+  }
+  if (auto path = flags.Get("svg")) {
+    TimelinePanel panel{
+        absl::StrFormat("predicted: step %s, bubble %.1f%%", HumanSeconds(run.sim.step_seconds),
+                        100 * run.sim.bubble_ratio),
+        std::vector<TraceSpan>(spans.begin(), spans.end()), s.num_ranks};
+    const std::string title = absl::StrFormat("%s: %d ranks, %d stages, %d microbatches", sc.source,
+                                              s.num_ranks, s.num_stages, s.num_microbatches);
+    PIPEPLAN_RETURN_IF_ERROR(
+        WriteOutputFile(*path, TimelineSvg(title, std::span(&panel, 1)), "SVG"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunSimulate(const CommandContext& ctx) {
   const common::ParsedFlags& flags = ctx.flags;
   PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, FromFlags(ctx));
-  PIPEPLAN_ASSIGN_OR_RETURN(PipelineSchedule lowered, Lowered(sc.schedule));
   const bool unit_time = flags.Has("unit-time");
   const bool json = ctx.global.output == Output::kJson;
-  if (auto path = flags.Get("save-csv")) {
-    std::ofstream out(*path, std::ios::binary);
-    out << schedule::ScheduleToCsv(lowered);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", *path));
-  }
-  const std::optional<std::string> trace = flags.Get("trace");
   const bool ascii = flags.Has("ascii");
-  schedule::SimulateOptions options;
-  options.record_timeline = (!unit_time && !json) || trace || ascii;
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
-                            schedule::Simulate(lowered, sc.costs, options));
+  PIPEPLAN_ASSIGN_OR_RETURN(SimulatedScenario run,
+                            SimulateScenario(sc, (!unit_time && !json) || flags.Has("trace") ||
+                                                     flags.Has("svg") || ascii));
+  const PipelineSchedule& lowered = run.lowered;
   std::optional<schedule::UnitTimeResult> unit;
   if (unit_time) {
     PIPEPLAN_ASSIGN_OR_RETURN(unit, schedule::SimulateUnitTime(lowered));
   }
-  const std::vector<TraceSpan> spans = SpansOfSimulation(sim);
-  if (trace) {
-    PIPEPLAN_RETURN_IF_ERROR(WriteTextFile(
-        *trace,
-        FormatChromeTrace(spans, lowered.num_ranks, absl::StrCat("predicted: ", sc.source))));
-  }
+  const std::vector<TraceSpan> spans = SpansOfSimulation(run.sim);
+  PIPEPLAN_RETURN_IF_ERROR(WriteFiles(flags, sc, run, spans));
   if (ascii) {
     std::cout << FormatGantt(spans, lowered.num_ranks, 100);
     return absl::OkStatus();
   }
-  std::cout << (json ? ReportJson(sc, lowered, sim, unit) : ReportTable(sc, lowered, sim, unit));
+  std::cout << (json ? ReportJson(sc, lowered, run.sim, unit)
+                     : ReportTable(sc, lowered, run.sim, unit));
   return absl::OkStatus();
 }
 
@@ -248,6 +279,8 @@ Command SimulateCommand() {
       .Value("trace", "FILE",
              "write the predicted timeline as Chrome trace JSON (Perfetto; compare with\n"
              "`jobs trace`)")
+      .Value("svg", "FILE",
+             "draw the predicted timeline as an SVG picture (a lane per rank, boxes by kind)")
       .Switch("ascii", "print the timeline as a terminal Gantt chart instead of the table");
   c.flags.Include(PlanOptionFlags()).Include(PlanInputFlags());
   c.run = RunSimulate;

@@ -7,7 +7,8 @@
 //
 // Prints the timeline and the bubble ratio, or a JSON report with -o json;
 // --trace FILE also writes the timeline as Chrome trace JSON (the format
-// `jobs trace` writes measured timelines in), --ascii prints a Gantt chart.
+// `jobs trace` writes measured timelines in), --svg FILE draws it as a
+// picture (timeline_svg.h), --ascii prints a Gantt chart.
 // See docs/schedules.md ("Command line") for the stage times each source uses.
 // SimulateCommand() (command.h) is the command; this header is what tests
 // call directly.
@@ -19,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
+#include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/v1/plan.pb.h"
 
@@ -38,6 +40,16 @@ struct Scenario {
 // (half on the forward, half on the backward-input); the Plan does not carry
 // the weight-gradient share, so W is taken as half of the backward.
 absl::StatusOr<Scenario> ScenarioFromPlan(const v1::Plan& plan);
+
+// A scenario's schedule lowered with the SEND/RECV PyTorch would issue (when
+// its stages span ranks), and its simulated step.
+struct SimulatedScenario {
+  schedule::PipelineSchedule lowered;
+  schedule::SimulationResult sim;
+};
+// `record_timeline`: keep every action's times (SimulateOptions), which the
+// --trace, --svg and --ascii pictures draw.
+absl::StatusOr<SimulatedScenario> SimulateScenario(const Scenario& scenario, bool record_timeline);
 
 // Writes `text` to `path`; PERMISSION_DENIED when it cannot.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
