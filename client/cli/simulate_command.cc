@@ -46,11 +46,9 @@ using schedule::StageCosts;
 }  // namespace
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  // One writer, so a missing folder is NOT_FOUND here as for --svg (it was
+  // PERMISSION_DENIED for any failure).
+  return WriteOutputFile(path, text, "output file");
 }
 
 namespace {

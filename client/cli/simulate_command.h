@@ -51,7 +51,8 @@ struct SimulatedScenario {
 // --trace, --svg and --ascii pictures draw.
 absl::StatusOr<SimulatedScenario> SimulateScenario(const Scenario& scenario, bool record_timeline);
 
-// Writes `text` to `path`; PERMISSION_DENIED when it cannot.
+// Writes `text` to `path`, with the errors of output_file.h (NOT_FOUND for a
+// missing folder).
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace pipeplan::cli

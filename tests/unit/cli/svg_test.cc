@@ -195,6 +195,19 @@ TEST(SimulateSvgTest, MissingFolderIsNotFoundNamingThePath) {
   EXPECT_EQ(WriteOutputFile(dir.path(), "x", "SVG").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// --trace, --save-csv and jobs trace --out share the writer: a missing
+// folder is NOT_FOUND (exit 4), not PERMISSION_DENIED as it was.
+TEST(SimulateSvgTest, TraceIntoAMissingFolderIsNotFound) {
+  const std::string path = "/nonexistent-pipeplan-dir/trace.json";
+  ::testing::internal::CaptureStderr();
+  const int code = RunCli(
+      {"simulate", "--schedule", "1F1B", "--ranks", "2", "--microbatches", "2", "--trace", path});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 4) << err;
+  EXPECT_TRUE(absl::StrContains(err, "NOT_FOUND")) << err;
+  EXPECT_TRUE(absl::StrContains(err, path)) << err;
+}
+
 TEST(PlanSvgTest, OneBandPerStageAndOneBarPerNode) {
   TempDir dir;
   const std::string path = dir.path() + "/plan.svg";
