@@ -156,6 +156,21 @@ class PipeplanTracer(torch.fx.Tracer):
             self.module_stack.pop()
 
 
+def _drop_unread_attributes(graph):
+    """Erases the `getattr` nodes nothing reads, so the graph is the one a reload gives.
+
+    torch.fx creates an attribute's node (`x.shape`) only when something uses the
+    proxy. Formatting it into a string (torchvision's ViT: `torch._assert(...,
+    f"... got {x.shape}")`) creates the node, but the saved code then holds the text
+    `Proxy(getattr_3)`, so torch.load's retrace never uses the attribute, has no node
+    for it and names every later `getattr` one lower than the graph JSON does. An
+    unread attribute of a tensor computes nothing, so dropping it changes no result.
+    """
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is getattr and not node.users:
+            graph.erase_node(node)
+
+
 def _class_path(cls):
     return "%s.%s" % (cls.__module__, cls.__qualname__)
 
@@ -192,5 +207,6 @@ def trace(module, leaf_modules=(), leaf_names=(), default_leaves=True,
                           % (where, type(e).__name__, e, hint)) from e
     finally:
         module.__class__ = saved_class
+    _drop_unread_attributes(graph)
     name = module.__class__.__name__
     return torch.fx.GraphModule(tracer.root, graph, name)
