@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev coinor-libcbc-dev prometheus-cpp-dev libgloo-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus python3 python3-torch python3-pytest python3-grpcio
+  prometheus python3 python3-torch python3-torchvision python3-pytest python3-grpcio
   libtorch-dev postgresql-15 libpq-dev clang-14 libclang-rt-14-dev
 )
 

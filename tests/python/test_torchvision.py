@@ -16,13 +16,12 @@ import subprocess
 import pytest
 import torch
 import torch.nn as nn
+import torchvision  # Debian's python3-torchvision, which scripts/setup.sh installs
+from torchvision.models.vision_transformer import VisionTransformer
 
 import pipeplan.export as pe  # conftest puts client/python on sys.path
 from pipeplan.export.package import load_package
 from pipeplan_graph_check import validate
-
-torchvision = pytest.importorskip("torchvision")
-from torchvision.models.vision_transformer import VisionTransformer  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
