@@ -153,8 +153,24 @@ def _check_reload(gm, nodes):
         pad = max(len(names), len(nodes))
         names, nodes = names + [None] * pad, nodes + [None] * pad
         i = next(i for i in range(pad) if names[i] != nodes[i])
-        raise PackageError("torch.fx gives node %d (%r) back as %r when it reloads the "
-                           "traced module" % (i, nodes[i], names[i]))
+        raise PackageError(_reload_mismatch(gm, i, nodes[i], names[i]))
+
+
+def _reload_mismatch(gm, index, name, reloaded):
+    """Names the node a reload loses or adds, the code that made it and the module it
+    was traced in, with the way out: a leaf module is one node, its code not retraced."""
+    node = next((n for n in gm.graph.nodes if n.name == name), None)
+    what, module = repr(name), ""
+    if node is not None:
+        target = getattr(node.target, "__name__", node.target)
+        what = "%r (%s %s)" % (name, node.op, target)
+        module = node.meta.get("pipeplan_module", "")
+    hint = ("mark the module a leaf: --leaf-name %s (export(..., leaf_names=[%r]))"
+            % (module, module)) if module else \
+        "make the model's forward build the same nodes when its saved code is traced again"
+    return ("torch.fx gives node %d %s back as %r when it reloads the traced module%s: the "
+            "saved code does not rebuild the graph it was saved from\n  hint: %s"
+            % (index, what, reloaded, " (in module %r)" % module if module else "", hint))
 
 
 def get_attr(module, target):
@@ -197,6 +213,15 @@ def _input_entries(gm, example_inputs):
     return entries
 
 
+def _not_one_tensor(kind):
+    """The error for a model whose output the package's loss cannot take, with the ways
+    out (the graph alone plans; only the package needs one tensor)."""
+    return ("the model's output must be one tensor (the loss takes it), got %s: export a "
+            "module whose forward returns that tensor (wrap the model, or turn the extra "
+            "outputs off: torchvision's googlenet and inception_v3 take aux_logits=False); "
+            "without --package the graph exports and plans as it is" % kind.__name__)
+
+
 def _output_entry(gm, example_inputs):
     """Shape and dtype of the model's output: from the exporter's shape propagation
     (the output node's tensor_meta) when it ran, else by running the module."""
@@ -204,14 +229,12 @@ def _output_entry(gm, example_inputs):
     kind = output.meta.get("type")
     if kind is not None:
         if not issubclass(kind, torch.Tensor):
-            raise PackageError("the model's output must be one tensor (the loss takes it), "
-                               "got %s" % kind.__name__)
+            raise PackageError(_not_one_tensor(kind))
         return _tensor_entry(output.meta["tensor_meta"])
     with torch.no_grad():
         y = gm(*example_inputs)
     if not isinstance(y, torch.Tensor):
-        raise PackageError("the model's output must be one tensor (the loss takes it), "
-                           "got %s" % type(y).__name__)
+        raise PackageError(_not_one_tensor(type(y)))
     return _tensor_entry(y)
 
 

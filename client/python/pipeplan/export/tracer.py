@@ -5,6 +5,9 @@ that would make it opaque.
 """
 
 import importlib
+import os
+import sys
+import traceback
 
 import torch
 import torch.fx
@@ -156,16 +159,107 @@ class PipeplanTracer(torch.fx.Tracer):
             self.module_stack.pop()
 
 
+def _drop_unread_attributes(graph):
+    """Erases the `getattr` nodes nothing reads; returns how many.
+
+    torch.fx creates an attribute's node (`x.shape`) only when something uses the
+    proxy. Formatting it into a string (torchvision's ViT: `torch._assert(...,
+    f"... got {x.shape}")`) creates the node, but the saved code then holds the text
+    `Proxy(getattr_3)`, so torch.load's retrace never uses the attribute and has no
+    node for it. An unread attribute of a tensor computes nothing, so dropping it
+    changes no result.
+    """
+    unread = [n for n in graph.nodes
+              if n.op == "call_function" and n.target is getattr and not n.users]
+    for node in unread:
+        graph.erase_node(node)
+    return len(unread)
+
+
+class _KeepModules(torch.fx.Tracer):
+    """What torch.fx traces a saved GraphModule's code with: every module is a leaf."""
+
+    def is_leaf_module(self, m, module_qualified_name):
+        return True
+
+
+def _name_like_a_reload(gm):
+    """Gives gm's nodes the names torch.load's retrace of its code gives them.
+
+    An erased node's name stays taken in the graph, but a retrace hands it to the next
+    node of that kind (`getattr_4` comes back as `getattr_3`), and the names are the
+    graph JSON's node ids and the plan's keys. Nodes are matched by position, op and
+    target; on any other difference nothing is renamed (the package's reload check
+    names the node).
+    """
+    with patched_proxy_iter():  # the saved code may call torch.arange(T) & co.
+        reloaded = list(_KeepModules().trace(gm).nodes)
+    nodes = list(gm.graph.nodes)
+    if len(reloaded) != len(nodes) or any(
+            (a.op, a.target) != (b.op, b.target) for a, b in zip(nodes, reloaded)):
+        return
+    for node, again in zip(nodes, reloaded):
+        node.name = again.name  # a fresh namespace's names: unique and legal
+    gm.recompile()
+
+
 def _class_path(cls):
     return "%s.%s" % (cls.__module__, cls.__qualname__)
+
+
+# What torch.fx's errors mean in the user's terms: (text of the error, the construct).
+_CONSTRUCTS = (
+    ("cannot be used as inputs to control flow",
+     "data-dependent control flow (if, while, and/or or bool() on a tensor's value)"),
+    ("cannot be iterated",
+     "iteration over a traced value (a tensor, or a shape of unknown length)"),
+    ("len(", "len() of a traced value"),
+)
+
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                      for m in (torch, sys.modules[__name__.rpartition(".")[0]]))
+
+
+def _construct(e):
+    """What the model's code did that torch.fx cannot trace, with the source line: the
+    innermost frame of the traceback outside torch and this package."""
+    text = str(e).split(". ")[0].strip()
+    what = next((c for key, c in _CONSTRUCTS if key in text), None)
+    what = "%s (%s: %s)" % (what, type(e).__name__, text) if what else \
+        "%s: %s" % (type(e).__name__, text)
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_LIBRARY_DIRS)]
+    if frames and frames[-1].line:
+        what += " at %s:%d: `%s`" % (frames[-1].filename, frames[-1].lineno,
+                                     frames[-1].line.strip())
+    return what
+
+
+def _untraceable(e, failed_module, root_class):
+    """The ExportError message: where tracing failed, what, and the ways out."""
+    if failed_module is not None:
+        name, cls = failed_module
+        where = "module %r (%s)" % (name, _class_path(cls))
+        hint = ("mark it as a leaf: --leaf-module %s or --leaf-name %s (export(..., "
+                "leaf_modules=[%s]) or leaf_names=[%r]); a leaf is one graph node, run "
+                "for its shapes and flops, and the planner never cuts inside it (as "
+                "`pipeplan plan --cut-granularity module:DEPTH` keeps modules whole)"
+                % (_class_path(cls), name, cls.__qualname__, name))
+    else:
+        where = "the top-level forward of %s" % _class_path(root_class)
+        hint = ("make that forward traceable by torch.fx (no Python control flow on "
+                "tensor values, no iteration over tensors or unknown-length shapes), or "
+                "move the construct into a submodule and mark that a leaf (--leaf-module)")
+    return "torch.fx could not trace %s: %s\n  hint: %s" % (where, _construct(e), hint)
 
 
 def trace(module, leaf_modules=(), leaf_names=(), default_leaves=True,
           transformer_layers_as_leaves=False):
     """Symbolically traces `module` with PipeplanTracer; returns a GraphModule.
 
-    Raises ExportError naming the module whose forward could not be traced and the
-    --leaf-module argument that would make it opaque.
+    Raises ExportError naming the module whose forward could not be traced, the
+    construct and its source line, and the --leaf-module argument that would make it
+    opaque.
     """
     tracer = PipeplanTracer(leaf_modules, leaf_names, default_leaves,
                             transformer_layers_as_leaves)
@@ -178,19 +272,11 @@ def trace(module, leaf_modules=(), leaf_names=(), default_leaves=True,
                                         {"forward": stand_in})
             graph = tracer.trace(module)
     except Exception as e:
-        if tracer.failed_module is not None:
-            name, cls = tracer.failed_module
-            where = "module %r (%s)" % (name, _class_path(cls))
-            hint = ("mark it as a leaf: --leaf-module %s (export(..., leaf_modules=[%s]) "
-                    "or leaf_names=[%r]); a leaf is one graph node whose flops are "
-                    "counted by running it" % (_class_path(cls), cls.__qualname__, name))
-        else:
-            where = "the top-level forward of %s" % _class_path(saved_class)
-            hint = ("make that forward traceable by torch.fx (no Python control flow on "
-                    "tensor values, no iteration over tensors or unknown-length shapes)")
-        raise ExportError("torch.fx could not trace %s: %s: %s\n  hint: %s"
-                          % (where, type(e).__name__, e, hint)) from e
+        raise ExportError(_untraceable(e, tracer.failed_module, saved_class)) from e
     finally:
         module.__class__ = saved_class
-    name = module.__class__.__name__
-    return torch.fx.GraphModule(tracer.root, graph, name)
+    erased = _drop_unread_attributes(graph)
+    gm = torch.fx.GraphModule(tracer.root, graph, module.__class__.__name__)
+    if erased:
+        _name_like_a_reload(gm)
+    return gm
