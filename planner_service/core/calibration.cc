@@ -7,7 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/core/median.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_costs.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/action.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"

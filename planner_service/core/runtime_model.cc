@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/core/cost_model.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_costs.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/core/status_macros.h"

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/status_macros.h"

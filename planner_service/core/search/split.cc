@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/core/solve_partition.h"
 #include "pipeplan/core/status_macros.h"
 
 namespace pipeplan::search {

@@ -1,4 +1,5 @@
 #include "pipeplan/core/planner.h"
+#include "pipeplan/core/solve_partition.h"
 
 #include <cstdlib>
 #include <fstream>
