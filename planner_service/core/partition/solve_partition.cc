@@ -39,85 +39,115 @@ double Gap(double objective, double lower_bound) {
   return std::max(0.0, (objective - lower_bound) / objective);
 }
 
-}  // namespace
+// The methods run on one problem so far: the best valid split, the
+// tightest bound, the first error worth reporting and every outcome.
+class Runs {
+ public:
+  explicit Runs(const PartitionProblem& problem)
+      : problem_(problem), lower_(BalanceLowerBound(problem)) {}
 
-absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, PartitionMethod method) {
-  const absl::Time start = absl::Now();
-  PlanResult result;
-  double lower = BalanceLowerBound(problem);
-  std::optional<Partition> best;
-  std::string best_method;
-  absl::Status first_error = absl::OkStatus();
+  void Run(PartitionMethod m, const PartitionProblem& prob);
+  // Every method: cheap ones first; the exact DAG solvers only while the
+  // proven gap is above the target, the MILP last, warm-started from the
+  // best split so far so it can only improve on it.
+  void RunAll();
+  absl::StatusOr<PlanResult> Finish(absl::Time start) &&;
 
-  auto run = [&](PartitionMethod m, const PartitionProblem& prob) {
-    const absl::Time t0 = absl::Now();
-    auto got = MakePartitioner(m)->Solve(prob);
-    MethodOutcome outcome{.method = std::string(PartitionMethodName(m)),
-                          .seconds = absl::ToDoubleSeconds(absl::Now() - t0)};
-    if (!got.ok()) {
-      outcome.note = std::string(got.status().message());
-      // The DP's memory error carries the memory needed; prefer it.
-      if (first_error.ok() || got.status().code() == absl::StatusCode::kFailedPrecondition) {
-        if (first_error.code() != absl::StatusCode::kFailedPrecondition) first_error = got.status();
-      }
-    } else {
-      outcome.note = got->note;
-      result.nodes_explored += got->nodes_explored;
-      if (got->contracted_nodes > 0) result.contracted_nodes = got->contracted_nodes;
-      lower = std::max(lower, got->lower_bound);
-      if (got->fits_memory) {
-        outcome.objective = got->objective;
-        if (!best || got->objective < best->objective) {
-          best = std::move(*got);
-          best_method = outcome.method;
-        }
-      } else {
-        outcome.note = absl::StrCat("does not fit in memory; ", outcome.note);
-      }
-    }
-    result.candidates.push_back(std::move(outcome));
-  };
+ private:
+  void Absorb(absl::StatusOr<Partition> got, MethodOutcome& outcome);
+  bool GapOpen() const { return !best_ || Gap(best_->objective, lower_) > problem_.relative_gap; }
 
-  if (method != PartitionMethod::kAuto) {
-    run(method, problem);
-  } else {
-    // Cheap methods first; the exact DAG solvers run only while the proven
-    // gap is above the target, and the MILP last, warm-started from the best
-    // split so far so it can only improve on it.
-    for (PartitionMethod m : {PartitionMethod::kDp, PartitionMethod::kTime,
-                              PartitionMethod::kParams, PartitionMethod::kUniform}) {
-      if (problem.ShouldStop() && best) break;
-      run(m, problem);
+  const PartitionProblem& problem_;
+  PlanResult result_;
+  double lower_;
+  std::optional<Partition> best_;
+  std::string best_method_;
+  absl::Status first_error_ = absl::OkStatus();
+};
+
+void Runs::Run(PartitionMethod m, const PartitionProblem& prob) {
+  const absl::Time t0 = absl::Now();
+  auto got = MakePartitioner(m)->Solve(prob);
+  MethodOutcome outcome{.method = std::string(PartitionMethodName(m)),
+                        .seconds = absl::ToDoubleSeconds(absl::Now() - t0)};
+  Absorb(std::move(got), outcome);
+  result_.candidates.push_back(std::move(outcome));
+}
+
+void Runs::Absorb(absl::StatusOr<Partition> got, MethodOutcome& outcome) {
+  if (!got.ok()) {
+    outcome.note = std::string(got.status().message());
+    // The DP's memory error carries the memory needed; prefer it.
+    if (first_error_.ok() || got.status().code() == absl::StatusCode::kFailedPrecondition) {
+      if (first_error_.code() != absl::StatusCode::kFailedPrecondition) first_error_ = got.status();
     }
-    auto gap_open = [&] { return !best || Gap(best->objective, lower) > problem.relative_gap; };
-    if (gap_open() && !(problem.ShouldStop() && best)) run(PartitionMethod::kIdealDp, problem);
-    // Also when nothing fit so far: the MILP searches every DAG split, not
-    // one order, so it may find a split that fits in memory.
-    if (gap_open() && !problem.ShouldStop()) {
-      PartitionProblem warm = problem;
-      std::vector<int> incumbent;
-      if (best) incumbent = best->stage_of_node;
-      warm.warm_start = incumbent;
-      run(PartitionMethod::kMilp, warm);
-    }
+    return;
   }
-  if (!best) {
-    if (!first_error.ok()) return first_error;
+  outcome.note = got->note;
+  result_.nodes_explored += got->nodes_explored;
+  if (got->contracted_nodes > 0) result_.contracted_nodes = got->contracted_nodes;
+  lower_ = std::max(lower_, got->lower_bound);
+  if (!got->fits_memory) {
+    outcome.note = absl::StrCat("does not fit in memory; ", outcome.note);
+    return;
+  }
+  outcome.objective = got->objective;
+  if (!best_ || got->objective < best_->objective) {
+    best_ = std::move(*got);
+    best_method_ = outcome.method;
+  }
+}
+
+void Runs::RunAll() {
+  for (PartitionMethod m : {PartitionMethod::kDp, PartitionMethod::kTime, PartitionMethod::kParams,
+                            PartitionMethod::kUniform}) {
+    if (problem_.ShouldStop() && best_) break;
+    Run(m, problem_);
+  }
+  if (GapOpen() && !(problem_.ShouldStop() && best_)) Run(PartitionMethod::kIdealDp, problem_);
+  // Also when nothing fit so far: the MILP searches every DAG split, not
+  // one order, so it may find a split that fits in memory.
+  if (GapOpen() && !problem_.ShouldStop()) {
+    PartitionProblem warm = problem_;
+    std::vector<int> incumbent;
+    if (best_) incumbent = best_->stage_of_node;
+    warm.warm_start = incumbent;
+    Run(PartitionMethod::kMilp, warm);
+  }
+}
+
+absl::StatusOr<PlanResult> Runs::Finish(absl::Time start) && {
+  if (!best_) {
+    if (!first_error_.ok()) return first_error_;
     return absl::FailedPreconditionError("no method found a split that fits in memory");
   }
   // The solvers charge every tensor's gradient; with outputs that carry none
   // only the balance bound is sure to hold.
-  if (problem.graph().has_outputs_without_grad()) lower = BalanceLowerBound(problem);
-  lower = std::min(lower, best->objective);
-  result.partition = std::move(*best);
-  result.method = best_method;
-  result.lower_bound = lower;
-  result.partition.lower_bound = lower;
-  result.gap = Gap(result.partition.objective, lower);
-  result.stage_device = problem.stage_device;
-  result.stage_inflight = problem.stage_inflight;
+  if (problem_.graph().has_outputs_without_grad()) lower_ = BalanceLowerBound(problem_);
+  lower_ = std::min(lower_, best_->objective);
+  PlanResult result = std::move(result_);
+  result.partition = std::move(*best_);
+  result.method = best_method_;
+  result.lower_bound = lower_;
+  result.partition.lower_bound = lower_;
+  result.gap = Gap(result.partition.objective, lower_);
+  result.stage_device = problem_.stage_device;
+  result.stage_inflight = problem_.stage_inflight;
   result.solve_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> SolvePartition(const PartitionProblem& problem, PartitionMethod method) {
+  const absl::Time start = absl::Now();
+  Runs runs(problem);
+  if (method != PartitionMethod::kAuto) {
+    runs.Run(method, problem);
+  } else {
+    runs.RunAll();
+  }
+  return std::move(runs).Finish(start);
 }
 
 }  // namespace pipeplan
