@@ -1,5 +1,4 @@
 #include "pipeplan/core/planner.h"
-#include "pipeplan/core/solve_partition.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/solve_partition.h"
 #include "support/test_data.h"
 
 namespace pipeplan {
