@@ -21,6 +21,7 @@
 #include "bench_inputs.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
+#include "pipeplan/core/solve_partition.h"
 
 namespace pipeplan {
 namespace {

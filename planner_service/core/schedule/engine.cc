@@ -150,69 +150,91 @@ class Engine {
   bool RunRank(int r, std::vector<int>& work) {
     const RankProgram& program = s_.programs[r];
     size_t& cur = cursor_[r];
-    double& clock = clock_[r];
     for (; cur < program.size(); ++cur) {
       if (!program[cur]) continue;
-      const Action& a = *program[cur];
-      const int st = a.stage, mb = a.microbatch;
-      switch (a.type) {
-        case ActionType::kForward:
-        case ActionType::kBackwardInput:
-        case ActionType::kBackwardWeight:
-        case ActionType::kFullBackward: {
-          const double ready = InputsReady(a);
-          if (ready < 0) return false;
-          const double start = std::max(clock, ready);
-          const double dur = Duration(a);
-          clock = start + dur;
-          busy_[r] += dur;
-          Finish(a, clock, work);
-          Record(r, cur, a, start, clock);
-          break;
-        }
-        case ActionType::kOverlapFB: {
-          const Action fwd = ForwardHalf(a), bwd = BackwardHalf(a);
-          const double ready_f = InputsReady(fwd);
-          if (ready_f < 0) return false;
-          const double ready_b = InputsReady(bwd);
-          if (ready_b < 0) return false;
-          const double start = std::max({clock, ready_f, ready_b});
-          const double dur = Duration(a);
-          clock = start + dur;
-          busy_[r] += dur;
-          Finish(fwd, clock, work);
-          Finish(bwd, clock, work);
-          Record(r, cur, a, start, clock);
-          break;
-        }
-        case ActionType::kSendF:
-        case ActionType::kSendB: {
-          const bool fwd = a.type == ActionType::kSendF;
-          const double produced = At(fwd ? kForwardDone : kBackwardDone, st, mb);
-          if (produced < 0) return false;
-          const double post = std::max(clock, produced);
-          At(fwd ? kSentF : kSentB, st, mb) = post;
-          // The transfer starts at the post (link fits time it from there);
-          // the rank is held for the host part of posting.
-          clock = post + SendHost(st);
-          Wake(fwd ? st + 1 : st - 1, work);
-          Record(r, cur, a, post, post + (fwd ? XferF(st) : XferB(st - 1)));
-          break;
-        }
-        case ActionType::kRecvF:
-        case ActionType::kRecvB: {
-          const bool fwd = a.type == ActionType::kRecvF;
-          const double sent = fwd ? At(kSentF, st - 1, mb) : At(kSentB, st + 1, mb);
-          if (sent < 0) return false;
-          const double end = std::max(clock, sent) + (fwd ? XferF(st - 1) : XferB(st));
-          At(fwd ? kRecvedF : kRecvedB, st, mb) = end;
-          makespan_ = std::max(makespan_, end);
-          Record(r, cur, a, clock, end);
-          clock += RecvHost(st);
-          break;
-        }
-      }
+      if (!RunAction(r, cur, *program[cur], work)) return false;
     }
+    return true;
+  }
+
+  // Runs action `a`, slot `cur` of rank r, on the rank's clock; false (and
+  // nothing changed) while an input it needs has not happened.
+  bool RunAction(int r, size_t cur, const Action& a, std::vector<int>& work) {
+    switch (a.type) {
+      case ActionType::kForward:
+      case ActionType::kBackwardInput:
+      case ActionType::kBackwardWeight:
+      case ActionType::kFullBackward:
+        return RunCompute(r, cur, a, work);
+      case ActionType::kOverlapFB:
+        return RunOverlap(r, cur, a, work);
+      case ActionType::kSendF:
+      case ActionType::kSendB:
+        return RunSend(r, cur, a, work);
+      case ActionType::kRecvF:
+      case ActionType::kRecvB:
+        return RunRecv(r, cur, a);
+    }
+    return true;
+  }
+
+  bool RunCompute(int r, size_t cur, const Action& a, std::vector<int>& work) {
+    double& clock = clock_[r];
+    const double ready = InputsReady(a);
+    if (ready < 0) return false;
+    const double start = std::max(clock, ready);
+    const double dur = Duration(a);
+    clock = start + dur;
+    busy_[r] += dur;
+    Finish(a, clock, work);
+    Record(r, cur, a, start, clock);
+    return true;
+  }
+
+  bool RunOverlap(int r, size_t cur, const Action& a, std::vector<int>& work) {
+    double& clock = clock_[r];
+    const Action fwd = ForwardHalf(a), bwd = BackwardHalf(a);
+    const double ready_f = InputsReady(fwd);
+    if (ready_f < 0) return false;
+    const double ready_b = InputsReady(bwd);
+    if (ready_b < 0) return false;
+    const double start = std::max({clock, ready_f, ready_b});
+    const double dur = Duration(a);
+    clock = start + dur;
+    busy_[r] += dur;
+    Finish(fwd, clock, work);
+    Finish(bwd, clock, work);
+    Record(r, cur, a, start, clock);
+    return true;
+  }
+
+  bool RunSend(int r, size_t cur, const Action& a, std::vector<int>& work) {
+    double& clock = clock_[r];
+    const int st = a.stage, mb = a.microbatch;
+    const bool fwd = a.type == ActionType::kSendF;
+    const double produced = At(fwd ? kForwardDone : kBackwardDone, st, mb);
+    if (produced < 0) return false;
+    const double post = std::max(clock, produced);
+    At(fwd ? kSentF : kSentB, st, mb) = post;
+    // The transfer starts at the post (link fits time it from there);
+    // the rank is held for the host part of posting.
+    clock = post + SendHost(st);
+    Wake(fwd ? st + 1 : st - 1, work);
+    Record(r, cur, a, post, post + (fwd ? XferF(st) : XferB(st - 1)));
+    return true;
+  }
+
+  bool RunRecv(int r, size_t cur, const Action& a) {
+    double& clock = clock_[r];
+    const int st = a.stage, mb = a.microbatch;
+    const bool fwd = a.type == ActionType::kRecvF;
+    const double sent = fwd ? At(kSentF, st - 1, mb) : At(kSentB, st + 1, mb);
+    if (sent < 0) return false;
+    const double end = std::max(clock, sent) + (fwd ? XferF(st - 1) : XferB(st));
+    At(fwd ? kRecvedF : kRecvedB, st, mb) = end;
+    makespan_ = std::max(makespan_, end);
+    Record(r, cur, a, clock, end);
+    clock += RecvHost(st);
     return true;
   }
 

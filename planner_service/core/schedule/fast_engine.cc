@@ -82,6 +82,16 @@ class FastEngine {
       : s_(s), costs_(costs), x_(scratch), out_(out), S_(s.num_stages), M_(s.num_microbatches) {}
 
   bool Run() {
+    Prepare();
+    if (!RunRanks() || !EveryActionRan()) return false;
+    Report();
+    return true;
+  }
+
+ private:
+  // Resets the scratch for this schedule and reads each stage's costs and
+  // neighbours.
+  void Prepare() {
     const int p = s_.num_ranks;
     comms_ = s_.HasCommunication();
     const size_t cells = static_cast<size_t>(S_) * M_;
@@ -92,24 +102,7 @@ class FastEngine {
     x_.stages.resize(S_);
     stages_ = x_.stages.data();
     crossings_ = 0;
-    for (int st = 0; st < S_; ++st) {
-      StageInfo& info = stages_[st];
-      info.rank = s_.stage_to_rank[st];
-      info.local_prev = st > 0 && s_.stage_to_rank[st - 1] == info.rank;
-      info.local_next = st + 1 < S_ && s_.stage_to_rank[st + 1] == info.rank;
-      info.cross_prev = st > 0 && !info.local_prev;
-      info.cross_next = st + 1 < S_ && !info.local_next;
-      crossings_ += info.cross_next;
-      info.f = costs_.forward[st];
-      info.i = costs_.backward_input[st];
-      info.w = costs_.backward_weight[st];
-      info.b = info.i + info.w;
-      info.xfer_f =
-          st + 1 < S_ && !costs_.forward_transfer.empty() ? costs_.forward_transfer[st] : 0;
-      info.xfer_b =
-          st + 1 < S_ && !costs_.backward_transfer.empty() ? costs_.backward_transfer[st] : 0;
-      info.act_bytes = costs_.activation_bytes.empty() ? 0.0 : costs_.activation_bytes[st];
-    }
+    for (int st = 0; st < S_; ++st) ReadStage(st);
     x_.stage_inflight.assign(S_, 0);
     x_.cursor.assign(p, 0);
     x_.clock.assign(p, 0.0);
@@ -119,7 +112,30 @@ class FastEngine {
     x_.memory.assign(p, {});
     out_.busy_seconds.assign(p, 0.0);
     out_.peak_inflight_per_stage.assign(S_, 0);
+  }
 
+  void ReadStage(int st) {
+    StageInfo& info = stages_[st];
+    info.rank = s_.stage_to_rank[st];
+    info.local_prev = st > 0 && s_.stage_to_rank[st - 1] == info.rank;
+    info.local_next = st + 1 < S_ && s_.stage_to_rank[st + 1] == info.rank;
+    info.cross_prev = st > 0 && !info.local_prev;
+    info.cross_next = st + 1 < S_ && !info.local_next;
+    crossings_ += info.cross_next;
+    info.f = costs_.forward[st];
+    info.i = costs_.backward_input[st];
+    info.w = costs_.backward_weight[st];
+    info.b = info.i + info.w;
+    info.xfer_f = st + 1 < S_ && !costs_.forward_transfer.empty() ? costs_.forward_transfer[st] : 0;
+    info.xfer_b =
+        st + 1 < S_ && !costs_.backward_transfer.empty() ? costs_.backward_transfer[st] : 0;
+    info.act_bytes = costs_.activation_bytes.empty() ? 0.0 : costs_.activation_bytes[st];
+  }
+
+  // Runs ranks until each has finished or waits; false on an invalid action
+  // or a deadlock.
+  bool RunRanks() {
+    const int p = s_.num_ranks;
     std::vector<int>& work = x_.work;
     work.clear();
     for (int r = p - 1; r >= 0; --r) work.push_back(r);
@@ -136,16 +152,22 @@ class FastEngine {
     for (int r = 0; r < p; ++r) {
       if (x_.cursor[r] < s_.programs[r].size()) return false;  // deadlock
     }
-    // Structure: with no duplicates (checked as each action ran), the counts
-    // say every (stage, microbatch) got its F and backward, every W had its I,
-    // and every cross-rank hop got its four communication actions.
-    const int64_t cells_i = static_cast<int64_t>(cells);
-    const int64_t hops = comms_ ? int64_t{crossings_} * M_ : 0;
-    if (n_f_ != cells_i || n_bwd_ != cells_i || n_i_ != n_w_ || n_send_f_ != hops ||
-        n_recv_f_ != hops || n_send_b_ != hops || n_recv_b_ != hops) {
-      return false;
-    }
+    return true;
+  }
 
+  // Structure: with no duplicates (checked as each action ran), the counts
+  // say every (stage, microbatch) got its F and backward, every W had its I,
+  // and every cross-rank hop got its four communication actions.
+  bool EveryActionRan() const {
+    const int64_t cells = int64_t{S_} * M_;
+    const int64_t hops = comms_ ? int64_t{crossings_} * M_ : 0;
+    return n_f_ == cells && n_bwd_ == cells && n_i_ == n_w_ && n_send_f_ == hops &&
+           n_recv_f_ == hops && n_send_b_ == hops && n_recv_b_ == hops;
+  }
+
+  // Step time, idle time and bubble, peak memory per rank.
+  void Report() {
+    const int p = s_.num_ranks;
     double makespan = makespan_;
     for (double c : x_.clock) makespan = std::max(makespan, c);
     out_.step_seconds = makespan;
@@ -168,10 +190,8 @@ class FastEngine {
       out_.peak_memory_bytes[r] = params[r] + x_.memory[r].peak_bytes;
     }
     out_.timeline.clear();
-    return true;
   }
 
- private:
   Events& At(int stage, int mb) { return events_[static_cast<size_t>(stage) * M_ + mb]; }
   uint8_t& Flags(int stage, int mb) { return flags_[static_cast<size_t>(stage) * M_ + mb]; }
   // The event's time, or -1 if it has not happened.

@@ -51,31 +51,8 @@ class SendRecvInserter {
   // its order: a shape error, then existing communication, then a compute
   // order that never completes.
   absl::Status Run(PipelineSchedule& out) {
-    const int p = s_.num_ranks;
-    // A valid schedule has one F and one backward per (stage, microbatch), so
-    // each rank gets exactly M communication actions per direction and
-    // cross-rank neighbour of each of its stages, plus its compute slots;
-    // reserving that makes appending reallocation-free (an invalid schedule
-    // merely grows its vector before being rejected).
-    std::vector<size_t> sizes(p, 0);
-    for (int r = 0; r < p; ++r) sizes[r] = s_.programs[r].size();
-    for (int st = 0; st < S_; ++st) {
-      sizes[s_.stage_to_rank[st]] += size_t{2} * M_ * (cross_next_[st] + cross_prev_[st]);
-    }
-    out.num_ranks = p;
-    out.num_stages = S_;
-    out.num_microbatches = M_;
-    out.stage_to_rank = s_.stage_to_rank;
-    out.programs.resize(p);
-    for (RankProgram& program : out.programs) program.clear();  // keeps the storage
-    out_ = out.programs.data();
-    std::vector<size_t> pos(p, 0);
-    std::vector<int> active;
-    active.reserve(p);
-    for (int r = 0; r < p; ++r) {
-      out_[r].reserve(sizes[r]);
-      if (!s_.programs[r].empty()) active.push_back(r);
-    }
+    std::vector<int> active = Prepare(out);
+    std::vector<size_t> pos(s_.num_ranks, 0);
     const RankProgram* in = s_.programs.data();
     while (!active.empty()) {
       bool progress = false;
@@ -87,28 +64,9 @@ class SendRecvInserter {
         // of; fetching a few cache lines ahead hides the memory latency.
         Prefetch(next, 8 * sizeof(*next), /*write=*/false);
         Prefetch(out_[r].data() + out_[r].size(), 8 * sizeof(*next), /*write=*/true);
-        const std::optional<Action>& slot = *next;
-        if (slot) {
-          const Action& a = *slot;
-          if (a.type == ActionType::kOverlapFB) {
-            if (!internal::SimpleOk(s_, r, ForwardHalf(a)) ||
-                !internal::SimpleOk(s_, r, BackwardHalf(a))) {
-              return Failure();
-            }
-            if (!Ready(ActionType::kForward, a.stage, a.microbatch) ||
-                !Ready(ActionType::kFullBackward, a.backward_stage, a.backward_microbatch)) {
-              continue;
-            }
-            out_[r].push_back(slot);
-            Place(r, ActionType::kForward, a.stage, a.microbatch);
-            Place(r, ActionType::kFullBackward, a.backward_stage, a.backward_microbatch);
-          } else {
-            if (!internal::SimpleOk(s_, r, a) || IsCommunication(a.type)) return Failure();
-            if (!Ready(a.type, a.stage, a.microbatch)) continue;
-            out_[r].push_back(slot);
-            Place(r, a.type, a.stage, a.microbatch);
-          }
-        }
+        const Slot slot = Take(r, *next);
+        if (slot == Slot::kInvalid) return Failure();
+        if (slot == Slot::kBlocked) continue;
         finished |= ++pos[r] == in[r].size();
         progress = true;
       }
@@ -125,6 +83,63 @@ class SendRecvInserter {
   }
 
  private:
+  // What a round did with one rank's next slot.
+  enum class Slot { kTaken, kBlocked, kInvalid };
+
+  // Sizes `out` like the input and reserves each rank's output: a valid
+  // schedule has one F and one backward per (stage, microbatch), so each
+  // rank gets exactly M communication actions per direction and cross-rank
+  // neighbour of each of its stages, plus its compute slots; reserving that
+  // makes appending reallocation-free (an invalid schedule merely grows its
+  // vector before being rejected). Returns the ranks with a program.
+  std::vector<int> Prepare(PipelineSchedule& out) {
+    const int p = s_.num_ranks;
+    std::vector<size_t> sizes(p, 0);
+    for (int r = 0; r < p; ++r) sizes[r] = s_.programs[r].size();
+    for (int st = 0; st < S_; ++st) {
+      sizes[s_.stage_to_rank[st]] += size_t{2} * M_ * (cross_next_[st] + cross_prev_[st]);
+    }
+    out.num_ranks = p;
+    out.num_stages = S_;
+    out.num_microbatches = M_;
+    out.stage_to_rank = s_.stage_to_rank;
+    out.programs.resize(p);
+    for (RankProgram& program : out.programs) program.clear();  // keeps the storage
+    out_ = out.programs.data();
+    std::vector<int> active;
+    active.reserve(p);
+    for (int r = 0; r < p; ++r) {
+      out_[r].reserve(sizes[r]);
+      if (!s_.programs[r].empty()) active.push_back(r);
+    }
+    return active;
+  }
+
+  // Places rank r's next slot (an empty one passes) once its inputs are.
+  Slot Take(int r, const std::optional<Action>& slot) {
+    if (!slot) return Slot::kTaken;
+    const Action& a = *slot;
+    if (a.type == ActionType::kOverlapFB) {
+      if (!internal::SimpleOk(s_, r, ForwardHalf(a)) ||
+          !internal::SimpleOk(s_, r, BackwardHalf(a))) {
+        return Slot::kInvalid;
+      }
+      if (!Ready(ActionType::kForward, a.stage, a.microbatch) ||
+          !Ready(ActionType::kFullBackward, a.backward_stage, a.backward_microbatch)) {
+        return Slot::kBlocked;
+      }
+      out_[r].push_back(slot);
+      Place(r, ActionType::kForward, a.stage, a.microbatch);
+      Place(r, ActionType::kFullBackward, a.backward_stage, a.backward_microbatch);
+      return Slot::kTaken;
+    }
+    if (!internal::SimpleOk(s_, r, a) || IsCommunication(a.type)) return Slot::kInvalid;
+    if (!Ready(a.type, a.stage, a.microbatch)) return Slot::kBlocked;
+    out_[r].push_back(slot);
+    Place(r, a.type, a.stage, a.microbatch);
+    return Slot::kTaken;
+  }
+
   // The error for a schedule the rounds could not finish.
   absl::Status Failure() const {
     if (absl::Status st = internal::CheckShape(s_); !st.ok()) return st;

@@ -102,35 +102,105 @@ absl::Status CheckShape(const PipelineSchedule& s) {
   return absl::OkStatus();
 }
 
-absl::Status CheckStructure(const PipelineSchedule& s, bool* has_communication) {
-  if (absl::Status st = CheckHeader(s); !st.ok()) return st;
-  const int S = s.num_stages;
-  const int M = s.num_microbatches;
-  enum Counter { kF, kBackward, kI, kW, kSendF, kRecvF, kSendB, kRecvB, kNumCounters };
-  // All counters of one (stage, microbatch) share a cache line.
-  std::vector<std::array<uint8_t, kNumCounters>> counts(static_cast<size_t>(S) * M);
-  auto count = [&](Counter c, const Action& a) -> uint8_t& {
-    return counts[static_cast<size_t>(a.stage) * M + a.microbatch][c];
-  };
-  static constexpr const char* kWhat[kNumCounters] = {
-      "forward", "backward (B or I)", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
-  static constexpr Counter kCounterOf[] = {kF,     kI,     kW,     kBackward, kSendF,
-                                           kRecvF, kSendB, kRecvB, kF};
-  bool comms = false;
-  auto add = [&](int r, int i, const Action& whole, const Action& a) -> absl::Status {
+namespace {
+
+enum Counter { kF, kBackward, kI, kW, kSendF, kRecvF, kSendB, kRecvB, kNumCounters };
+constexpr const char* kWhat[kNumCounters] = {
+    "forward", "backward (B or I)", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+constexpr Counter kCounterOf[] = {kF, kI, kW, kBackward, kSendF, kRecvF, kSendB, kRecvB, kF};
+
+// How often each kind of action names each (stage, microbatch): at most
+// once as actions are added, exactly once (communication only across ranks,
+// and only when the schedule has any) when Complete checks.
+class ActionCounts {
+ public:
+  explicit ActionCounts(const PipelineSchedule& s)
+      : s_(s), M_(s.num_microbatches), counts_(static_cast<size_t>(s.num_stages) * M_) {}
+
+  // Counts `a`, slot i of rank r or half of the OVERLAP_F_B `whole` there.
+  absl::Status Add(int r, int i, const Action& whole, const Action& a) {
     Counter c = kCounterOf[static_cast<int>(a.type)];
     if (c == kI) {
       ++count(kI, a);
       c = kBackward;
     }
-    comms |= c >= kSendF;
+    comms_ |= c >= kSendF;
     if (++count(c, a) > 1) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: stage %d microbatch %d gets a second %s", Where(r, i, whole),
                           a.stage, a.microbatch, kWhat[c]));
     }
     return absl::OkStatus();
-  };
+  }
+
+  bool comms() const { return comms_; }
+
+  absl::Status Complete() {
+    for (int st = 0; st < s_.num_stages; ++st) {
+      for (int mb = 0; mb < M_; ++mb) {
+        if (absl::Status status = CompleteCompute(st, mb); !status.ok()) return status;
+        if (!comms_ || st + 1 == s_.num_stages) continue;
+        if (s_.stage_to_rank[st + 1] == s_.stage_to_rank[st]) continue;
+        if (absl::Status status = CompleteHop(st, mb); !status.ok()) return status;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // All counters of one (stage, microbatch) share a cache line.
+  uint8_t& count(Counter c, const Action& a) {
+    return counts_[static_cast<size_t>(a.stage) * M_ + a.microbatch][c];
+  }
+
+  absl::Status CompleteCompute(int st, int mb) {
+    const Action at{st, ActionType::kForward, mb};
+    if (count(kF, at) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stage %d microbatch %d has no forward (F)", st, mb));
+    }
+    if (count(kBackward, at) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stage %d microbatch %d has no backward (B, or I and W)", st, mb));
+    }
+    if (count(kI, at) != count(kW, at)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d microbatch %d has %s; a split backward needs exactly one I and one W", st, mb,
+          count(kI, at) ? "an I but no W" : "a W without an I (use B for a full backward)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Stage st -> st + 1 crosses ranks: four communication actions.
+  absl::Status CompleteHop(int st, int mb) {
+    const Action at{st, ActionType::kForward, mb};
+    const Action next{st + 1, ActionType::kForward, mb};
+    if (count(kSendF, at) == 0 || count(kRecvF, next) == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st, st + 1, mb,
+          count(kSendF, at) == 0 ? absl::StrFormat("%dSEND_F%d", st, mb)
+                                 : absl::StrFormat("%dRECV_F%d", st + 1, mb)));
+    }
+    if (count(kSendB, next) == 0 || count(kRecvB, at) == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st + 1, st, mb,
+          count(kSendB, next) == 0 ? absl::StrFormat("%dSEND_B%d", st + 1, mb)
+                                   : absl::StrFormat("%dRECV_B%d", st, mb)));
+    }
+    return absl::OkStatus();
+  }
+
+  const PipelineSchedule& s_;
+  const int M_;
+  std::vector<std::array<uint8_t, kNumCounters>> counts_;
+  bool comms_ = false;
+};
+
+}  // namespace
+
+absl::Status CheckStructure(const PipelineSchedule& s, bool* has_communication) {
+  if (absl::Status st = CheckHeader(s); !st.ok()) return st;
+  ActionCounts counts(s);
   for (int r = 0; r < s.num_ranks; ++r) {
     const RankProgram& program = s.programs[r];
     for (int i = 0; i < static_cast<int>(program.size()); ++i) {
@@ -138,50 +208,15 @@ absl::Status CheckStructure(const PipelineSchedule& s, bool* has_communication) 
       const Action& whole = *program[i];
       if (absl::Status st = CheckSlot(s, r, i, whole); !st.ok()) return st;
       if (whole.type == ActionType::kOverlapFB) {
-        if (absl::Status st = add(r, i, whole, ForwardHalf(whole)); !st.ok()) return st;
-        if (absl::Status st = add(r, i, whole, BackwardHalf(whole)); !st.ok()) return st;
-      } else if (absl::Status st = add(r, i, whole, whole); !st.ok()) {
+        if (absl::Status st = counts.Add(r, i, whole, ForwardHalf(whole)); !st.ok()) return st;
+        if (absl::Status st = counts.Add(r, i, whole, BackwardHalf(whole)); !st.ok()) return st;
+      } else if (absl::Status st = counts.Add(r, i, whole, whole); !st.ok()) {
         return st;
       }
     }
   }
-  *has_communication = comms;
-
-  for (int st = 0; st < S; ++st) {
-    for (int mb = 0; mb < M; ++mb) {
-      const Action at{st, ActionType::kForward, mb};
-      if (count(kF, at) == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("stage %d microbatch %d has no forward (F)", st, mb));
-      }
-      if (count(kBackward, at) == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("stage %d microbatch %d has no backward (B, or I and W)", st, mb));
-      }
-      if (count(kI, at) != count(kW, at)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "stage %d microbatch %d has %s; a split backward needs exactly one I and one W", st, mb,
-            count(kI, at) ? "an I but no W" : "a W without an I (use B for a full backward)"));
-      }
-      if (!comms) continue;
-      if (st + 1 < S && s.stage_to_rank[st + 1] != s.stage_to_rank[st]) {
-        const Action next{st + 1, ActionType::kForward, mb};
-        if (count(kSendF, at) == 0 || count(kRecvF, next) == 0) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st, st + 1, mb,
-              count(kSendF, at) == 0 ? absl::StrFormat("%dSEND_F%d", st, mb)
-                                     : absl::StrFormat("%dRECV_F%d", st + 1, mb)));
-        }
-        if (count(kSendB, next) == 0 || count(kRecvB, at) == 0) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "stage %d -> %d crosses ranks but microbatch %d is missing its %s", st + 1, st, mb,
-              count(kSendB, next) == 0 ? absl::StrFormat("%dSEND_B%d", st + 1, mb)
-                                       : absl::StrFormat("%dRECV_B%d", st, mb)));
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
+  *has_communication = counts.comms();
+  return counts.Complete();
 }
 
 }  // namespace pipeplan::schedule::internal

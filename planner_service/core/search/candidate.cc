@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
 #include "split.h"

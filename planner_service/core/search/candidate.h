@@ -20,7 +20,8 @@
 #include "pipeplan/core/cut_groups.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/placement.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_options.h"
+#include "pipeplan/core/plan_result.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan::search {

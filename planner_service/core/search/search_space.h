@@ -11,7 +11,7 @@
 
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/graph.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan::search {

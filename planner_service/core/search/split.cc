@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/core/solve_partition.h"
 
 namespace pipeplan::search {
 namespace {

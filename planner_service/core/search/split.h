@@ -23,7 +23,8 @@
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/cut_groups.h"
 #include "pipeplan/core/graph.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_options.h"
+#include "pipeplan/core/plan_result.h"
 
 namespace pipeplan::search {
 

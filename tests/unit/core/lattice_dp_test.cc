@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "../../../planner_service/core/partition/direct_pair_dp.h"
-#include "../../../planner_service/core/partition/ideal_lattice.h"
-#include "../../../planner_service/core/partition/separators.h"
+#include "../../../planner_service/core/partition/lattice/direct_pair_dp.h"
+#include "../../../planner_service/core/partition/lattice/ideal_lattice.h"
+#include "../../../planner_service/core/partition/lattice/separators.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "brute_force.h"

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/solve_partition.h"
 #include "support/test_data.h"
 
 namespace pipeplan {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "contraction.h"
+#include "partition/contraction.h"
 #include "pipeplan/core/partition.h"
 
 class OsiClpSolverInterface;

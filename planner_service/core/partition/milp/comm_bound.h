@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "contraction.h"
+#include "partition/contraction.h"
 #include "pipeplan/core/partition.h"
 
 namespace pipeplan::milp_internal {

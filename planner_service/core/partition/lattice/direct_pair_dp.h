@@ -73,6 +73,13 @@ class DirectDp {
   void set_prune(bool prune) { prune_ = prune; }
 
  private:
+  // BuildCrossing's parts: ideal -> segment and uniform out-edges; the
+  // child ideal `id` extends and the node it adds; `id`'s crossing list,
+  // the child's updated for that node (`stamp`: scratch per node).
+  void IndexSegments();
+  std::pair<int, int> ChildAndAddedNode(int id) const;
+  void AppendCrossing(int id, int child, int u, std::vector<int>& stamp);
+
   struct Link {
     double a, b;  // seconds = a·bytes + b, both directions of the transfer
   };

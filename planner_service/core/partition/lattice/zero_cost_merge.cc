@@ -3,7 +3,7 @@
 #include <numeric>
 #include <vector>
 
-#include "union_find.h"
+#include "partition/union_find.h"
 
 namespace pipeplan {
 namespace {

@@ -197,6 +197,31 @@ void Trace(const PartitionProblem& problem, const char* what, absl::Time since) 
   }
 }
 
+namespace {
+
+// Solves the root LP first: its value is a valid bound even when the search
+// is stopped early (CBC's own best-possible value is not reliable when the
+// limit interrupts the root). False when that proves the model infeasible
+// (without a warm start to fall back on): `out` is then final.
+bool SolveRoot(CbcModel& cbc, const StopCheck& check, bool warm, double& lp_bound,
+               CbcOutcome& out) {
+  const absl::Time t1 = absl::Now();
+  cbc.initialSolve();
+  Trace(*check.problem, "root lp", t1);
+  if (check.lp_interrupted) {
+    out.stop = "stopped in the root LP";
+  } else if (cbc.solver()->isProvenOptimal()) {
+    lp_bound = cbc.solver()->getObjValue();
+  } else if (cbc.solver()->isProvenPrimalInfeasible() && !warm) {
+    out.proven_infeasible = true;
+    out.stop = "infeasible";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
                   const std::vector<int>* warm_super, absl::Time stop_at) {
   CbcOutcome out;
@@ -223,22 +248,8 @@ CbcOutcome RunCbc(const PartitionProblem& problem, const MilpModel& model,
   StopHandler handler(&check, &solutions);
   cbc.passInEventHandler(&handler);
 
-  // Solve the root LP first: its value is a valid bound even when the
-  // search is stopped early (CBC's own best-possible value is not reliable
-  // when the limit interrupts the root).
-  const absl::Time t1 = absl::Now();
-  cbc.initialSolve();
-  Trace(problem, "root lp", t1);
   double lp_bound = -kInf;
-  if (check.lp_interrupted) {
-    out.stop = "stopped in the root LP";
-  } else if (cbc.solver()->isProvenOptimal()) {
-    lp_bound = cbc.solver()->getObjValue();
-  } else if (cbc.solver()->isProvenPrimalInfeasible() && warm_super == nullptr) {
-    out.proven_infeasible = true;
-    out.stop = "infeasible";
-    return out;
-  }
+  if (!SolveRoot(cbc, check, /*warm=*/warm_super != nullptr, lp_bound, out)) return out;
   if (warm_super != nullptr) {
     double objective = 0;
     std::vector<double> x = model.Primal(*warm_super, &objective);

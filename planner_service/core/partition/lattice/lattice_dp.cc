@@ -15,9 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "contraction.h"
 #include "direct_pair_dp.h"
 #include "ideal_lattice.h"
+#include "partition/contraction.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/partition.h"
 #include "separable_dp.h"

@@ -17,8 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "cbc_solve.h"
 #include "comm_bound.h"
-#include "contraction.h"
 #include "milp_model.h"
+#include "partition/contraction.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/partition.h"
 

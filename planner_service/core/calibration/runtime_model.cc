@@ -5,7 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/cost_model.h"
-#include "pipeplan/core/planner.h"
+#include "pipeplan/core/plan_costs.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 

@@ -13,6 +13,22 @@ namespace pipeplan::lattice_dp_internal {
 
 bool DirectDp::BuildCrossing(int64_t max_entries) {
   const int N = L_.size();
+  IndexSegments();
+  std::vector<int> stamp(g_.num_nodes(), -1);
+  C_.begin.assign(1, 0);
+  C_.begin.reserve(N + 1);
+  C_.begin.push_back(0);  // ideal 0 = ∅ crosses nothing
+  for (int id = 1; id < N; ++id) {
+    const auto [child, u] = ChildAndAddedNode(id);
+    AppendCrossing(id, child, u, stamp);
+    C_.begin.push_back(static_cast<int64_t>(C_.node.size()));
+    if (static_cast<int64_t>(C_.node.size()) > max_entries) return false;
+  }
+  return true;
+}
+
+void DirectDp::IndexSegments() {
+  const int N = L_.size();
   const int n = g_.num_nodes();
   seg_of_ideal_.assign(N, 0);
   for (size_t s = 0; s < L_.segs.size(); ++s) {
@@ -24,64 +40,56 @@ bool DirectDp::BuildCrossing(int64_t max_entries) {
     auto out = g_.out_edges(v);
     for (int e : out) uniform_[v] &= p_.cost->edge_bytes(e) == p_.cost->edge_bytes(out[0]);
   }
-  std::vector<int> stamp(n, -1);
-  C_.begin.assign(1, 0);
-  C_.begin.reserve(N + 1);
-  C_.begin.push_back(0);  // ideal 0 = ∅ crosses nothing
-  for (int id = 1; id < N; ++id) {
-    const int s = seg_of_ideal_[id];
-    const Segment& seg = L_.segs[s];
-    const int q = id - seg.first;
-    int child, u;
-    if (q == 0) {
-      child = id - 1;
-      u = g_.topo_order()[seg.sep_pos];
-    } else {
-      child = L_.child[L_.child_begin[id]];
-      const uint64_t* a = Mask(id);
-      const uint64_t* b = Mask(child);
-      u = -1;
-      for (int w = 0; w < seg.words && u < 0; ++w) {
-        if (const uint64_t d = a[w] ^ b[w]) u = seg.nodes[w * 64 + __builtin_ctzll(d)];
-      }
-    }
-    for (int e : g_.in_edges(u)) stamp[g_.edge(e).src] = id;
-    bool u_done = g_.out_edges(u).empty();
-    auto push_u = [&] {
-      double b = 0;
-      for (int e : g_.out_edges(u)) b = std::max(b, p_.cost->edge_bytes(e));
-      C_.node.push_back(u);
-      C_.count.push_back(static_cast<int>(g_.out_edges(u).size()));
-      C_.bytes.push_back(b);
-      u_done = true;
-    };
-    for (int64_t x = C_.begin[child]; x < C_.begin[child + 1]; ++x) {
-      const int v = C_.node[x];
-      if (!u_done && u < v) push_u();
-      if (stamp[v] != id) {
-        C_.node.push_back(v);
-        C_.count.push_back(C_.count[x]);
-        C_.bytes.push_back(C_.bytes[x]);
-        continue;
-      }
-      int cnt = 0;
-      double b = 0;
-      for (int e : g_.out_edges(v)) {
-        if (Member(id, g_.edge(e).dst)) continue;
-        ++cnt;
-        b = std::max(b, p_.cost->edge_bytes(e));
-      }
-      if (cnt > 0) {
-        C_.node.push_back(v);
-        C_.count.push_back(cnt);
-        C_.bytes.push_back(b);
-      }
-    }
-    if (!u_done) push_u();
-    C_.begin.push_back(static_cast<int64_t>(C_.node.size()));
-    if (static_cast<int64_t>(C_.node.size()) > max_entries) return false;
+}
+
+std::pair<int, int> DirectDp::ChildAndAddedNode(int id) const {
+  const Segment& seg = L_.segs[seg_of_ideal_[id]];
+  const int q = id - seg.first;
+  if (q == 0) return {id - 1, g_.topo_order()[seg.sep_pos]};
+  const int child = L_.child[L_.child_begin[id]];
+  const uint64_t* a = Mask(id);
+  const uint64_t* b = Mask(child);
+  int u = -1;
+  for (int w = 0; w < seg.words && u < 0; ++w) {
+    if (const uint64_t d = a[w] ^ b[w]) u = seg.nodes[w * 64 + __builtin_ctzll(d)];
   }
-  return true;
+  return {child, u};
+}
+
+void DirectDp::AppendCrossing(int id, int child, int u, std::vector<int>& stamp) {
+  for (int e : g_.in_edges(u)) stamp[g_.edge(e).src] = id;
+  bool u_done = g_.out_edges(u).empty();
+  auto push_u = [&] {
+    double b = 0;
+    for (int e : g_.out_edges(u)) b = std::max(b, p_.cost->edge_bytes(e));
+    C_.node.push_back(u);
+    C_.count.push_back(static_cast<int>(g_.out_edges(u).size()));
+    C_.bytes.push_back(b);
+    u_done = true;
+  };
+  for (int64_t x = C_.begin[child]; x < C_.begin[child + 1]; ++x) {
+    const int v = C_.node[x];
+    if (!u_done && u < v) push_u();
+    if (stamp[v] != id) {
+      C_.node.push_back(v);
+      C_.count.push_back(C_.count[x]);
+      C_.bytes.push_back(C_.bytes[x]);
+      continue;
+    }
+    int cnt = 0;
+    double b = 0;
+    for (int e : g_.out_edges(v)) {
+      if (Member(id, g_.edge(e).dst)) continue;
+      ++cnt;
+      b = std::max(b, p_.cost->edge_bytes(e));
+    }
+    if (cnt > 0) {
+      C_.node.push_back(v);
+      C_.count.push_back(cnt);
+      C_.bytes.push_back(b);
+    }
+  }
+  if (!u_done) push_u();
 }
 
 bool DirectDp::UniformLinks() const {
