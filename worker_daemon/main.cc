@@ -20,8 +20,8 @@
 #include "pipeplan/cmdline/flag_set.h"
 #include "pipeplan/cmdline/version.h"
 #include "pipeplan/core/status_macros.h"
-#include "pipeplan/worker/nccl_transport.h"
-#include "pipeplan/worker/worker.h"
+#include "pipeplan/worker/control/worker.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
 
 #ifdef PIPEPLAN_HAVE_NCCL
 #include <cuda_runtime_api.h>
