@@ -1,4 +1,4 @@
-#include "pipeplan/worker/training/stage_compiler.h"
+#include "stage_compiler.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -17,7 +17,7 @@
 #include "pipeplan/worker/package/model_package.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/torch/torch_executor.h"
-#include "pipeplan/worker/training/stage_compiler.h"
+#include "stage_compiler.h"
 
 namespace pipeplan::worker {
 namespace {
