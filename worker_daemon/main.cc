@@ -18,10 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
-#include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/version.h"
-#include "pipeplan/worker/nccl_transport.h"
-#include "pipeplan/worker/worker.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/control/worker.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
 
 #ifdef PIPEPLAN_HAVE_NCCL
 #include <cuda_runtime_api.h>

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/worker/model_package.h"
+#include "pipeplan/worker/package/model_package.h"
 
 namespace pipeplan::cli {
 namespace {

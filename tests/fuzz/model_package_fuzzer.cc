@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeplan/worker/model_package.h"
+#include "pipeplan/worker/package/model_package.h"
 
 namespace {
 

@@ -14,7 +14,7 @@ namespace pipeplan {
 namespace {
 
 // Per boundary, the bytes of every edge that crosses it: what the worker's
-// stage plan ships (worker_daemon/src/stage_plan.cc), scaled as the cost
+// stage plan ships (worker_daemon/src/runtime/stage_plan.cc), scaled as the cost
 // model scales tensors.
 std::vector<double> BoundaryBytes(const CostModel& cost, const std::vector<int>& node_stage,
                                   int num_stages) {

@@ -19,7 +19,7 @@
 #include "pipeplan/server/job_registry.h"
 #include "pipeplan/server/log.h"
 #include "pipeplan/server/store.h"
-#include "pipeplan/worker/stage_plan.h"
+#include "pipeplan/worker/runtime/stage_plan.h"
 #include "simulate_command.h"
 #include "support/test_data.h"
 

@@ -1,6 +1,6 @@
 // CompileQueue: jobs run on its thread, newest version first; an older
 // version still queued is dropped, and the destructor cancels a running job.
-#include "compile_queue.h"
+#include "training/compile_queue.h"
 
 #include <atomic>
 #include <string>

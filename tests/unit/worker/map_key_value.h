@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "pipeplan/worker/rendezvous.h"
+#include "pipeplan/worker/transport/rendezvous.h"
 
 namespace pipeplan::worker {
 

@@ -8,10 +8,10 @@
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
-#include "pipeplan/worker/gloo_transport.h"
-#include "pipeplan/worker/in_memory_transport.h"
-#include "pipeplan/worker/mlp_executor.h"
-#include "pipeplan/worker/runtime.h"
+#include "pipeplan/worker/executors/mlp_executor.h"
+#include "pipeplan/worker/runtime/runtime.h"
+#include "pipeplan/worker/transport/gloo_transport.h"
+#include "pipeplan/worker/transport/in_memory_transport.h"
 
 namespace pipeplan::worker {
 namespace {

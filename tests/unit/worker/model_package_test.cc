@@ -1,7 +1,7 @@
 // The torch-free parts of the torch executor: manifest parsing and its
 // errors, checkpoint directories, and the transport-level collectives and
 // state moves (over the in-memory transport, ranks as threads).
-#include "pipeplan/worker/model_package.h"
+#include "pipeplan/worker/package/model_package.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -11,11 +11,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pipeplan/worker/checkpoint.h"
-#include "pipeplan/worker/collectives.h"
-#include "pipeplan/worker/group_transport.h"
-#include "pipeplan/worker/in_memory_transport.h"
-#include "pipeplan/worker/state_transfer.h"
+#include "pipeplan/worker/package/checkpoint.h"
+#include "pipeplan/worker/package/state_transfer.h"
+#include "pipeplan/worker/transport/collectives.h"
+#include "pipeplan/worker/transport/group_transport.h"
+#include "pipeplan/worker/transport/in_memory_transport.h"
 
 namespace pipeplan::worker {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "map_key_value.h"
-#include "pipeplan/worker/nccl_transport.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
 
 namespace pipeplan::worker {
 namespace {

@@ -1,7 +1,7 @@
 // Rendezvous rounds (worker_daemon/src/rendezvous_round.h): the protocol on
 // an in-memory key-value space, and real Gloo meshes on 127.0.0.1 that must
 // connect although the key-value space holds a crashed run's keys.
-#include "rendezvous_round.h"
+#include "pipeplan/worker/transport/rendezvous_round.h"
 
 #include <chrono>
 #include <thread>

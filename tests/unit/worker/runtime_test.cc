@@ -1,7 +1,7 @@
 // The stage runtime over the in-memory transport: every built-in schedule
 // completes, compute runs in dependency order, the right bytes arrive, and
 // each action gets a timing.
-#include "pipeplan/worker/runtime.h"
+#include "pipeplan/worker/runtime/runtime.h"
 
 #include <atomic>
 #include <cstring>
@@ -13,8 +13,8 @@
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
-#include "pipeplan/worker/in_memory_transport.h"
-#include "pipeplan/worker/synthetic_executor.h"
+#include "pipeplan/worker/executors/synthetic_executor.h"
+#include "pipeplan/worker/transport/in_memory_transport.h"
 
 namespace pipeplan::worker {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipeplan/worker/stage_plan.h"
+#include "pipeplan/worker/runtime/stage_plan.h"
 
 #include "gtest/gtest.h"
 #include "pipeplan/v1/graph.pb.h"
@@ -36,7 +36,7 @@ TEST(StagePlan, LowersTheScheduleAndSumsCrossingBytes) {
   auto sp = StagePlanFromProto(plan, 3, &g);
   ASSERT_TRUE(sp.ok()) << sp.status();
   EXPECT_EQ(sp->version, 3);
-  EXPECT_EQ(sp->ranks, 4);
+  EXPECT_EQ(sp->num_ranks, 4);
   EXPECT_EQ(sp->RankOf("gpu2"), 2);
   EXPECT_EQ(sp->RankOf("cpu"), -1);
   EXPECT_TRUE(sp->lowered.HasCommunication());

@@ -13,7 +13,7 @@
 //
 // Fixtures (packages, compiled stages, reference losses) are built at test
 // time by /usr/bin/python3 with the repository's Python tools.
-#include "pipeplan/worker/torch_executor.h"
+#include "pipeplan/worker/torch/torch_executor.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -28,10 +28,10 @@
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
-#include "pipeplan/worker/gloo_transport.h"
-#include "pipeplan/worker/group_transport.h"
-#include "pipeplan/worker/in_memory_transport.h"
-#include "pipeplan/worker/runtime.h"
+#include "pipeplan/worker/runtime/runtime.h"
+#include "pipeplan/worker/transport/gloo_transport.h"
+#include "pipeplan/worker/transport/group_transport.h"
+#include "pipeplan/worker/transport/in_memory_transport.h"
 
 namespace pipeplan::worker {
 namespace {

@@ -1,0 +1,227 @@
+// The step loop (worker_daemon/src/control/step_loop.h) with a fake planner,
+// a fake clock and the in-memory transport: two ranks agree on the plan
+// version at every step boundary, switch together, leave together, and
+// drop a version that stalls behind a newer one — all without sockets or
+// sleeps.
+#include "control/step_loop.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "control/control_state.h"
+#include "fake_clock.h"
+#include "fake_planner.h"
+#include "gtest/gtest.h"
+#include "pipeplan/worker/report/report_sender.h"
+#include "pipeplan/worker/transport/in_memory_transport.h"
+
+namespace pipeplan::worker {
+namespace {
+
+using testing::FakeClock;
+using testing::FakePlanner;
+using testing::PipelineOn;
+
+// One in-memory hub per plan version: every rank of a version connects to
+// the same one, as a rendezvous round would bring them together.
+class Hubs {
+ public:
+  ConnectTransportFn Connector() {
+    return [this](const ActivePlan& a) -> absl::StatusOr<std::unique_ptr<Transport>> {
+      MemoryHub* hub;
+      {
+        absl::MutexLock l(&mu_);
+        std::unique_ptr<MemoryHub>& h = hubs_[a.version];
+        if (!h) h = std::make_unique<MemoryHub>(a.plan.num_ranks * a.plan.num_replicas);
+        hub = h.get();
+      }
+      return hub->Connect(a.plan.WorldRank(a.replica, a.rank));
+    };
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<int64_t, std::unique_ptr<MemoryHub>> hubs_ ABSL_GUARDED_BY(mu_);
+};
+
+// One worker's control plane: its state, report sender and step loop.
+struct Rank {
+  Rank(FakePlanner& planner, FakeClock& clock, Hubs& hubs, const std::string& device)
+      : options(OptionsFor(device)),
+        state(clock),
+        reports(
+            planner, options, [this](int64_t v) { state.SawVersion(v); }, nullptr, "run-" + device,
+            clock),
+        loop(planner, options, state, stop, nullptr, nullptr, reports, clock, hubs.Connector()) {
+    state.SawVersion(1);
+  }
+  static WorkerOptions OptionsFor(const std::string& device) {
+    WorkerOptions o;
+    o.job_id = "job";
+    o.worker_id = "w-" + device;
+    o.device_id = device;
+    o.time_scale = 0;  // the synthetic executor computes nothing
+    // Bounds a vote or step that never completes (a failing test).
+    o.comm_timeout = absl::Seconds(20);
+    return o;
+  }
+  // Runs the loop on a thread of its own until it returns.
+  void Start(int64_t steps) {
+    options.steps = steps;
+    done = std::make_unique<absl::Notification>();
+    thread = std::thread([this] {
+      result = loop.Run();
+      done->Notify();
+    });
+  }
+  // The loop's result. A loop that does not return within a minute fails
+  // the test and is stopped: its waits end (Shutdown), a transport wait at
+  // the latest after comm_timeout.
+  absl::Status Join() {
+    if (!done->WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      ADD_FAILURE() << options.worker_id << ": the step loop did not return";
+      stop.store(true);
+      state.Shutdown();
+    }
+    thread.join();
+    return result;
+  }
+
+  WorkerOptions options;
+  ControlState state;
+  std::atomic<bool> stop{false};
+  ReportSender reports;
+  StepLoop loop;
+  std::thread thread;
+  std::unique_ptr<absl::Notification> done;
+  absl::Status result;
+};
+
+// Plan version of each step `worker` reported, by step.
+std::map<int64_t, int64_t> VersionByStep(const std::vector<v1::ReportStepRequest>& reports,
+                                         const std::string& worker) {
+  std::map<int64_t, int64_t> out;
+  for (const v1::ReportStepRequest& r : reports) {
+    if (r.worker_id() == worker) out[r.step()] = r.plan_version();
+  }
+  return out;
+}
+
+int Count(const std::vector<int64_t>& v, int64_t x) {
+  return static_cast<int>(std::count(v.begin(), v.end(), x));
+}
+
+class StepLoopTest : public ::testing::Test {
+ protected:
+  StepLoopTest() {
+    planner_.AddPlan(1, PipelineOn({"d0", "d1"}, 2, 1));
+    r0_ = std::make_unique<Rank>(planner_, clock_, hubs_, "d0");
+    r1_ = std::make_unique<Rank>(planner_, clock_, hubs_, "d1");
+  }
+  // Both ranks run `steps` steps of version 1 together.
+  void RunTwoStepsOnVersionOne() {
+    r0_->Start(2);
+    r1_->Start(2);
+    ASSERT_TRUE(r0_->Join().ok());
+    ASSERT_TRUE(r1_->Join().ok());
+    ASSERT_EQ(r0_->loop.steps(), 2);
+    ASSERT_EQ(r1_->loop.plan_version(), 1);
+  }
+  bool AwaitReportsOf(const std::string& worker, size_t n) {
+    return planner_.AwaitReports(
+        [&](const auto& reports) { return VersionByStep(reports, worker).size() >= n; });
+  }
+
+  FakePlanner planner_;
+  FakeClock clock_;
+  Hubs hubs_;
+  std::unique_ptr<Rank> r0_;
+  std::unique_ptr<Rank> r1_;
+};
+
+TEST_F(StepLoopTest, AVersionOneRankKnowsReachesEveryRankAtTheNextBoundary) {
+  planner_.AddPlan(2, PipelineOn({"d0", "d1"}, 4, 2));
+  RunTwoStepsOnVersionOne();
+  // Only rank 0 hears of version 2; rank 1 learns it from the vote.
+  r0_->state.SawVersion(2);
+  EXPECT_EQ(r1_->state.Latest(), 1);
+  r0_->Start(4);
+  r1_->Start(4);
+  ASSERT_TRUE(r0_->Join().ok());
+  ASSERT_TRUE(r1_->Join().ok());
+
+  EXPECT_EQ(r1_->state.Latest(), 2);
+  EXPECT_EQ(Count(planner_.fetched_versions(), 2), 2) << "each rank fetches version 2 once";
+  ASSERT_TRUE(AwaitReportsOf("w-d0", 4));
+  ASSERT_TRUE(AwaitReportsOf("w-d1", 4));
+  // Both switch at the boundary after step 1: no step lost, none repeated.
+  const std::map<int64_t, int64_t> expected{{0, 1}, {1, 1}, {2, 2}, {3, 2}};
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d0"), expected);
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d1"), expected);
+  EXPECT_EQ(r0_->loop.plan_version(), 2);
+  EXPECT_TRUE(r1_->loop.trained_to_the_end());
+}
+
+TEST_F(StepLoopTest, AStoppedRankLeavesAtTheBoundaryAndTheOtherSwitchesWithoutIt) {
+  planner_.AddPlan(2, PipelineOn({"d1"}, 2, 2));
+  RunTwoStepsOnVersionOne();
+  r0_->stop.store(true);
+  r0_->Start(0);
+  r1_->Start(4);
+  ASSERT_TRUE(r0_->Join().ok());
+  EXPECT_TRUE(r0_->loop.left());
+  EXPECT_FALSE(r0_->loop.whole_job_left());
+  EXPECT_EQ(r0_->loop.steps(), 2);
+  // Rank 1 dropped version 1 and polls (every 50 ms) for the planner's
+  // next version; it arrives while it waits.
+  ASSERT_TRUE(clock_.AwaitPendingWait(absl::Milliseconds(50)));
+  r1_->state.SawVersion(2);
+  clock_.Advance(absl::Milliseconds(50));
+  ASSERT_TRUE(r1_->Join().ok());
+  EXPECT_FALSE(r1_->loop.left());
+  ASSERT_TRUE(AwaitReportsOf("w-d1", 4));
+  const std::map<int64_t, int64_t> expected{{0, 1}, {1, 1}, {2, 2}, {3, 2}};
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d1"), expected);
+  ASSERT_TRUE(AwaitReportsOf("w-d0", 2));
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d0").size(), 2u)
+      << "rank 0 ran no step after leaving";
+}
+
+TEST_F(StepLoopTest, AVoteOnAHungPeerEndsOnlyAfterTheGraceOnceANewerVersionIsKnown) {
+  planner_.AddPlan(2, PipelineOn({"d0"}, 2, 2));
+  RunTwoStepsOnVersionOne();
+  // Rank 1 hangs (it never votes again); the planner has a version without
+  // it, which rank 0 knows.
+  r0_->state.SawVersion(2);
+  const absl::Time start = clock_.Now();
+  const absl::Duration grace = r0_->state.Lease();  // longer than any step
+  // Only the stall watch may end the vote: the transport's own timeout
+  // lies beyond the real-time bound of the loop below.
+  r0_->options.comm_timeout = absl::Seconds(120);
+  r0_->Start(4);
+  absl::Time switched = absl::InfiniteFuture();
+  // Step time forward a poll at a time, waiting each time until a stall
+  // watch polled, until rank 0 gives version 1 up. Virtual time may run
+  // ahead of a busy machine's rank 0; only real time bounds the loop.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (switched == absl::InfiniteFuture() && absl::Now() < give_up) {
+    clock_.Advance(absl::Milliseconds(100));
+    ASSERT_TRUE(clock_.AwaitPendingWait(absl::Milliseconds(100)));
+    if (Count(planner_.fetched_versions(), 2) > 0) switched = clock_.Now();
+  }
+  ASSERT_TRUE(r0_->Join().ok());
+  ASSERT_NE(switched, absl::InfiniteFuture()) << "rank 0 never gave version 1 up";
+  EXPECT_GE(switched - start, grace) << "aborted before the grace";
+  ASSERT_TRUE(AwaitReportsOf("w-d0", 4));
+  const std::map<int64_t, int64_t> expected{{0, 1}, {1, 1}, {2, 2}, {3, 2}};
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d0"), expected);
+}
+
+}  // namespace
+}  // namespace pipeplan::worker

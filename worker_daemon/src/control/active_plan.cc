@@ -1,0 +1,135 @@
+#include "active_plan.h"
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/env/retryable.h"
+#include "pipeplan/worker/executors/executor_factory.h"
+#include "pipeplan/worker/transport/gloo_transport.h"
+#include "pipeplan/worker/transport/group_transport.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
+#include "pipeplan/worker/transport/rendezvous_round.h"
+
+namespace pipeplan::worker {
+namespace {
+
+absl::StatusOr<v1::VersionedPlan> FetchPlan(PlannerApi& planner, const std::string& job_id,
+                                            int64_t version, Clock& clock) {
+  absl::StatusOr<v1::VersionedPlan> vp;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    vp = planner.GetPlan(job_id, version);
+    if (vp.ok() || !Retryable(vp.status())) break;
+    clock.SleepFor(absl::Milliseconds(100));
+  }
+  return vp;
+}
+
+// Ranks of the plan's one transport: every device, replica-major.
+int WorldSize(const StagePlan& plan) { return plan.num_ranks * plan.num_replicas; }
+
+// One attempt to connect the transport, in `round`'s namespace.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
+                                                       const ActivePlan& a,
+                                                       const RendezvousRound& round) {
+  const int rank = a.plan.WorldRank(a.replica, a.rank);
+  const int size = WorldSize(a.plan);
+  if (o.transport == "nccl") {
+    return ConnectNccl(
+        {.rank = rank, .size = size, .device_ordinal = -1, .timeout = o.connect_timeout}, kv,
+        round.prefix());
+  }
+  return ConnectGlooInRound(kv, round,
+                            {.rank = rank,
+                             .size = size,
+                             .host = o.listen_host,
+                             .timeout = o.comm_timeout,
+                             .connect_timeout = o.connect_timeout},
+                            o.connect_timeout);
+}
+
+// Workers that restart within a version (every worker of a job after a
+// crash), or retry after a failed attempt, would find earlier addresses
+// under the version's keys. So every attempt meets in a round of its own
+// (rendezvous_round.h): rank 0 opens it with the nonces of the processes
+// it expects, the others join it, and an attempt that cannot complete (a
+// peer restarted, rank 0 moved on) ends early and the next round begins.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
+                                                            const ActivePlan& a, Clock& clock) {
+  const RoundMember me{.base = absl::StrCat("v", a.version, "/", o.transport, "/"),
+                       .rank = a.plan.WorldRank(a.replica, a.rank),
+                       .size = WorldSize(a.plan),
+                       .nonce = ProcessRunId(),
+                       .timeout = o.connect_timeout};
+  return ConnectInRounds(
+      kv, me, clock.Now() + 3 * o.connect_timeout,
+      [&](const RendezvousRound& round) { return ConnectOnce(kv, o, a, round); });
+}
+
+// This replica's pipeline and this rank's replica group, as groups of the
+// plan's transport.
+absl::Status MakeGroups(ActivePlan& a) {
+  std::vector<int> pipeline;
+  for (int r = 0; r < a.plan.num_ranks; ++r) pipeline.push_back(a.plan.WorldRank(a.replica, r));
+  std::vector<int> replicas;
+  for (int q = 0; q < a.plan.num_replicas; ++q) replicas.push_back(a.plan.WorldRank(q, a.rank));
+  PIPEPLAN_ASSIGN_OR_RETURN(a.pipeline, GroupTransport::Create(a.transport.get(), pipeline));
+  PIPEPLAN_ASSIGN_OR_RETURN(a.replica_group, GroupTransport::Create(a.transport.get(), replicas));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::string& ProcessRunId() {
+  static const std::string nonce = [] {
+    std::random_device rd;
+    return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) ^ rd() ^ absl::ToUnixNanos(absl::Now())));
+  }();
+  return nonce;
+}
+
+ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock) {
+  return [&kv, &options, &clock](const ActivePlan& a) {
+    return ConnectTransport(kv, options, a, clock);
+  };
+}
+
+absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
+    PlannerApi& planner, const ConnectTransportFn& connect, const WorkerOptions& options,
+    int64_t version, TrainingSession* training, Clock& clock) {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp,
+                            FetchPlan(planner, options.job_id, version, clock));
+  auto a = std::make_unique<ActivePlan>();
+  a->version = version;
+  PIPEPLAN_ASSIGN_OR_RETURN(a->plan, StagePlanFromProto(vp.plan(), version, &vp.request().graph()));
+  a->rank = a->plan.RankOf(options.device_id);
+  a->replica = a->plan.ReplicaOf(options.device_id);
+  if (a->rank < 0) return a;
+  if (training) {
+    a->samples_per_step = training->spec().batch_size();
+  } else {
+    a->samples_per_step = SamplesPerStep(options, a->plan, vp.request().options().global_batch());
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(a->transport, connect(*a));
+  PIPEPLAN_RETURN_IF_ERROR(MakeGroups(*a));
+  PIPEPLAN_ASSIGN_OR_RETURN(StageRuntime runtime,
+                            StageRuntime::ForRank(a->plan.lowered, a->rank, options.comm_timeout));
+  a->runtime = std::make_unique<StageRuntime>(std::move(runtime));
+  const ExecutorPlace place{.rank = a->rank,
+                            .replica = a->replica,
+                            .pipeline = a->pipeline.get(),
+                            .replica_group = a->replica_group.get()};
+  if (training) {
+    PIPEPLAN_ASSIGN_OR_RETURN(a->executor, training->MakeExecutor(a->plan, place));
+  } else {
+    PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
+                              MakeExecutor(options, a->plan, vp.request().graph(), place));
+  }
+  return a;
+}
+
+}  // namespace pipeplan::worker

@@ -1,0 +1,83 @@
+// One plan version as this worker runs it: the decoded stage plan, this
+// device's (replica, rank), and, when the device holds stages, the transport
+// over every device of the plan with its two groups (this replica's pipeline,
+// this rank's replica group), the stage runtime and the executor. Built at
+// every plan switch, dropped at the next. Internal to libpipeplan_worker.
+#ifndef PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
+#define PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pipeplan/worker/env/clock.h"
+#include "pipeplan/worker/env/planner_api.h"
+#include "pipeplan/worker/env/worker_options.h"
+#include "pipeplan/worker/runtime/executor.h"
+#include "pipeplan/worker/runtime/runtime.h"
+#include "pipeplan/worker/runtime/stage_plan.h"
+#include "pipeplan/worker/training/training_session.h"
+#include "pipeplan/worker/transport/rendezvous.h"
+#include "pipeplan/worker/transport/transport.h"
+
+namespace pipeplan::worker {
+
+struct ActivePlan {
+  int64_t version = 0;
+  StagePlan plan;
+  // -1 when the version gives this device no stage; then the rest is null.
+  int rank = -1;
+  int replica = -1;
+  // Every device of the plan, rank plan.WorldRank(replica, rank): votes at
+  // step boundaries and state moves at switches.
+  std::unique_ptr<Transport> transport;
+  // This replica's ranks (pipeline sends and receives, the executor's sums
+  // over ranks) and this rank's replicas (the gradient all-reduce; rank =
+  // the replica). Groups of `transport`.
+  std::unique_ptr<Transport> pipeline;
+  std::unique_ptr<Transport> replica_group;
+  std::unique_ptr<StageRuntime> runtime;
+  std::unique_ptr<Executor> executor;
+  // Rows of the global batch one step trains (samples/s); 0 when unknown.
+  int64_t samples_per_step = 0;
+
+  // Connected to its peers: can vote at a step boundary and run steps.
+  bool connected() const { return transport != nullptr; }
+  // Drops the transports (the groups first: they point into `transport`).
+  void Disconnect() {
+    pipeline.reset();
+    replica_group.reset();
+    transport.reset();
+  }
+};
+
+// This process's run of the worker: random, new at every start. It names the
+// run in rendezvous keys (a restarted worker never meets the previous run's
+// addresses) and in step reports (WorkerInfo.run_id).
+const std::string& ProcessRunId();
+
+// Connects the transport over every device of `a.plan` as this device's
+// world rank (a.plan.WorldRank(a.replica, a.rank)). Every device of the
+// version (all replicas) connects for any of them to succeed.
+using ConnectTransportFn =
+    std::function<absl::StatusOr<std::unique_ptr<Transport>>(const ActivePlan& a)>;
+
+// The daemon's way: a rendezvous round through `kv` keyed by the version,
+// then Gloo or NCCL as `options.transport` says (rendezvous_round.h). `kv`,
+// `options` and `clock` must outlive the function.
+ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock);
+
+// Fetches `version` (GetPlan: plan and request graph, retried every 100 ms
+// on `clock` while the planner is unavailable), decodes it, and for a device
+// with a rank connects the transport (`connect`), builds the stage runtime
+// and the executor (MakeExecutor, or `training`'s torch executor when not
+// null).
+absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
+    PlannerApi& planner, const ConnectTransportFn& connect, const WorkerOptions& options,
+    int64_t version, TrainingSession* training, Clock& clock);
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_ACTIVE_PLAN_H_

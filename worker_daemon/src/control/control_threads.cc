@@ -1,0 +1,62 @@
+#include "control_threads.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+namespace pipeplan::worker {
+
+ControlThreads::ControlThreads(PlannerApi& planner, const WorkerOptions& options,
+                               v1::WorkerInfo info, ControlState& state)
+    : planner_(planner), options_(options), info_(std::move(info)), state_(state) {
+  watcher_ = std::thread([this] { WatchLoop(); });
+  heart_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+ControlThreads::~ControlThreads() { Stop(); }
+
+void ControlThreads::Stop() {
+  state_.Shutdown();
+  if (watcher_.joinable()) watcher_.join();
+  if (heart_.joinable()) heart_.join();
+}
+
+void ControlThreads::WatchLoop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    v1::WatchPlanRequest req;
+    req.set_job_id(options_.job_id);
+    req.set_worker_id(options_.worker_id);
+    req.set_known_version(state_.Latest());
+    std::unique_ptr<client::PlanWatch> watch = planner_.WatchPlan(req);
+    if (!state_.AttachWatch(watch.get())) break;
+    v1::PlanUpdate update;
+    while (watch->Next(&update)) {
+      state_.SawVersion(update.version());
+      backoff = absl::Milliseconds(100);
+    }
+    // NOT_FOUND: the job is gone (WatchPlan answers nothing else with it).
+    const bool job_gone = watch->Finish().code() == absl::StatusCode::kNotFound;
+    if (state_.DetachWatch(job_gone)) break;
+    if (state_.SleepOrShutdown(backoff)) break;
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+void ControlThreads::HeartbeatLoop() {
+  while (!state_.SleepOrShutdown(state_.Lease() / 3)) {
+    absl::StatusOr<v1::HeartbeatResponse> hb =
+        planner_.Heartbeat(options_.job_id, options_.worker_id);
+    if (hb.ok()) {
+      state_.SawVersion(hb->current_plan_version());
+      if (hb->job_state() == v1::JOB_COMPLETED) state_.MarkJobCompleted();
+    } else if (hb.status().code() == absl::StatusCode::kFailedPrecondition) {
+      // The job does not know this worker (e.g. a planner restart lost it).
+      (void)planner_.RegisterWorker(options_.job_id, info_);
+    } else if (hb.status().code() == absl::StatusCode::kNotFound) {
+      state_.MarkJobDeleted();
+    }
+  }
+}
+
+}  // namespace pipeplan::worker

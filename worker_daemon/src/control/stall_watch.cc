@@ -1,0 +1,60 @@
+#include "stall_watch.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace pipeplan::worker {
+
+StallWatch::StallWatch(std::function<int64_t()> latest_version,
+                       std::function<void(int64_t)> on_abort, absl::Duration poll, Clock& clock)
+    : latest_version_(std::move(latest_version)),
+      on_abort_(std::move(on_abort)),
+      poll_(poll),
+      clock_(clock) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+StallWatch::~StallWatch() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void StallWatch::Arm(Transport* transport, int64_t version, absl::Duration grace) {
+  absl::MutexLock l(&mu_);
+  transport_ = transport;
+  version_ = version;
+  grace_ = grace;
+  armed_at_ = clock_.Now();
+  newer_seen_at_ = absl::InfiniteFuture();
+}
+
+void StallWatch::Disarm() {
+  absl::MutexLock l(&mu_);
+  transport_ = nullptr;
+}
+
+void StallWatch::CheckLocked(absl::Time now) {
+  if (transport_ == nullptr) return;
+  // latest_version_ takes the control state's lock, which is never held
+  // while this one is taken: the order is always this lock, then that one.
+  if (latest_version_() <= version_) return;
+  newer_seen_at_ = std::min(newer_seen_at_, now);
+  if (now - std::max(armed_at_, newer_seen_at_) < grace_) return;
+  transport_->Abort();
+  transport_ = nullptr;
+  if (on_abort_) on_abort_(version_);
+}
+
+void StallWatch::Loop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    clock_.AwaitWithTimeout(mu_, absl::Condition(&stopping_), poll_);
+    if (stopping_) break;
+    CheckLocked(clock_.Now());
+  }
+}
+
+}  // namespace pipeplan::worker

@@ -1,0 +1,317 @@
+#include "step_loop.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/env/event_log.h"
+#include "pipeplan/worker/env/retryable.h"
+#include "pipeplan/worker/report/step_report.h"
+
+namespace pipeplan::worker {
+
+StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlState& state,
+                   const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
+                   ReportSender& reports, Clock& clock, ConnectTransportFn connect)
+    : planner_(planner),
+      options_(options),
+      clock_(clock),
+      state_(state),
+      stop_(stop),
+      metrics_(metrics),
+      kv_(&planner, options.job_id, clock),
+      connect_(connect ? std::move(connect) : RendezvousConnector(kv_, options_, clock_)),
+      training_(training),
+      reports_(reports),
+      stall_watch_([&state] { return state.Latest(); },
+                   [this](int64_t version) {
+                     // On the watch thread: reads only the const options.
+                     Emit(absl::StrCat("event=stall_abort job=", options_.job_id,
+                                       " worker=", options_.worker_id, " plan_version=", version));
+                   },
+                   absl::Milliseconds(100), clock) {}
+
+absl::Duration StepLoop::StallGrace() const {
+  return std::max(state_.Lease(), 4 * last_step_time_);
+}
+
+bool StepLoop::ReachedMaxSteps() const {
+  return training_ && training_->spec().max_steps() > 0 && step_ >= training_->spec().max_steps();
+}
+
+absl::Status StepLoop::Run() {
+  while (true) {
+    const bool connected = active_ && active_->connected();
+    if (state_.JobDeleted()) {
+      return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
+    }
+    if (state_.JobCompleted() && !connected) {
+      // Training ended on a version this worker had no rank in (a version
+      // published as it reached max_steps never ran): nothing left to do.
+      Emit(absl::StrCat("event=job_completed job=", options_.job_id, " worker=", options_.worker_id,
+                        " step=", step_));
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
+    if (stop_.load() && !connected) {
+      Emit(absl::StrCat("event=leave job=", options_.job_id, " worker=", options_.worker_id,
+                        " step=", step_, " connected=0"));
+      left_ = true;
+      return absl::OkStatus();
+    }
+    if (options_.steps > 0 && step_ >= options_.steps) {
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
+    if (ReachedMaxSteps()) {
+      trained_to_the_end_ = true;
+      return absl::OkStatus();
+    }
+    int64_t want = state_.Latest();
+    if (connected) {
+      absl::StatusOr<Boundary> boundary;
+      {
+        StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
+                                  StallGrace());
+        boundary = AgreeAtBoundary(want);
+      }
+      if (!boundary.ok()) {
+        PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(boundary.status(), active_->version));
+        continue;
+      }
+      if (boundary->leave) {
+        if (Leave(*boundary)) return absl::OkStatus();
+        continue;
+      }
+      want = boundary->version;
+    }
+    if (!active_ || active_->version != want) {
+      if (absl::Status s = SwitchTo(want); !s.ok()) {
+        PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(s, want));
+      }
+      continue;  // agree again on the new transport before running
+    }
+    if (absl::Status s = RunOneStep(); !s.ok()) {
+      PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(s, active_ ? active_->version : want));
+    }
+  }
+}
+
+absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t version) {
+  if (!PeerFailure(error)) return error;
+  // Closing the transport fails the ranks still blocked on this one, so the
+  // whole pipeline drops the step within one communication round.
+  active_.reset();
+  if (metrics_) metrics_->CountDroppedStep();
+  Emit(absl::StrCat("event=step_dropped job=", options_.job_id, " worker=", options_.worker_id,
+                    " step=", step_, " plan_version=", version,
+                    " code=", absl::StatusCodeToString(error.code()), " error=\"",
+                    absl::CHexEscape(error.message()), "\""));
+  // The planner replans without a lost device once its lease runs out; a
+  // peer that restarted in place comes back in this same version.
+  WaitForNewerVersion(version, clock_.Now() + 2 * state_.Lease() + absl::Seconds(1));
+  return absl::OkStatus();
+}
+
+void StepLoop::WaitForNewerVersion(int64_t version, absl::Time deadline) {
+  while (!stop_.load() && !state_.JobDeleted() && !state_.JobCompleted() &&
+         state_.Latest() <= version && clock_.Now() < deadline) {
+    if (state_.SleepOrShutdown(absl::Milliseconds(50))) break;
+  }
+}
+
+bool StepLoop::Leave(const Boundary& boundary) {
+  const int64_t version = active_->version;
+  // Every rank saves this step (the checkpoint's barriers span the ranks of
+  // replica 0, which alone writes): the ranks that stay resume from it on
+  // the next version instead of from an older checkpoint.
+  if (training_ && active_->replica == 0) {
+    absl::Status saved = training_->CheckpointNow(*active_->executor, version, step_);
+    if (!saved.ok()) {
+      // They fall back to the newest checkpoint there is.
+      Emit(absl::StrCat("event=checkpoint_failed job=", options_.job_id,
+                        " worker=", options_.worker_id, " step=", step_,
+                        " code=", absl::StatusCodeToString(saved.code())));
+    }
+  }
+  Emit(absl::StrCat(boundary.mine ? "event=leave" : "event=peer_left", " job=", options_.job_id,
+                    " worker=", options_.worker_id, " step=", step_, " plan_version=", version,
+                    " everyone=", boundary.everyone ? 1 : 0));
+  if (boundary.mine) {
+    left_ = true;
+    whole_job_left_ = boundary.everyone;
+    return true;
+  }
+  // The running version lost a rank: drop it (its transport included) and
+  // wait for the version the planner publishes when the leaver tells it; as
+  // after a failure, the same version is tried again after two leases.
+  active_.reset();
+  WaitForNewerVersion(version, clock_.Now() + 2 * state_.Lease() + absl::Seconds(1));
+  return false;
+}
+
+absl::StatusOr<StepLoop::Boundary> StepLoop::AgreeAtBoundary(int64_t known_version) {
+  Transport& transport = *active_->transport;
+  absl::StatusOr<int64_t> agreed = transport.AllReduceMax(known_version, options_.comm_timeout);
+  if (!agreed.ok()) {
+    return absl::Status(agreed.status().code(),
+                        absl::StrCat("agreeing on the plan version at step ", step_, ": ",
+                                     agreed.status().message()));
+  }
+  state_.SawVersion(*agreed);
+  Boundary boundary{.version = *agreed};
+  if (training_ && *agreed != active_->version) {
+    // Switch once every rank has the new version's stages compiled; until
+    // then the running version keeps training. A rank that is slower to
+    // compile holds the switch back for all.
+    training_->Prepare(*agreed);
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        const int64_t compiling,
+        transport.AllReduceMax(training_->Prepared(*agreed) ? 0 : 1, options_.comm_timeout));
+    if (compiling != 0) boundary.version = active_->version;
+  }
+  // A stop (SIGTERM) makes its rank leave at this boundary; read once, so
+  // this rank's vote and its part agree.
+  const bool stopping = stop_.load();
+  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t leave_vote,
+                            transport.AllReduceMax(stopping ? 1 : 0, options_.comm_timeout));
+  if (leave_vote != 0) {
+    // Only when someone leaves: does anyone stay?
+    PIPEPLAN_ASSIGN_OR_RETURN(const int64_t stay_vote,
+                              transport.AllReduceMax(stopping ? 0 : 1, options_.comm_timeout));
+    boundary.leave = true;
+    boundary.mine = stopping;
+    boundary.everyone = stay_vote == 0;
+  }
+  return boundary;
+}
+
+absl::Status StepLoop::SwitchTo(int64_t version) {
+  const int64_t from = active_ ? active_->version : 0;
+  const absl::Time start = clock_.Now();
+  // The previous version stays until training state has moved out of it.
+  std::unique_ptr<ActivePlan> previous = std::move(active_);
+  if (previous) previous->Disconnect();
+  absl::StatusOr<std::unique_ptr<ActivePlan>> next =
+      BuildActivePlan(planner_, connect_, options_, version, training_, clock_);
+  if (next.ok() && training_ && (*next)->rank >= 0) {
+    ActivePlan& a = **next;
+    const bool held = previous && previous->executor;
+    const ExecutorPlace place{.rank = a.rank,
+                              .replica = a.replica,
+                              .pipeline = a.pipeline.get(),
+                              .replica_group = a.replica_group.get()};
+    absl::StatusOr<int64_t> step = training_->Resume(a.plan, place, *a.transport, *a.executor,
+                                                     held ? previous->executor.get() : nullptr,
+                                                     held ? &previous->plan : nullptr, step_);
+    if (!step.ok())
+      next = step.status();
+    else
+      step_ = *step;
+  }
+  previous.reset();
+  if (!next.ok()) {
+    absl::Status s(next.status().code(), absl::StrCat("switching to plan version ", version, ": ",
+                                                      next.status().message()));
+    if (IsJobFailure(next.status())) s = JobFailure(std::move(s));
+    return s;
+  }
+  active_ = std::move(*next);
+  const double switch_seconds = absl::ToDoubleSeconds(clock_.Now() - start);
+  std::string costs;
+  unreported_switch_.reset();
+  if (active_->rank >= 0) unreported_switch_ = SwitchPause{.seconds = switch_seconds};
+  if (training_ && active_->rank >= 0) {
+    const SwitchCost c = training_->LastSwitchCost();
+    unreported_switch_->compile_wait_seconds = c.compile_wait_seconds;
+    costs = absl::StrCat(" switch_seconds=", switch_seconds, " compile_seconds=", c.compile_seconds,
+                         " compile_wait_seconds=", c.compile_wait_seconds,
+                         " state_move_seconds=", c.state_move_seconds);
+    if (metrics_) metrics_->ObserveSwitch(c.compile_seconds, switch_seconds);
+  }
+  if (metrics_) metrics_->SetPlanVersion(version);
+  const StagePlan& plan = active_->plan;
+  Emit(absl::StrCat("event=plan_switch job=", options_.job_id, " worker=", options_.worker_id,
+                    " from_version=", from, " plan_version=", version, " rank=", active_->rank,
+                    " replica=", active_->replica, " ranks=", plan.num_ranks,
+                    " replicas=", plan.num_replicas, " stages=", plan.num_stages,
+                    " microbatches=", plan.num_microbatches,
+                    " schedule=", std::string(schedule::ScheduleKindName(plan.schedule)),
+                    " step=", step_, costs));
+  if (active_->rank < 0) {
+    WaitForVersionAfter(version);
+    active_.reset();
+  }
+  return absl::OkStatus();
+}
+
+void StepLoop::WaitForVersionAfter(int64_t version) {
+  while (!stop_.load() && !state_.JobDeleted() && !state_.JobCompleted() &&
+         state_.Latest() <= version) {
+    if (state_.SleepOrShutdown(absl::Milliseconds(100))) break;
+  }
+}
+
+absl::Status StepLoop::RunOneStep() {
+  absl::StatusOr<StepResult> run;
+  {
+    StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
+                              StallGrace());
+    const absl::Time start = clock_.Now();
+    run = active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
+    last_step_time_ = clock_.Now() - start;
+  }
+  if (!run.ok()) {
+    // A diverged loss is final for the job; anything else (a peer that went
+    // away) a restart may fix.
+    if (training_ && run.status().code() == absl::StatusCode::kOutOfRange) {
+      return JobFailure(run.status());
+    }
+    return run.status();
+  }
+  const StepResult& r = *run;
+  const std::optional<double> loss = active_->executor->LastLoss();
+  const double peak_memory = active_->executor->PeakMemoryBytes();
+  v1::ReportStepRequest report = MakeStepReport(options_, active_->version, r, peak_memory, loss);
+  if (unreported_switch_) {
+    report.set_switch_seconds(unreported_switch_->seconds);
+    report.set_switch_compile_wait_seconds(unreported_switch_->compile_wait_seconds);
+    unreported_switch_.reset();
+  }
+  const std::string report_result = reports_.Add(std::move(report));
+  if (metrics_) {
+    metrics_->ObserveStep(r.step_seconds);
+    metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
+    if (loss) metrics_->SetLoss(*loss);
+    if (active_->samples_per_step > 0 && r.step_seconds > 0) {
+      metrics_->SetSamplesPerSecond(static_cast<double>(active_->samples_per_step) /
+                                    r.step_seconds);
+    }
+  }
+  Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,
+                    " step=", step_, " plan_version=", active_->version, " rank=", active_->rank,
+                    " replica=", active_->replica, " seconds=", r.step_seconds, " report=",
+                    report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
+  ++step_;
+  last_version_ = active_->version;
+  // Replicas hold the same state: replica 0 alone writes checkpoints.
+  if (!training_ || active_->replica != 0) return absl::OkStatus();
+  absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
+  if (saved.code() == absl::StatusCode::kInternal ||
+      saved.code() == absl::StatusCode::kResourceExhausted) {
+    // Every rank saw the same failed shard or manifest (the checkpoint's
+    // barriers say so): training goes on and the next checkpoint tries again.
+    Emit(absl::StrCat("event=checkpoint_failed job=", options_.job_id,
+                      " worker=", options_.worker_id, " step=", step_,
+                      " code=", absl::StatusCodeToString(saved.code())));
+    return absl::OkStatus();
+  }
+  return saved;
+}
+
+}  // namespace pipeplan::worker

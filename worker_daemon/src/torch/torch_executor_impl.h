@@ -1,0 +1,111 @@
+// TorchExecutor's state, shared by its translation units (loading, the
+// step's actions, the step's update, state and checkpoint I/O). Private to pipeplan_torch_executor:
+// includes LibTorch, so it must never meet a generated .pb.h.
+#ifndef PIPEPLAN_WORKER_SRC_TORCH_EXECUTOR_IMPL_H_
+#define PIPEPLAN_WORKER_SRC_TORCH_EXECUTOR_IMPL_H_
+
+#include <torch/optim.h>
+#include <torch/script.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "pipeplan/worker/torch/torch_executor.h"
+#include "torch_data.h"
+
+namespace pipeplan::worker {
+
+struct LocalStage {
+  const CompiledStage* spec = nullptr;
+  torch::jit::Module module;
+  // The canonical parameters the module uses, by name (shared with other
+  // local stages that use the same tied parameter).
+  std::map<std::string, torch::Tensor> params;
+  // False once splitting its backward into I and W failed: I then runs the
+  // full backward and W nothing.
+  bool splittable = true;
+};
+
+// What one microbatch of one stage keeps between its F and its W/B.
+struct MicrobatchState {
+  std::vector<torch::Tensor> inputs;   // leaves: floating ones require grad
+  std::vector<torch::Tensor> outputs;  // the module's outputs
+  // The tensors backward starts from and their gradients (the loss on the
+  // last stage); kept from I until W.
+  std::vector<torch::Tensor> roots;
+  std::vector<torch::Tensor> root_grads;
+  // Gradients w.r.t. the requires_grad inputs, after I/B.
+  std::vector<torch::Tensor> input_grads;
+  bool input_grads_done = false;
+  bool weight_grads_pending = false;
+  torch::Tensor send_f;  // uint8 host buffers
+  torch::Tensor send_b;
+};
+
+using StageMicrobatch = std::pair<int, int>;
+
+struct TorchExecutor::Impl {
+  TorchExecutorOptions options;
+  torch::Device device = torch::kCPU;
+  std::string loss;
+  int last_stage = 0;
+  std::map<int, LocalStage> stages;
+  // This rank's canonical parameters (one tensor per name, also for a name
+  // used by two local stages).
+  std::map<std::string, torch::Tensor> params;
+  ParameterOwners owners;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::optional<TrainingData> data;
+
+  int64_t step = 0;
+  std::map<StageMicrobatch, MicrobatchState> microbatches;
+  std::map<StageMicrobatch, torch::Tensor> recv_f;
+  std::map<StageMicrobatch, torch::Tensor> recv_b;
+  torch::Tensor step_loss;  // float64 sum over microbatches, on device
+  std::optional<double> last_loss;
+  bool last_skipped = false;
+  double peak_bytes = 0;
+
+  bool IsLocal(int stage) const { return stages.contains(stage); }
+  int NumRanks() const;
+  // The lowest rank holding `name` is the one that checkpoints it and
+  // counts it in the gradient norm.
+  bool IsPrimaryOwner(const std::string& name) const;
+
+  // Optimizer state of `p` (nullptr when it has none yet).
+  torch::optim::OptimizerParamState* StateOf(const torch::Tensor& p) const;
+  std::string OptimizerKind() const { return options.optimizer.kind; }
+};
+
+// Helpers every part of the executor uses: where in the step an error
+// happened, a LibTorch error as a status, a shape and a tensor's bytes.
+inline std::string Where(int stage, int m) {
+  return absl::StrCat("stage ", stage, " microbatch ", m);
+}
+inline absl::Status TorchError(const std::string& what, const c10::Error& e) {
+  return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+}
+inline std::string ShapeString(torch::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+inline int64_t Bytes(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * t.element_size() : 0;
+}
+
+// Drops the step's tensors and gradients (torch_executor.cc): after the
+// update, and when a step fails.
+void ClearStep(TorchExecutor::Impl& impl);
+
+// The optimizer the options name, over `params` in name order.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
+    const OptimizerOptions& options, const std::map<std::string, torch::Tensor>& params);
+
+}  // namespace pipeplan::worker
+
+#endif  // PIPEPLAN_WORKER_SRC_TORCH_EXECUTOR_IMPL_H_

@@ -1,0 +1,141 @@
+#include "stage_compiler.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+extern char** environ;
+
+namespace pipeplan::worker {
+namespace {
+
+// FNV-1a: a stable key across processes and builds (absl::Hash is seeded).
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+struct ChildResult {
+  int exit_code = -1;  // -1: killed or did not exit
+  std::string stderr_tail;
+  bool timed_out = false;
+  bool cancelled = false;
+};
+
+// Reads the child's stderr until it closes, the deadline passes or `cancel`.
+void DrainUntil(int fd, absl::Time deadline, const std::atomic<bool>* cancel, ChildResult* result) {
+  char buf[4096];
+  std::string* tail = &result->stderr_tail;
+  while (true) {
+    if (cancel != nullptr && cancel->load()) {
+      result->cancelled = true;
+      return;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      result->timed_out = true;
+      return;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left), 1000));
+    if (poll(&p, 1, ms) < 0 && errno != EINTR) return;
+    if (!(p.revents & (POLLIN | POLLHUP))) continue;
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return;
+    tail->append(buf, static_cast<size_t>(n));
+    if (tail->size() > 8192) tail->erase(0, tail->size() - 8192);
+  }
+}
+
+absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Duration timeout,
+                                const std::atomic<bool>* cancel) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipefd[1]);
+  if (rc != 0) {
+    close(pipefd[0]);
+    return absl::InternalError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+  }
+  ChildResult result;
+  DrainUntil(pipefd[0], absl::Now() + timeout, cancel, &result);
+  close(pipefd[0]);
+  if (result.timed_out || result.cancelled) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+}  // namespace
+
+std::string CompiledStagesDir(const StageCompileRequest& r) {
+  const std::string assignment =
+      absl::StrCat(absl::StrJoin(r.node_stage, ","), "/", r.microbatch_size);
+  return absl::StrFormat("%s/%s-%016x-mb%d", r.cache_dir, r.package_digest.substr(0, 16),
+                         Fnv1a(assignment), r.microbatch_size);
+}
+
+absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
+  const std::string out = CompiledStagesDir(r);
+  if (std::filesystem::exists(out + "/stages.json")) return out;
+  std::error_code ec;
+  std::filesystem::create_directories(r.cache_dir, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", r.cache_dir, ": ", ec.message()));
+  }
+  // The assignment goes in a file: a long node_stage list would overflow argv.
+  const std::string node_stage = absl::StrCat(out, ".node_stage.", getpid(), ".json");
+  {
+    std::ofstream f(node_stage);
+    f << "{\"node_stage\": [" << absl::StrJoin(r.node_stage, ", ") << "]}\n";
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", node_stage));
+  }
+  absl::StatusOr<ChildResult> child =
+      Run({r.python, r.script, "--package", r.package_dir, "--node-stage", node_stage,
+           "--microbatch-size", absl::StrCat(r.microbatch_size), "--out", out},
+          r.timeout, r.cancel);
+  std::filesystem::remove(node_stage, ec);
+  if (!child.ok()) return child.status();
+  if (child->cancelled) return absl::CancelledError("stage compilation cancelled");
+  if (child->timed_out) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("stage compilation took longer than ", absl::FormatDuration(r.timeout)));
+  }
+  if (child->exit_code == 2) {
+    return absl::InvalidArgumentError(absl::StrCat("stage compiler: ", child->stderr_tail));
+  }
+  if (child->exit_code != 0 || !std::filesystem::exists(out + "/stages.json")) {
+    return absl::InternalError(
+        absl::StrCat("stage compiler exited ", child->exit_code, ": ", child->stderr_tail));
+  }
+  return out;
+}
+
+}  // namespace pipeplan::worker
