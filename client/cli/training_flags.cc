@@ -4,9 +4,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/client/model_package.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/worker/package/model_package.h"
 
 namespace pipeplan::cli {
 namespace {
@@ -68,8 +68,7 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
   }
   v1::TrainingSpec spec;
   spec.set_model_package(Absolute(*flags.Get("model-package")));
-  PIPEPLAN_ASSIGN_OR_RETURN(worker::ModelPackage package,
-                            worker::ReadModelPackage(spec.model_package()));
+  PIPEPLAN_ASSIGN_OR_RETURN(ModelPackage package, ReadModelPackage(spec.model_package()));
   std::vector<std::string> graph_nodes;
   for (const v1::Node& node : graph.nodes()) graph_nodes.push_back(node.id());
   PIPEPLAN_RETURN_IF_ERROR(worker::CheckPackageMatchesGraph(package, graph_nodes));

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 
 namespace {
 
 namespace worker = pipeplan::worker;
 
 void Package(const std::string& json) {
-  absl::StatusOr<worker::ModelPackage> p = worker::ModelPackageFromJson(json, "/fuzz");
+  absl::StatusOr<ModelPackage> p = ModelPackageFromJson(json, "/fuzz");
   if (!p.ok()) return;
   (void)worker::BoundaryBytes(p->inputs, false);
   (void)worker::BoundaryBytes(p->parameters, true);
@@ -29,7 +29,7 @@ void Package(const std::string& json) {
 }
 
 void Stages(const std::string& json) {
-  absl::StatusOr<worker::CompiledStages> s = worker::CompiledStagesFromJson(json, "/fuzz");
+  absl::StatusOr<CompiledStages> s = CompiledStagesFromJson(json, "/fuzz");
   if (!s.ok()) return;
   std::vector<int> stage_to_rank;
   for (int i = 0; i < s->num_stages(); ++i) {

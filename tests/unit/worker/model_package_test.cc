@@ -1,7 +1,7 @@
 // The torch-free parts of the torch executor: manifest parsing and its
 // errors, checkpoint directories, and the transport-level collectives and
 // state moves (over the in-memory transport, ranks as threads).
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 
 #include <cstdlib>
 #include <cstring>

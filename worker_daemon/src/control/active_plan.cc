@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/worker/env/retryable.h"
 #include "pipeplan/worker/executors/executor_factory.h"
 #include "pipeplan/worker/transport/gloo_transport.h"
 #include "pipeplan/worker/transport/group_transport.h"
@@ -20,13 +20,17 @@ namespace {
 
 absl::StatusOr<v1::VersionedPlan> FetchPlan(PlannerApi& planner, const std::string& job_id,
                                             int64_t version, Clock& clock) {
-  absl::StatusOr<v1::VersionedPlan> vp;
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    vp = planner.GetPlan(job_id, version);
-    if (vp.ok() || !Retryable(vp.status())) break;
-    clock.SleepFor(absl::Milliseconds(100));
-  }
-  return vp;
+  // About 5 s of 100 ms tries: the planner restarting, or a version not yet
+  // replicated to the replica this worker asks.
+  common::RetryEnv env;
+  env.now = [&clock] { return clock.Now(); };
+  env.sleep = [&clock](absl::Duration d) {
+    clock.SleepFor(d);
+    return true;
+  };
+  const common::RetryPolicy every_100ms{absl::Milliseconds(100), absl::Milliseconds(100), 1.0};
+  return common::RetryUntil(every_100ms, clock.Now() + absl::Seconds(5), env,
+                            [&] { return planner.GetPlan(job_id, version); });
 }
 
 // Ranks of the plan's one transport: every device, replica-major.

@@ -4,6 +4,8 @@
 #include <memory>
 #include <utility>
 
+#include "pipeplan/common/retry_policy.h"
+
 namespace pipeplan::worker {
 
 ControlThreads::ControlThreads(PlannerApi& planner, const WorkerOptions& options,
@@ -22,7 +24,8 @@ void ControlThreads::Stop() {
 }
 
 void ControlThreads::WatchLoop() {
-  absl::Duration backoff = absl::Milliseconds(100);
+  // A watch that ends is opened again after the one retry policy's backoff.
+  common::Backoff backoff(common::RetryPolicy{});
   while (true) {
     v1::WatchPlanRequest req;
     req.set_job_id(options_.job_id);
@@ -33,13 +36,12 @@ void ControlThreads::WatchLoop() {
     v1::PlanUpdate update;
     while (watch->Next(&update)) {
       state_.SawVersion(update.version());
-      backoff = absl::Milliseconds(100);
+      backoff.Reset();
     }
     // NOT_FOUND: the job is gone (WatchPlan answers nothing else with it).
     const bool job_gone = watch->Finish().code() == absl::StatusCode::kNotFound;
     if (state_.DetachWatch(job_gone)) break;
-    if (state_.SleepOrShutdown(backoff)) break;
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    if (state_.SleepOrShutdown(backoff.Next())) break;
   }
 }
 

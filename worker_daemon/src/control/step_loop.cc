@@ -7,10 +7,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/worker/env/event_log.h"
-#include "pipeplan/worker/env/retryable.h"
+#include "pipeplan/worker/env/peer_failure.h"
 #include "pipeplan/worker/report/step_report.h"
 
 namespace pipeplan::worker {

@@ -9,9 +9,9 @@
 #include "active_plan.h"
 #include "control_state.h"
 #include "control_threads.h"
+#include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/env/event_log.h"
-#include "pipeplan/worker/env/retryable.h"
 #include "pipeplan/worker/executors/executor_factory.h"
 #include "pipeplan/worker/metrics/worker_metrics.h"
 #include "pipeplan/worker/report/report_sender.h"
@@ -72,16 +72,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
 }
 
 absl::StatusOr<v1::Assignment> Worker::Register(const v1::WorkerInfo& info) {
-  const absl::Time deadline = absl::Now() + options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(50);
-  while (true) {
-    absl::StatusOr<v1::Assignment> a = planner_->RegisterWorker(options_.job_id, info);
-    if (a.ok() || !Retryable(a.status()) || absl::Now() + backoff > deadline || stop_.load()) {
-      return a;
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
-  }
+  // A stop request ends the waits: the worker is shutting down.
+  common::RetryEnv env;
+  env.sleep = [this](absl::Duration d) {
+    if (stop_.load()) return false;
+    absl::SleepFor(d);
+    return !stop_.load();
+  };
+  return common::RetryUntil(common::RetryPolicy{.initial_backoff = absl::Milliseconds(50)},
+                            absl::Now() + options_.connect_timeout, env,
+                            [&] { return planner_->RegisterWorker(options_.job_id, info); });
 }
 
 absl::Status Worker::Run() {
@@ -162,14 +162,9 @@ absl::Status Worker::Finish(const Ending& ending, absl::Status result) {
   request.set_whole_job(ending.whole_job);
   if (!result.ok()) request.set_error(std::string(result.message()));
   // Retried while the planner is away or cannot write (bounded).
-  const absl::Time deadline = absl::Now() + options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::StatusOr<v1::Job> job = planner_->FinishWorker(request);
-  while (!job.ok() && Retryable(job.status()) && absl::Now() + backoff < deadline) {
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
-    job = planner_->FinishWorker(request);
-  }
+  absl::StatusOr<v1::Job> job =
+      common::RetryUntil(common::RetryPolicy{}, absl::Now() + options_.connect_timeout,
+                         common::RetryEnv{}, [&] { return planner_->FinishWorker(request); });
   if (!job.ok()) {
     Emit(absl::StrCat("event=finish_unreported job=", options_.job_id,
                       " worker=", options_.worker_id,

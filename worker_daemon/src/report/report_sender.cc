@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "pipeplan/worker/env/retryable.h"
+#include "pipeplan/common/retry_policy.h"
 
 namespace pipeplan::worker {
 
@@ -55,7 +55,7 @@ size_t ReportSender::buffered() const {
 }
 
 void ReportSender::Loop() {
-  absl::Duration backoff = absl::Milliseconds(100);
+  common::Backoff backoff(common::RetryPolicy{});
   while (true) {
     v1::ReportStepRequest report;
     {
@@ -72,12 +72,11 @@ void ReportSender::Loop() {
       // Add may have dropped it meanwhile (a full buffer): pop only the same.
       if (!queue_.empty() && queue_.front().seq() == report.seq()) queue_.pop_front();
       if (metrics_) metrics_->SetBufferedReports(static_cast<int64_t>(queue_.size()));
-      backoff = absl::Milliseconds(100);
+      backoff.Reset();
       continue;
     }
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    if (clock_.AwaitWithTimeout(mu_, absl::Condition(&stopping), backoff)) return;
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    if (clock_.AwaitWithTimeout(mu_, absl::Condition(&stopping), backoff.Next())) return;
   }
 }
 
@@ -87,7 +86,7 @@ bool ReportSender::SendOldest(const v1::ReportStepRequest& report) {
     saw_version_(resp->current_plan_version());
     return true;
   }
-  if (Retryable(resp.status())) return false;
+  if (common::IsRetryable(resp.status())) return false;
   if (resp.status().code() == absl::StatusCode::kFailedPrecondition) {
     // Not registered (the heartbeat thread registers again) or a version the
     // planner does not have: learn the current version; keep the report

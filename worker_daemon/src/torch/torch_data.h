@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 
 namespace pipeplan::worker {
 

@@ -5,31 +5,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
+#include "pipeplan/common/retry_policy.h"
 
 namespace pipeplan::worker {
+namespace {
+
+// A key another rank is about to set: poll fast at first, then every 100 ms.
+constexpr common::RetryPolicy kPollPolicy{absl::Milliseconds(5), absl::Milliseconds(100), 2.0};
+
+}  // namespace
 
 absl::StatusOr<std::string> KeyValue::WaitGet(const std::string& key, absl::Duration timeout,
                                               const std::function<absl::Status()>& give_up) {
   const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(5);
+  common::Backoff backoff(kPollPolicy);
   absl::Status last = absl::OkStatus();
   while (true) {
     absl::StatusOr<std::optional<std::string>> got = Get(key);
     if (got.ok() && got->has_value()) return std::move(**got);
     if (!got.ok()) {
-      if (got.status().code() != absl::StatusCode::kUnavailable &&
-          got.status().code() != absl::StatusCode::kDeadlineExceeded) {
-        return got.status();
-      }
+      if (!common::IsRetryable(got.status())) return got.status();
       last = got.status();
     }
-    if (absl::Now() + backoff > deadline) {
+    if (absl::Now() + backoff.Peek() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "rendezvous key \"", key, "\" was not set within ", absl::FormatDuration(timeout),
           last.ok() ? "" : absl::StrCat(" (last error: ", last.message(), ")")));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+    absl::SleepFor(backoff.Next());
     if (give_up) {
       absl::Status s = give_up();
       if (!s.ok()) return s;

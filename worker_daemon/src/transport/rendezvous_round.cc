@@ -12,8 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/worker/env/retryable.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -101,7 +101,7 @@ absl::StatusOr<RendezvousRound> RendezvousRound::Next(KeyValue& kv, const RoundM
     return RendezvousRound(m, std::move(id), std::move(nonces));
   }
   const absl::Time deadline = absl::Now() + m.timeout;
-  absl::Duration backoff = absl::Milliseconds(5);
+  common::Backoff backoff(common::RetryPolicy{absl::Milliseconds(5), absl::Milliseconds(100), 2.0});
   while (true) {
     // WaitGet retries what the planner cannot answer right now.
     absl::StatusOr<std::string> value =
@@ -111,13 +111,12 @@ absl::StatusOr<RendezvousRound> RendezvousRound::Next(KeyValue& kv, const RoundM
     if (r && r->id != last_tried && r->nonces[m.rank] == m.nonce) {
       return RendezvousRound(m, std::move(r->id), std::move(r->nonces));
     }
-    if (absl::Now() + backoff > deadline) {
+    if (absl::Now() + backoff.Peek() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank 0 opened no new rendezvous round under \"", m.base, "\" within ",
                        absl::FormatDuration(m.timeout)));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(100));
+    absl::SleepFor(backoff.Next());
   }
 }
 
@@ -159,17 +158,17 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectInRounds(KeyValue& kv, const R
   while (true) {
     // Again every round: a restarted planner lost the keys of the last one.
     if (absl::Status s = RendezvousRound::Announce(kv, m); !s.ok()) {
-      if (!Retryable(s) || absl::Now() > deadline) return s;
+      if (!common::IsRetryable(s) || absl::Now() > deadline) return s;
       continue;
     }
     absl::StatusOr<RendezvousRound> round = RendezvousRound::Next(kv, m, Used().Last(m));
     if (!round.ok()) {
-      if (!Retryable(round.status()) || absl::Now() > deadline) return round.status();
+      if (!common::IsRetryable(round.status()) || absl::Now() > deadline) return round.status();
       continue;
     }
     Used().Use(m, round->id());
     absl::StatusOr<std::unique_ptr<Transport>> t = attempt(*round);
-    if (t.ok() || !Retryable(t.status()) || absl::Now() > deadline) return t;
+    if (t.ok() || !common::IsRetryable(t.status()) || absl::Now() > deadline) return t;
   }
 }
 

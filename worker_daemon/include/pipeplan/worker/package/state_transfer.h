@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 #include "pipeplan/worker/transport/transport.h"
 
 namespace pipeplan::worker {

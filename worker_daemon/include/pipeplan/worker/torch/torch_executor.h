@@ -48,7 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pipeplan/worker/package/checkpoint.h"
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/transport/transport.h"

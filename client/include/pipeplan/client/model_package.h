@@ -7,8 +7,8 @@
 // these structs cross over. Readers validate what the executor relies on and
 // name the file and field that is wrong (INVALID_ARGUMENT), NOT_FOUND when a
 // file is missing.
-#ifndef PIPEPLAN_WORKER_MODEL_PACKAGE_H_
-#define PIPEPLAN_WORKER_MODEL_PACKAGE_H_
+#ifndef PIPEPLAN_CLIENT_MODEL_PACKAGE_H_
+#define PIPEPLAN_CLIENT_MODEL_PACKAGE_H_
 
 #include <cstdint>
 #include <map>
@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace pipeplan::worker {
+namespace pipeplan {
 
 struct TensorSpec {
   std::string name;
@@ -103,6 +103,6 @@ absl::Status CheckPackageFitsPlan(const ModelPackage& package,
 using ParameterOwners = std::map<std::string, std::vector<int>>;
 ParameterOwners OwnersOf(const CompiledStages& stages, const std::vector<int>& stage_to_rank);
 
-}  // namespace pipeplan::worker
+}  // namespace pipeplan
 
-#endif  // PIPEPLAN_WORKER_MODEL_PACKAGE_H_
+#endif  // PIPEPLAN_CLIENT_MODEL_PACKAGE_H_

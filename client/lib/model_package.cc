@@ -1,25 +1,16 @@
-#include "pipeplan/worker/package/model_package.h"
+#include "pipeplan/client/model_package.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeplan/common/file_reader.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/v1/model_package.pb.h"
 
-namespace pipeplan::worker {
+namespace pipeplan {
 namespace {
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 // `text` as `Message`; errors name `path`.
 template <typename Message>
@@ -151,7 +142,8 @@ int64_t BoundaryBytes(const std::vector<TensorSpec>& tensors, bool gradients) {
 }
 
 absl::StatusOr<ModelPackage> ReadModelPackage(const std::string& dir) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadText(dir + "/manifest.json"));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      std::string text, common::ReadFileToString(dir + "/manifest.json", "model package manifest"));
   return ModelPackageFromJson(text, dir);
 }
 
@@ -184,7 +176,8 @@ absl::StatusOr<ModelPackage> ModelPackageFromJson(const std::string& json, const
 }
 
 absl::StatusOr<CompiledStages> ReadCompiledStages(const std::string& dir) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::string text, ReadText(dir + "/stages.json"));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      std::string text, common::ReadFileToString(dir + "/stages.json", "compiled stages manifest"));
   return CompiledStagesFromJson(text, dir);
 }
 
@@ -264,4 +257,4 @@ ParameterOwners OwnersOf(const CompiledStages& stages, const std::vector<int>& s
   return owners;
 }
 
-}  // namespace pipeplan::worker
+}  // namespace pipeplan
