@@ -34,8 +34,8 @@
 #include "absl/time/time.h"
 #include "pipeplan/client/planner_client.h"
 #include "pipeplan/convert/proto_convert.h"
-#include "pipeplan/server/log.h"
-#include "pipeplan/server/server.h"
+#include "pipeplan/server/obs/log.h"
+#include "pipeplan/server/rpc/server.h"
 
 #ifndef PIPEPLAN_SOURCE_DIR
 #define PIPEPLAN_SOURCE_DIR "."

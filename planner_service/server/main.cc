@@ -6,7 +6,7 @@
 // Prints `listening on HOST:PORT` on stdout once it serves (port 0 picks a
 // free port), logs key=value lines on stderr, and drains then stops on
 // SIGTERM or SIGINT. Flags, --help, --version and exit codes follow
-// pipeplan/common (docs/cli.md).
+// pipeplan/cmdline (docs/cli.md).
 #include <signal.h>
 
 #include <cmath>
@@ -20,81 +20,91 @@
 #include "absl/time/clock.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
-#include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/version.h"
-#include "pipeplan/server/log.h"
-#include "pipeplan/server/release_memory.h"
-#include "pipeplan/server/server.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/server/base/release_memory.h"
+#include "pipeplan/server/obs/log.h"
+#include "pipeplan/server/rpc/server.h"
 
 namespace {
 
 using pipeplan::common::ParsedFlags;
 
+// What the planner serves, where it keeps state, and its replan policy.
+void AddServiceFlags(pipeplan::common::FlagSet* f) {
+  f->Value("listen", "ADDR", "gRPC address (127.0.0.1:7600; port 0 picks one)")
+      .Value("data-dir", "DIR",
+             "SQLite state directory ($XDG_STATE_HOME/pipeplan or\n~/.local/state/pipeplan)")
+      .Value("store", "URL",
+             "postgres://USER@HOST/DB (or postgresql://...): state in PostgreSQL,\n"
+             "shared by replicated planners; default: SQLite in --data-dir")
+      .Value("metrics-listen", "ADDR", "Prometheus endpoint (127.0.0.1:7601; \"off\" disables)")
+      .Value("tls-cert", "FILE", "PEM server certificate (enables TLS; needs --tls-key)")
+      .Value("tls-key", "FILE", "PEM private key")
+      .Value("tls-client-ca", "FILE", "PEM CA; clients must present a certificate it signed")
+      .Value("auth-token-file", "FILE", "require \"authorization: Bearer <first line of FILE>\"")
+      .Value("solver-threads", "N", "solver pool size (0: one per core, at least 2)")
+      .Value("lease-seconds", "S", "worker lease (10)")
+      .Value("job-lease-seconds", "S",
+             "replicated planners: a job owner's lease; another replica takes\n"
+             "the job within about this long after its owner dies (10)")
+      .Value("advertise-address", "HOST:PORT",
+             "replicated planners: where others reach this one (the listen address)")
+      .Value("cache-ttl-seconds", "S",
+             "how long identical Plan requests are answered from cache (60)")
+      .Value("drain-seconds", "S", "NOT_SERVING period before stopping on SIGTERM (1)")
+      .Value("replan", "on|off|membership",
+             "recalibrate from step reports and replan (on); membership:\n"
+             "replan only when a worker is lost or joins")
+      .Value("replan-min-gain", "X",
+             "publish a calibrated plan only if its predicted step time is\n"
+             "more than X (relative) better (0.05)")
+      .Value("replan-min-interval-seconds", "S",
+             "least time between calibration replans of a job (30)")
+      .Value("replan-min-steps", "N", "reports per device of a version before calibrating (5)")
+      .Value("replan-warmup-steps", "N", "first steps of each worker ignored (1)")
+      .Value("replan-min-gain-seconds", "S",
+             "and only if it is more than S seconds per step better (0.002)")
+      .Value("replan-horizon-steps", "N",
+             "and only if the gain over N steps pays for the measured switch (1000)")
+      .Value("replan-switch-seconds", "S", "switch cost assumed before one was measured (1)")
+      .Switch("version", "print the version and exit");
+}
+
+// The limits (docs/operations.md, "Limits").
+void AddLimitFlags(pipeplan::common::FlagSet* f) {
+  f->Section("limits (RESOURCE_EXHAUSTED past them; docs/operations.md, \"Limits\")")
+      .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
+      .Value("grpc-memory-bytes", "N",
+             "memory gRPC may hold for connections and calls\n(134217728; 0: unlimited)")
+      .Value("grpc-max-threads", "N", "threads of gRPC's synchronous services (64; 0: unlimited)")
+      .Value("max-nodes", "N", "largest graph accepted (2000000)")
+      .Value("max-edges", "N", "(8000000)")
+      .Value("max-devices", "N", "largest cluster accepted (4096)")
+      .Value("max-concurrent-solves", "N", "solves queued + running (256)")
+      .Value("solve-memory-bytes", "N",
+             "estimated peak memory of all admitted solves\n(4294967296; 0: unlimited)")
+      .Value("cache-max-bytes", "N", "plan cache: request bytes + plans (268435456)")
+      .Value("cache-max-entries", "N", "plan cache entries (256)")
+      .Value("max-jobs", "N", "jobs held (10000)")
+      .Value("max-workers-per-job", "N", "(4096)")
+      .Value("rendezvous-max-value-bytes", "N", "one rendezvous value (262144)")
+      .Value("rendezvous-max-keys-per-job", "N", "(65536)")
+      .Value("rendezvous-max-bytes-per-job", "N", "keys + values of one job (67108864)")
+      .Value("rendezvous-max-bytes", "N", "keys + values of all jobs (536870912)")
+      .Value("max-report-bytes", "N", "one step report, serialized (262144)")
+      .Value("max-report-timings", "N", "timings in one step report (16384)")
+      .Value("report-retention", "N", "step reports kept per job (10000)")
+      .Value("report-retention-seconds", "S", "and none older than S (0: no age limit)")
+      .Value("job-gauge-seconds", "S",
+             "refresh running jobs' pipeplan_job_* gauges every S (5; 0: on GetJob only)");
+}
+
 const pipeplan::common::FlagSet& PlannerFlags() {
   static const pipeplan::common::FlagSet* flags = [] {
     auto* f = new pipeplan::common::FlagSet("pipeplan-planner");
-    f->Value("listen", "ADDR", "gRPC address (127.0.0.1:7600; port 0 picks one)")
-        .Value("data-dir", "DIR",
-               "SQLite state directory ($XDG_STATE_HOME/pipeplan or\n~/.local/state/pipeplan)")
-        .Value("store", "URL",
-               "postgres://USER@HOST/DB (or postgresql://...): state in PostgreSQL,\n"
-               "shared by replicated planners; default: SQLite in --data-dir")
-        .Value("metrics-listen", "ADDR", "Prometheus endpoint (127.0.0.1:7601; \"off\" disables)")
-        .Value("tls-cert", "FILE", "PEM server certificate (enables TLS; needs --tls-key)")
-        .Value("tls-key", "FILE", "PEM private key")
-        .Value("tls-client-ca", "FILE", "PEM CA; clients must present a certificate it signed")
-        .Value("auth-token-file", "FILE", "require \"authorization: Bearer <first line of FILE>\"")
-        .Value("solver-threads", "N", "solver pool size (0: one per core, at least 2)")
-        .Value("lease-seconds", "S", "worker lease (10)")
-        .Value("job-lease-seconds", "S",
-               "replicated planners: a job owner's lease; another replica takes\n"
-               "the job within about this long after its owner dies (10)")
-        .Value("advertise-address", "HOST:PORT",
-               "replicated planners: where others reach this one (the listen address)")
-        .Value("cache-ttl-seconds", "S",
-               "how long identical Plan requests are answered from cache (60)")
-        .Value("drain-seconds", "S", "NOT_SERVING period before stopping on SIGTERM (1)")
-        .Value("replan", "on|off|membership",
-               "recalibrate from step reports and replan (on); membership:\n"
-               "replan only when a worker is lost or joins")
-        .Value("replan-min-gain", "X",
-               "publish a calibrated plan only if its predicted step time is\n"
-               "more than X (relative) better (0.05)")
-        .Value("replan-min-interval-seconds", "S",
-               "least time between calibration replans of a job (30)")
-        .Value("replan-min-steps", "N", "reports per device of a version before calibrating (5)")
-        .Value("replan-warmup-steps", "N", "first steps of each worker ignored (1)")
-        .Value("replan-min-gain-seconds", "S",
-               "and only if it is more than S seconds per step better (0.002)")
-        .Value("replan-horizon-steps", "N",
-               "and only if the gain over N steps pays for the measured switch (1000)")
-        .Value("replan-switch-seconds", "S", "switch cost assumed before one was measured (1)")
-        .Switch("version", "print the version and exit")
-        .Section("limits (RESOURCE_EXHAUSTED past them; docs/operations.md, \"Limits\")")
-        .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
-        .Value("grpc-memory-bytes", "N",
-               "memory gRPC may hold for connections and calls\n(134217728; 0: unlimited)")
-        .Value("grpc-max-threads", "N", "threads of gRPC's synchronous services (64; 0: unlimited)")
-        .Value("max-nodes", "N", "largest graph accepted (2000000)")
-        .Value("max-edges", "N", "(8000000)")
-        .Value("max-devices", "N", "largest cluster accepted (4096)")
-        .Value("max-concurrent-solves", "N", "solves queued + running (256)")
-        .Value("solve-memory-bytes", "N",
-               "estimated peak memory of all admitted solves\n(4294967296; 0: unlimited)")
-        .Value("cache-max-bytes", "N", "plan cache: request bytes + plans (268435456)")
-        .Value("cache-max-entries", "N", "plan cache entries (256)")
-        .Value("max-jobs", "N", "jobs held (10000)")
-        .Value("max-workers-per-job", "N", "(4096)")
-        .Value("rendezvous-max-value-bytes", "N", "one rendezvous value (262144)")
-        .Value("rendezvous-max-keys-per-job", "N", "(65536)")
-        .Value("rendezvous-max-bytes-per-job", "N", "keys + values of one job (67108864)")
-        .Value("rendezvous-max-bytes", "N", "keys + values of all jobs (536870912)")
-        .Value("max-report-bytes", "N", "one step report, serialized (262144)")
-        .Value("max-report-timings", "N", "timings in one step report (16384)")
-        .Value("report-retention", "N", "step reports kept per job (10000)")
-        .Value("report-retention-seconds", "S", "and none older than S (0: no age limit)")
-        .Value("job-gauge-seconds", "S",
-               "refresh running jobs' pipeplan_job_* gauges every S (5; 0: on GetJob only)");
+    AddServiceFlags(f);
+    AddLimitFlags(f);
     return f;
   }();
   return *flags;
@@ -108,7 +118,7 @@ absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
   if (v < 0 || !std::in_range<T>(v)) {
     return pipeplan::common::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
-                                                     std::numeric_limits<T>::max(), ", got ", v));
+                                                      std::numeric_limits<T>::max(), ", got ", v));
   }
   *out = static_cast<T>(v);
   return absl::OkStatus();
@@ -142,9 +152,9 @@ absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c)
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-max-threads", &c->grpc_max_threads));
   if (c->grpc_memory_bytes > 0 && c->grpc_memory_bytes < 2 * int64_t{c->max_message_bytes}) {
     // Below that, gRPC would cancel a single largest message while it arrives.
-    return pipeplan::common::UsageError(absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes,
-                                                     " must be 0 or at least twice ",
-                                                     "--max-message-bytes=", c->max_message_bytes));
+    return pipeplan::common::UsageError(
+        absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes, " must be 0 or at least twice ",
+                     "--max-message-bytes=", c->max_message_bytes));
   }
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));

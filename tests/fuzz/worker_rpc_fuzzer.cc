@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "fuzz_input.h"
-#include "pipeplan/server/clock.h"
-#include "pipeplan/server/job_registry.h"
-#include "pipeplan/server/log.h"
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/base/clock.h"
+#include "pipeplan/server/jobs/job_registry.h"
+#include "pipeplan/server/obs/log.h"
+#include "pipeplan/server/store/store.h"
 
 namespace {
 

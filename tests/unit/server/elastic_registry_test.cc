@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "fault_injecting_store.h"
-#include "pipeplan/server/clock.h"
-#include "pipeplan/server/job_registry.h"
-#include "pipeplan/server/log.h"
-#include "pipeplan/server/write_health_store.h"
+#include "pipeplan/server/base/clock.h"
+#include "pipeplan/server/jobs/job_registry.h"
+#include "pipeplan/server/obs/log.h"
+#include "pipeplan/server/store/write_health_store.h"
 #include "test_util.h"
 
 namespace pipeplan::server {

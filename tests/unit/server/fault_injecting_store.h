@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/store/store.h"
 
 namespace pipeplan::server::testing {
 

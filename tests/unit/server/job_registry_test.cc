@@ -1,4 +1,4 @@
-#include "pipeplan/server/job_registry.h"
+#include "pipeplan/server/jobs/job_registry.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "pipeplan/server/log.h"
+#include "pipeplan/server/obs/log.h"
 #include "test_util.h"
 
 namespace pipeplan::server {

@@ -1,4 +1,4 @@
-#include "pipeplan/server/log.h"
+#include "pipeplan/server/obs/log.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "pipeplan/server/memory_budget.h"
+#include "pipeplan/server/solve/memory_budget.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "pipeplan/server/planner_handlers.h"
+#include "pipeplan/server/rpc/planner_handlers.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include "absl/synchronization/notification.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/server/clock.h"
-#include "pipeplan/server/log.h"
+#include "pipeplan/server/base/clock.h"
+#include "pipeplan/server/obs/log.h"
 #include "test_util.h"
 
 namespace pipeplan::server {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/server/clock.h"
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/base/clock.h"
+#include "pipeplan/server/store/store.h"
 #include "postgres_test_fixture.h"
 
 namespace pipeplan::server {

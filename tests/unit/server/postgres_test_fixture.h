@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/store/store.h"
 #include "support/postgres_server.h"
 
 namespace pipeplan::server {

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "pipeplan/server/job_registry.h"
-#include "pipeplan/server/log.h"
+#include "pipeplan/server/jobs/job_registry.h"
+#include "pipeplan/server/obs/log.h"
 #include "test_util.h"
 
 namespace pipeplan::server {

@@ -1,5 +1,5 @@
 // ReplanPolicy with a fake clock, an in-memory store and fake step reports.
-#include "pipeplan/server/replan_policy.h"
+#include "pipeplan/server/replan/replan_policy.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/server/log.h"
-#include "pipeplan/server/metrics.h"
+#include "pipeplan/server/obs/log.h"
+#include "pipeplan/server/obs/metrics.h"
 #include "support/plan_requests.h"
 
 namespace pipeplan::server {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/server/clock.h"
-#include "pipeplan/server/job_ownership.h"
-#include "pipeplan/server/job_registry.h"
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/base/clock.h"
+#include "pipeplan/server/jobs/job_ownership.h"
+#include "pipeplan/server/jobs/job_registry.h"
+#include "pipeplan/server/store/store.h"
 #include "postgres_test_fixture.h"
 
 namespace pipeplan::server {

@@ -1,13 +1,13 @@
 // Step reports with non-finite, negative or absurd timings are refused,
 // naming the field; plausible ones (a slow step longer than the lease) pass.
-#include "pipeplan/server/report_guard.h"
+#include "pipeplan/server/rpc/report_guard.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "pipeplan/server/replan_policy.h"
+#include "pipeplan/server/replan/replan_policy.h"
 
 namespace pipeplan::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "pipeplan/server/request_cache.h"
+#include "pipeplan/server/solve/request_cache.h"
 
 #include <gtest/gtest.h>
 

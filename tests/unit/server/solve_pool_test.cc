@@ -1,4 +1,4 @@
-#include "pipeplan/server/solve_pool.h"
+#include "pipeplan/server/solve/solve_pool.h"
 
 #include <gtest/gtest.h>
 

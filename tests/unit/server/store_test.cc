@@ -1,4 +1,4 @@
-#include "pipeplan/server/store.h"
+#include "pipeplan/server/store/store.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

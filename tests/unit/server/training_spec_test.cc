@@ -1,4 +1,4 @@
-#include "pipeplan/server/training_spec.h"
+#include "pipeplan/server/rpc/training_spec.h"
 
 #include <gtest/gtest.h>
 
