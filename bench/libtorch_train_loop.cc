@@ -1,4 +1,4 @@
-// The baseline of bench/train_bench.py: a plain LibTorch training loop with
+// The baseline of bench/python/train_bench.py: a plain LibTorch training loop with
 // nothing of pipeplan in it — the same scripted model the worker runs (the
 // one stage of a single-stage compile, `stage_0.pt`), the same data rows,
 // microbatches, loss and AdamW settings — so that "1 worker through
@@ -55,6 +55,32 @@ torch::Tensor Loss(const std::string& loss, const torch::Tensor& y, const torch:
   return torch::mse_loss(y, t.to(y.scalar_type()));
 }
 
+// A tied parameter (gpt's wte / lm_head) is one tensor under two names: the
+// optimizer gets it once.
+std::vector<torch::Tensor> UniqueParameters(const torch::jit::Module& module) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : module.parameters()) {
+    if (std::none_of(params.begin(), params.end(),
+                     [&](const torch::Tensor& q) { return q.is_same(p); })) {
+      params.push_back(p);
+    }
+  }
+  return params;
+}
+
+void PrintSummary(const std::vector<double>& seconds, int64_t batch, double first_loss,
+                  double last_loss) {
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double s : seconds) mean += s / static_cast<double>(seconds.size());
+  const double median = sorted[sorted.size() / 2];
+  std::printf(
+      "steps=%zu median_step_seconds=%.6f mean_step_seconds=%.6f samples_per_second=%.2f "
+      "first_loss=%.9g last_loss=%.9g\n",
+      seconds.size(), median, mean, static_cast<double>(batch) / median, first_loss, last_loss);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,16 +94,8 @@ int main(int argc, char** argv) {
   }
   torch::jit::Module module = torch::jit::load(a.stage);
   module.train(true);
-  // A tied parameter (gpt's wte / lm_head) is one tensor under two names:
-  // the optimizer gets it once.
-  std::vector<torch::Tensor> params;
-  for (const auto& p : module.parameters()) {
-    if (std::none_of(params.begin(), params.end(),
-                     [&](const torch::Tensor& q) { return q.is_same(p); })) {
-      params.push_back(p);
-    }
-  }
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(a.lr).weight_decay(0.01));
+  torch::optim::AdamW optimizer(UniqueParameters(module),
+                                torch::optim::AdamWOptions(a.lr).weight_decay(0.01));
 
   std::ifstream in(a.data, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -108,14 +126,6 @@ int main(int argc, char** argv) {
     if (step == 0) first_loss = loss_sum;
     last_loss = loss_sum;
   }
-  std::vector<double> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  double mean = 0;
-  for (double s : seconds) mean += s / static_cast<double>(seconds.size());
-  const double median = sorted[sorted.size() / 2];
-  std::printf(
-      "steps=%zu median_step_seconds=%.6f mean_step_seconds=%.6f samples_per_second=%.2f "
-      "first_loss=%.9g last_loss=%.9g\n",
-      seconds.size(), median, mean, static_cast<double>(a.batch) / median, first_loss, last_loss);
+  PrintSummary(seconds, a.batch, first_loss, last_loss);
   return 0;
 }

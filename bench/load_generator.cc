@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -297,6 +298,24 @@ void PrintTable(const std::vector<Result>& results, const Options& o, bool own) 
   }
 }
 
+// One client per planner address, each answering a warm-up Plan.
+absl::Status ConnectAll(const std::string& planners, const v1::PlanRequest& warm_up,
+                        Clients* clients) {
+  for (absl::string_view address : absl::StrSplit(planners, ',', absl::SkipEmpty())) {
+    auto client =
+        PlannerClient::Connect({.address = std::string(address), .timeout = absl::Seconds(120)});
+    if (!client.ok()) return client.status();
+    clients->all.push_back(*std::move(client));
+  }
+  for (size_t i = 0; i < clients->all.size(); ++i) {
+    if (auto warm = (*clients)[static_cast<int64_t>(i)].Plan(warm_up); !warm.ok()) {
+      return absl::Status(warm.status().code(),
+                          absl::StrCat("cannot reach ", planners, ": ", warm.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -323,22 +342,10 @@ int main(int argc, char** argv) {
     o.planner = absl::StrFormat("127.0.0.1:%d", own->port());
   }
   Clients clients;
-  for (absl::string_view address : absl::StrSplit(o.planner, ',', absl::SkipEmpty())) {
-    auto client =
-        PlannerClient::Connect({.address = std::string(address), .timeout = absl::Seconds(120)});
-    if (!client.ok()) {
-      std::cerr << "pipeplan-loadgen: " << client.status() << "\n";
-      return 1;
-    }
-    clients.all.push_back(*std::move(client));
-  }
-
   const Requests req = LoadRequests(o.data);
-  for (size_t i = 0; i < clients.all.size(); ++i) {
-    if (auto warm = clients[static_cast<int64_t>(i)].Plan(req.small); !warm.ok()) {
-      std::cerr << "pipeplan-loadgen: cannot reach " << o.planner << ": " << warm.status() << "\n";
-      return 1;
-    }
+  if (absl::Status s = ConnectAll(o.planner, req.small, &clients); !s.ok()) {
+    std::cerr << "pipeplan-loadgen: " << s << "\n";
+    return 1;
   }
   std::vector<Result> results;
   results.push_back(ClosedLoop(absl::StrFormat("Plan cached (chain_small), c=%d", o.concurrency),

@@ -61,6 +61,36 @@ void Row(const std::string& graph, int nodes, int k, PartitionMethod method, con
   std::fflush(stdout);
 }
 
+// Solve time at scale: a synthetic transformer of `big_nodes` nodes.
+int BigGraphRows(int big_nodes, const std::string& data, int repeats, double gap,
+                 double time_limit) {
+  const std::string path = "/tmp/pipeplan_bench_synthetic.json";
+  const std::string cmd = "python3 " + std::string(PIPEPLAN_SOURCE_DIR) +
+                          "/scripts/gen_example_graphs.py --synthetic-transformer " +
+                          std::to_string(big_nodes) + " --hidden 512 --out " + path + " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "could not generate the synthetic graph\n";
+    return 1;
+  }
+  // The synthetic model is far larger than 16 real GPUs hold; these rows
+  // measure solve time at scale, so memory is left unconstrained.
+  Loaded in = Load(path, data + "cluster_2x8_h100.json");
+  ClusterSpec roomy;
+  for (int d = 0; d < in.cluster->num_devices(); ++d) {
+    DeviceSpec dev = in.cluster->device(d);
+    dev.memory_bytes = 1e18;
+    roomy.devices.push_back(dev);
+  }
+  roomy.inter_host_bandwidth = in.cluster->bandwidth(0, in.cluster->num_devices() - 1);
+  in.cluster = std::make_unique<Cluster>(*Cluster::Build(roomy));
+  for (int k : {8, 16}) {
+    for (PartitionMethod method : {PartitionMethod::kAuto, PartitionMethod::kDp}) {
+      Row("synthetic", in.graph->num_nodes(), k, method, in, std::min(repeats, 3), gap, time_limit);
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   int repeats = 5;
   double gap = 0.01;
@@ -101,34 +131,7 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  if (big_nodes > 0) {
-    const std::string path = "/tmp/pipeplan_bench_synthetic.json";
-    const std::string cmd = "python3 " + std::string(PIPEPLAN_SOURCE_DIR) +
-                            "/scripts/gen_example_graphs.py --synthetic-transformer " +
-                            std::to_string(big_nodes) + " --hidden 512 --out " + path +
-                            " >/dev/null";
-    if (std::system(cmd.c_str()) != 0) {
-      std::cerr << "could not generate the synthetic graph\n";
-      return 1;
-    }
-    // The synthetic model is far larger than 16 real GPUs hold; these rows
-    // measure solve time at scale, so memory is left unconstrained.
-    Loaded in = Load(path, data + "cluster_2x8_h100.json");
-    ClusterSpec roomy;
-    for (int d = 0; d < in.cluster->num_devices(); ++d) {
-      DeviceSpec dev = in.cluster->device(d);
-      dev.memory_bytes = 1e18;
-      roomy.devices.push_back(dev);
-    }
-    roomy.inter_host_bandwidth = in.cluster->bandwidth(0, in.cluster->num_devices() - 1);
-    in.cluster = std::make_unique<Cluster>(*Cluster::Build(roomy));
-    for (int k : {8, 16}) {
-      for (PartitionMethod method : {PartitionMethod::kAuto, PartitionMethod::kDp}) {
-        Row("synthetic", in.graph->num_nodes(), k, method, in, std::min(repeats, 3), gap,
-            time_limit);
-      }
-    }
-  }
+  if (big_nodes > 0) return BigGraphRows(big_nodes, data, repeats, gap, time_limit);
   return 0;
 }
 

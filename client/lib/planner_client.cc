@@ -102,6 +102,29 @@ class GrpcPlanWatch : public PlanWatch {
   bool finished_ = false;
 };
 
+// TLS credentials from the options' files, or insecure ones without them.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> CredentialsFor(
+    const ClientOptions& options) {
+  if (options.tls_ca_file.empty() && options.tls_cert_file.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca_file.empty()) {
+    PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                              common::ReadFileToString(options.tls_ca_file, "TLS CA"));
+  }
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+    }
+    PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                              common::ReadFileToString(options.tls_cert_file, "TLS certificate"));
+    PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                              common::ReadFileToString(options.tls_key_file, "TLS key"));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
@@ -117,24 +140,8 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerClient::Connect(
           absl::StrCat("token file ", options.token_file, " has an empty first line"));
     }
   }
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    if (!options.tls_ca_file.empty()) {
-      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_root_certs,
-                                common::ReadFileToString(options.tls_ca_file, "TLS CA"));
-    }
-    if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
-      if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-        return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
-      }
-      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
-                                common::ReadFileToString(options.tls_cert_file, "TLS certificate"));
-      PIPEPLAN_ASSIGN_OR_RETURN(ssl.pem_private_key,
-                                common::ReadFileToString(options.tls_key_file, "TLS key"));
-    }
-    creds = grpc::SslCredentials(ssl);
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                            CredentialsFor(options));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);

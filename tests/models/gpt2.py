@@ -1,6 +1,6 @@
 """A GPT-2 in the shape of the released small model (12 layers, d=768, 12 heads,
 vocabulary 50,257, context 1,024: 124 M parameters), written for torch.fx: the
-exporter's benchmark (bench/export_bench.py) and its size test. Builders return
+exporter's benchmark (bench/python/export_bench.py) and its size test. Builders return
 (module, example_inputs), the form `pipeplan_export.py --model gpt2:<builder>`
 takes (PYTHONPATH=tests/models).
 

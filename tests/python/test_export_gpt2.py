@@ -1,7 +1,7 @@
 """The exporter on a GPT-2-small-sized model (tests/models/gpt2.py) with 8 x 1,024
 tokens: shapes come from fake tensors (no real forward, no fallback warning) and
 the costs are GPT-2's, counted by hand. Speed and memory are measured by
-bench/export_bench.py, not here."""
+bench/python/export_bench.py, not here."""
 
 import os
 import warnings

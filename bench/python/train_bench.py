@@ -21,7 +21,7 @@ microbatches and AdamW:
 
 Prints a table; run it on an idle machine:
 
-  /usr/bin/python3 bench/train_bench.py [--steps 60] [--model gpt --model cnn --model gpt256]
+  /usr/bin/python3 bench/python/train_bench.py [--steps 60] [--model gpt --model cnn --model gpt256]
 """
 
 import os
@@ -36,7 +36,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))

@@ -3,7 +3,7 @@
 graph and model package of a few models, each exported in a fresh process so that
 its peak RSS is its own. Prints a table; not a test (nothing is asserted).
 
-  /usr/bin/python3 bench/export_bench.py [--case NAME ...] [--no-package]
+  /usr/bin/python3 bench/python/export_bench.py [--case NAME ...] [--no-package]
       [--real-forward]
 
 Cases (tests/models):
@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CASES = ("tiny_gpt", "gpt2_small", "gpt2_small_masked")
 REAL_CASES = ("gpt2_small_b1_real",)
 

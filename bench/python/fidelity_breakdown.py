@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a comm-visible job's measured step goes, and what the model misses.
 
-Runs one job as bench/fidelity_bench.py does (four synthetic workers on
+Runs one job as bench/python/fidelity_bench.py does (four synthetic workers on
 127.0.0.1, Gloo, 8 MB per stage boundary, devices declared at 10 TFLOP/s), then
 reads its step reports (ListStepReports) and prints two tables:
 
@@ -18,7 +18,7 @@ reads its step reports (ListStepReports) and prints two tables:
    the observer's fits; host time fitted apart for SEND and RECV; links at
    their mean (line + tail); every action at its own measured duration.
 
-  /usr/bin/python3 bench/fidelity_breakdown.py [--schedule 1F1B|Interleaved1F1B] [--steps 26]
+  /usr/bin/python3 bench/python/fidelity_breakdown.py [--schedule 1F1B|Interleaved1F1B] [--steps 26]
 
 Build first: pipeplan-planner, pipeplan-worker, pipeplan, pipeplan_python_stubs.
 """
@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))

@@ -21,7 +21,7 @@ the kill until the planner has stored a report of a step completed after the
 restart; steps lost are steps the workers dropped (they keep training).
 
 Each is repeated --trials times (median printed). Usage:
-  bench/elastic_bench.py --build build [--trials 5] [--lease 2]
+  bench/python/elastic_bench.py --build build [--trials 5] [--lease 2]
 """
 import argparse
 import json
@@ -36,7 +36,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(HERE)
+SRC = os.path.dirname(os.path.dirname(HERE))
 
 
 class Planner:

@@ -16,7 +16,7 @@ host time per message, all fitted from this run's reports) after the last
 step. Convergence: the first observed step count from which the calibrated
 error stayed within 15%.
 
-  /usr/bin/python3 bench/fidelity_bench.py [--steps 30] [--schedules 1F1B,...]
+  /usr/bin/python3 bench/python/fidelity_bench.py [--steps 30] [--schedules 1F1B,...]
 
 Timings depend on the host's load: the workers share its cores.
 """
@@ -31,7 +31,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 from planner_process import PlannerProcess, planner_binary  # noqa: E402

@@ -20,7 +20,7 @@ in 2 microbatches, checkpoint every --checkpoint-every steps); then:
 Prints a table; run it on an idle machine (needs ~6 GB of memory and a few
 minutes):
 
-  /usr/bin/python3 bench/switch_bench.py [--layers 12] [--width 768]
+  /usr/bin/python3 bench/python/switch_bench.py [--layers 12] [--width 768]
 """
 
 import argparse
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))

@@ -15,7 +15,7 @@ machine: a PostgreSQL server started from Debian's binaries in a temp dir
    (--trials times, median and max printed), against --job-lease seconds.
 
 Usage:
-  bench/replicated_bench.py --build build [--workers 1000,3000] [--seconds 5]
+  bench/python/replicated_bench.py --build build [--workers 1000,3000] [--seconds 5]
                             [--trials 3] [--job-lease 2]
 """
 import argparse
@@ -32,7 +32,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(HERE)
+SRC = os.path.dirname(os.path.dirname(HERE))
 
 
 class Postgres:

@@ -2,7 +2,7 @@
 """Predicted vs measured step time after calibration, per schedule (2 workers, CPU).
 
 For each schedule (GPipe, 1F1B, Interleaved1F1B with 2 chunks per rank, ZB-H1 =
-InterleavedZeroBubble with 1): a job training gpt256 (bench/train_bench.py's
+InterleavedZeroBubble with 1): a job training gpt256 (bench/python/train_bench.py's
 gpt at width 256, 4 layers, 64 tokens; batch 8 in 4 microbatches, AdamW) on two
 `pipeplan-worker --executor torch`. The planner runs its calibration policy
 (--replan=on, one evaluation per job: --replan-min-interval-seconds 600,
@@ -14,7 +14,7 @@ receives included). The planner logs that prediction (`event=replan_skipped
 `predicted step A s -> B s`); A is compared with the median step time the
 workers measured for the same plan version (its steps after the first two).
 
-  /usr/bin/python3 bench/calibration_bench.py [--model gpt256|gpt]
+  /usr/bin/python3 bench/python/calibration_bench.py [--model gpt256|gpt]
 """
 
 import argparse
