@@ -52,7 +52,11 @@ absl::Status RunPlan(const CommandContext& ctx) {
                                            : absl::StrCat(" (planned by ", ctx.global.planner, ")"))
             << "\n\n"
             << FormatPlanTable(plan);
-  if (ctx.flags.Has("explain")) std::cout << "\n" << FormatShapeTable(plan);
+  if (ctx.flags.Has("explain")) {
+    // The search ranks by step time only when the batch is fixed in samples.
+    const bool fixed = req.options().global_batch() > 0 && req.graph().batch_size() > 0;
+    std::cout << "\n" << FormatShapeTable(plan, fixed ? req.options().global_batch() : 0);
+  }
   return absl::OkStatus();
 }
 

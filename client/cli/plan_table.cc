@@ -140,16 +140,22 @@ std::string FormatPlanTable(const v1::Plan& plan) {
   return out;
 }
 
-std::string FormatShapeTable(const v1::Plan& plan) {
-  // The planner lists shapes in the order it scored them (smallest bound
-  // first); the operator compares step times.
-  std::vector<const v1::Alternative*> shapes;
-  for (const v1::Alternative& a : plan.shapes()) shapes.push_back(&a);
-  std::stable_sort(shapes.begin(), shapes.end(), [](const auto* x, const auto* y) {
-    return x->step_seconds() < y->step_seconds();
-  });
-  std::string out = "best plan at each (ranks, replicas) scored, fastest first:\n";
-  for (const v1::Alternative* a : shapes) absl::StrAppend(&out, AlternativeRow(*a));
+std::string FormatShapeTable(const v1::Plan& plan, int global_batch) {
+  // The planner lists shapes best first by the objective its search
+  // minimizes; print them in that order with the objective itself.
+  const bool per_step = global_batch > 0;
+  std::string out = absl::StrCat(
+      "best plan at each (ranks, replicas) scored, best first by the search's objective: ",
+      per_step ? absl::StrCat("step time (global batch ", global_batch,
+                              " fixed: every plan trains the same samples per step)\n")
+               : "step time per microbatch and replica, step / (microbatches x replicas) "
+                 "(no global batch: --microbatches is per replica)\n");
+  for (const v1::Alternative& a : plan.shapes()) {
+    const double units = std::max(1, a.microbatches()) * std::max(1, a.num_replicas());
+    absl::StrAppend(&out, "  objective ",
+                    HumanSeconds(per_step ? a.step_seconds() : a.step_seconds() / units),
+                    AlternativeRow(a));
+  }
   return out;
 }
 

@@ -16,8 +16,11 @@ std::string ScheduleDisplayName(v1::Schedule schedule);
 // Pipeline ranks of a plan: the devices its stages run on.
 int PlanRanks(const v1::Plan& plan);
 // `plan --explain`: the best plan of every (ranks, replicas) the planner
-// scored, fastest first.
-std::string FormatShapeTable(const v1::Plan& plan);
+// scored, in the planner's order (best first by the search's objective),
+// with that objective: the step time when the request fixed a global batch
+// of a graph with a batch size (`global_batch` > 0), else the step time per
+// microbatch and replica. Pass 0 when the batch is not fixed.
+std::string FormatShapeTable(const v1::Plan& plan, int global_batch);
 std::string HumanBytes(double bytes);
 std::string HumanSeconds(double seconds);
 

@@ -115,6 +115,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& graph, const Cluster& cluster,
       .options = &options,
       .device_class = DeviceClasses(cluster),
       .deadline = std::min(options.deadline, start + absl::Seconds(limit)),
+      .solve_limit = absl::Seconds(limit),
+      .hard_deadline = options.deadline,
       .gap = options.relative_gap > 0 ? options.relative_gap : kDefaultRelativeGap};
   PIPEPLAN_ASSIGN_OR_RETURN(PlanResult best, search::RunSearch(context, fixed));
   best.solve_seconds = absl::ToDoubleSeconds(absl::Now() - start);

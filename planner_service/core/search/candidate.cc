@@ -8,6 +8,7 @@
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
+#include "allreduce.h"
 #include "split.h"
 
 namespace pipeplan::search {
@@ -69,8 +70,39 @@ absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, co
   return runs;
 }
 
-// Step time with every rank's gradient all-reduce after its last backward
-// in every replica; fills the all-reduce fields of `plan`.
+// Whether the schedule computes weight gradients in actions of their own
+// (zero-bubble): a rank's gradients are then produced by its last W.
+bool SplitsWeightGradients(const schedule::PipelineSchedule& sched) {
+  for (const schedule::RankProgram& program : sched.programs) {
+    for (const auto& action : program) {
+      if (action && action->type == schedule::ActionType::kBackwardWeight) return true;
+    }
+  }
+  return false;
+}
+
+// When each replica's last backward on rank r produces its gradients: the
+// per-microbatch backward (or W) of the rank's stages, ending with the rank's
+// last compute. With several stages on a rank all of them count, so the
+// overlap is never overstated.
+std::vector<GradientWindow> WindowsOf(const schedule::PipelineSchedule& sched,
+                                      const std::vector<ReplicaRun>& runs, int r, bool split_w) {
+  std::vector<GradientWindow> out;
+  for (const ReplicaRun& run : runs) {
+    GradientWindow w{.end = run.sim.finish_seconds[r]};
+    for (int s = 0; s < sched.num_stages; ++s) {
+      if (sched.stage_to_rank[s] != r) continue;
+      const StageCost& st = run.stages[s];
+      w.seconds += split_w ? st.weight_grad_seconds : st.backward_seconds;
+    }
+    w.seconds = std::min(w.seconds, w.end);
+    out.push_back(w);
+  }
+  return out;
+}
+
+// Step time with every rank's gradients all-reduced in buckets during its
+// last backward (allreduce.h); fills the all-reduce fields of `plan`.
 void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sched,
                   const Placement& placement, const std::vector<ReplicaRun>& runs,
                   PlanResult& plan) {
@@ -85,13 +117,14 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
     pipeline_step = std::max(pipeline_step, run.sim.step_seconds);
     for (double b : run.sim.busy_seconds) busy += b * run.copies;
   }
+  const bool split_w = SplitsWeightGradients(sched);
   double step = pipeline_step;
   std::vector<double> rank_seconds(placement.ranks, 0);
   for (int r = 0; r < placement.ranks; ++r) {
     rank_seconds[r] = RingAllReduceSeconds(*ctx.cluster, placement.Group(r), rank_bytes[r]);
-    double finish = 0;
-    for (const ReplicaRun& run : runs) finish = std::max(finish, run.sim.finish_seconds[r]);
-    step = std::max(step, finish + rank_seconds[r]);
+    const std::vector<GradientWindow> windows = WindowsOf(sched, runs, r, split_w);
+    step = std::max(step, BucketedAllReduceEnd(*ctx.cluster, placement.Group(r), rank_bytes[r],
+                                               windows, ctx.options->allreduce_bucket_bytes));
   }
   plan.stage_allreduce_seconds.assign(sched.num_stages, 0);
   for (int s = 0; s < sched.num_stages; ++s) {
@@ -123,6 +156,8 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
                  .cost_options = co,
                  .stage_inflight = inflight,
                  .deadline = ctx.deadline,
+                 .solve_limit = ctx.solve_limit,
+                 .hard_deadline = ctx.hard_deadline,
                  .relative_gap = ctx.gap,
                  .cancelled = ctx.options->cancelled,
                  .log = ctx.options->solver_log};

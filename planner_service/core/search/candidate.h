@@ -2,10 +2,10 @@
 // schedule and microbatches on a placement. The split is planned for the
 // placement's worst replica (split.h); every distinct replica is then
 // evaluated on its own devices and simulated; each rank's gradients are
-// all-reduced over its replica group once the rank's last backward is done
-// in every replica, so the all-reduce of a rank that finishes early overlaps
-// the cool-down of the others. The step ends when the slowest pipeline and
-// the last all-reduce are done.
+// all-reduced over its replica group in buckets as its last backward
+// produces them (allreduce.h), so the all-reduce overlaps that backward and
+// the cool-down of the other ranks. The step ends when the slowest pipeline
+// and the last all-reduce are done.
 //
 // Internal to the planner. Thread safety: reentrant.
 #ifndef PIPEPLAN_CORE_SEARCH_CANDIDATE_H_
@@ -41,7 +41,12 @@ struct SearchContext {
   const Cluster* cluster = nullptr;
   const PlanOptions* options = nullptr;
   std::vector<int> device_class;  // DeviceClasses(cluster)
-  absl::Time deadline = absl::InfiniteFuture();
+  absl::Time deadline = absl::InfiniteFuture();  // of the whole search
+  // Every solve of a split gets this long (the options' time limit), never
+  // past `hard_deadline` (the request's own deadline): a method solved twice
+  // gets its limit each time.
+  absl::Duration solve_limit = absl::InfiniteDuration();
+  absl::Time hard_deadline = absl::InfiniteFuture();
   double gap = 0.01;
 };
 

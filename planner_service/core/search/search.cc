@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "diagnose.h"
 #include "search_space.h"
 
 namespace pipeplan::search {
@@ -184,18 +185,30 @@ void Search::Sweep(const Shape& shape) {
 }
 
 // Re-solves the winner with the requested method. Same candidate, so the
-// refined solve's bound holds for the screening split too; keeps whichever
-// split is faster, with the full report.
+// refined solve's bound holds for the screening split too. `auto` keeps
+// whichever split simulates faster; a named method's split is returned as
+// that method found it, and when the method cannot split the candidate the
+// plan keeps the screening split and says why.
 void Search::Refine(Scored& winner) {
-  if (winner.method == ctx_.options->method) return;
+  const PartitionMethod requested = ctx_.options->method;
+  if (winner.method == requested) return;
   absl::StatusOr<PlanResult> refined =
-      EvaluateCandidate(ctx_, winner.candidate, winner.placement, ctx_.options->method);
-  if (!refined.ok()) return;
+      EvaluateCandidate(ctx_, winner.candidate, winner.placement, requested);
   PlanResult& best = winner.plan;
-  if (SecondsPerUnit(ctx_, *refined) <= winner.unit) {
+  if (!refined.ok()) {
+    if (requested == PartitionMethod::kAuto) return;
+    best.candidates.push_back(
+        {.method = std::string(PartitionMethodName(requested)),
+         .note = absl::StrFormat("not used: %s; the plan keeps the %s split",
+                                 refined.status().message(), best.method)});
+    return;
+  }
+  const bool named = requested != PartitionMethod::kAuto;
+  if (named || SecondsPerUnit(ctx_, *refined) <= winner.unit) {
     refined->lower_bound = std::max(refined->lower_bound, best.lower_bound);
     best = *std::move(refined);
     winner.unit = SecondsPerUnit(ctx_, best);
+    winner.method = requested;
   } else {
     // A lower bottleneck can still simulate to a longer step; the report
     // says which split was kept and why.
@@ -221,12 +234,15 @@ absl::Status Search::NothingFound() const {
     for (int d = 0; d < ctx_.cluster->num_devices(); ++d) {
       largest = std::max(largest, ctx_.cluster->device(d).memory_bytes);
     }
+    const std::string change = SuggestChanges(ctx_, least_scale_);
     return absl::FailedPreconditionError(absl::StrFormat(
         "no plan fits in memory, even recomputing activations: the least hungry plan needs "
-        "about %.2f GiB per device (%.3g bytes), %.2fx the %.2f GiB of the largest device; add "
-        "devices, use a smaller optimizer state (--optimizer sgd) or bf16-mixed precision",
+        "about %.2f GiB per device (%.3g bytes), %.2fx the %.2f GiB of the largest device; %s",
         largest * least_scale_ / (1 << 30), largest * least_scale_, least_scale_,
-        largest / (1 << 30)));
+        largest / (1 << 30),
+        change.empty() ? "no single change tried (more devices, smaller microbatches, cut "
+                         "granularity, optimizer, precision) fits"
+                       : absl::StrCat("a plan fits with: ", change)));
   }
   if (!first_error_.ok()) return first_error_;
   if (Stopped() && ctx_.options->cancelled != nullptr && ctx_.options->cancelled->load()) {

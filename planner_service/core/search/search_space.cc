@@ -1,6 +1,7 @@
 #include "search_space.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 
 namespace pipeplan::search {
@@ -50,16 +51,18 @@ std::vector<int> MicrobatchesToTry(const PlanOptions& o, int ranks, int replicas
     // shrink the bubble while adding work, so use the usual 4 per rank.
     return {4 * ranks};
   }
-  // Divisors of the replica's batch from `ranks` up to 16 per rank: fewer
-  // leave ranks idle, more shrink microbatches past the point kernels stay
-  // efficient.
+  // Every divisor of the replica's batch: the count the batch allows is
+  // the only limit. More microbatches shrink the bubble and the activations
+  // in flight; fewer pay less per-transfer latency. Memory decides which fit.
   const int batch = o.global_batch / replicas;
-  std::vector<int> out;
-  for (int m = 1; m <= batch; ++m) {
-    if (batch % m == 0 && m >= std::min(ranks, batch) && m <= 16 * ranks) out.push_back(m);
+  std::vector<int> small, large;
+  for (int m = 1; int64_t{m} * m <= batch; ++m) {
+    if (batch % m != 0) continue;
+    small.push_back(m);
+    if (m != batch / m) large.push_back(batch / m);
   }
-  if (out.empty()) out.push_back(batch);
-  return out;
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 double ShapeLowerBound(const Graph& graph, const Cluster& cluster, const PlanOptions& options,

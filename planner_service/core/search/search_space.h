@@ -33,9 +33,9 @@ std::vector<schedule::ScheduleKind> KindsToTry(const PlanOptions& options);
 // Stages per rank of `kind` under the options.
 int ChunksPerRank(schedule::ScheduleKind kind, const PlanOptions& options);
 
-// Microbatches per replica: the options' count, or divisors of the
-// replica's batch from `ranks` up to 16 per rank (4 per rank without a
-// global batch).
+// Microbatches per replica, ascending: the options' count, or every divisor
+// of the replica's share of the global batch (global_batch / replicas), or 4
+// per rank without a global batch (costs are then per microbatch).
 std::vector<int> MicrobatchesToTry(const PlanOptions& options, int ranks, int replicas);
 
 // No plan of the shape trains faster per unit (SecondsPerUnit): the work of

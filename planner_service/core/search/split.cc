@@ -22,9 +22,12 @@ const Graph& SplitGraph(const SplitInputs& in) {
 // activations when recomputing) and caps less what they do not see.
 PartitionProblem ViewProblem(const SplitInputs& in, const CostModel& view, bool recompute,
                              const std::vector<double>& reserve) {
+  const absl::Time deadline = in.solve_limit == absl::InfiniteDuration()
+                                  ? in.deadline
+                                  : std::min(in.hard_deadline, absl::Now() + in.solve_limit);
   PartitionProblem p{.cost = &view,
                      .stage_device = in.stage_device,
-                     .deadline = in.deadline,
+                     .deadline = deadline,
                      .relative_gap = in.relative_gap,
                      .warm_start = in.warm_start,
                      .cancelled = in.cancelled,
@@ -106,7 +109,8 @@ absl::StatusOr<Split> Attempt(const SplitInputs& in, PartitionMethod method, boo
       out.solve = std::move(solved);
       return out;
     }
-    if (in.deadline <= absl::Now()) break;
+    const bool fresh = in.solve_limit != absl::InfiniteDuration();
+    if ((fresh ? in.hard_deadline : in.deadline) <= absl::Now()) break;
   }
   return absl::FailedPreconditionError(
       absl::StrCat("no split into ", k, " stages fits in memory", recompute ? " recomputing" : ""));

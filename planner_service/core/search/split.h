@@ -37,6 +37,10 @@ struct SplitInputs {
   std::vector<int> stage_inflight;
   std::vector<double> stage_cap;  // memory a stage may use
   absl::Time deadline = absl::InfiniteFuture();
+  // With a finite solve_limit every solve ends by min(hard_deadline, its
+  // start + solve_limit) instead of `deadline`.
+  absl::Duration solve_limit = absl::InfiniteDuration();
+  absl::Time hard_deadline = absl::InfiniteFuture();
   double relative_gap = 0.01;
   const std::atomic<bool>* cancelled = nullptr;
   std::function<void(std::string_view)> log;

@@ -29,6 +29,9 @@ absl::StatusOr<PartitionMethod> ParsePartitionMethod(std::string_view name);
 // PlanOptions::chunks_per_rank at 0; plan readers use the same default.
 inline constexpr int kDefaultChunksPerRank = 2;
 
+// DDP's default bucket_cap_mb.
+inline constexpr double kDefaultBucketBytes = 25.0 * (1 << 20);
+
 struct PlanOptions {
   // Pipeline ranks (devices per replica); 0 lets the planner choose. Schedules
   // with several stages per rank split the graph into ranks x
@@ -39,7 +42,14 @@ struct PlanOptions {
   int num_replicas = 0;
   int max_replicas = 0;
   int microbatches = 0;  // per replica; 0: chosen by the planner
-  int global_batch = 0;  // samples per step over all replicas; 0: per-microbatch costs
+  // Samples per step over all replicas; 0: per-microbatch costs. When set,
+  // each of R replicas trains global_batch / R samples per step and the
+  // search ranks plans by step time (every plan trains the same samples).
+  int global_batch = 0;
+  // Gradient bytes per all-reduce bucket: a rank's gradients are reduced in
+  // buckets as its last backward produces them, overlapped with the rest of
+  // that backward (as PyTorch DDP does). 0: kDefaultBucketBytes.
+  double allreduce_bucket_bytes = 0;
   // > 0 overrides the optimizer's state bytes per parameter byte.
   double optimizer_state_multiplier = 0;
   Optimizer optimizer = kDefaultOptimizer;

@@ -1,0 +1,178 @@
+// Fixed global batch at any scale. Two tables:
+//  - gpt2: a GPT-2-XL-sized graph (scripts/gen_example_graphs.py) on 8 to
+//    2,048 H100s (8 per host) at a fixed global batch: chosen ranks x
+//    replicas x microbatches, step, exposed all-reduce, planning seconds.
+//  - piper: Piper's BERT-32 instance (scripts/piper_to_graph.py; SGD in
+//    fp32 so weights + gradients = Piper's memoryUsageB) on 2 to 2,048
+//    devices of 80 GB at 25 GB/s, 1F1B: the search's plan against the exact
+//    DP x PP optimum under the same cost model: every (ranks, replicas,
+//    microbatches) with replicas x samples per replica = the batch, each
+//    split with ideal_dp (exact on this graph) and simulated, shapes visited
+//    by their work bound and cut off once the bound reaches the best step.
+//
+//   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench_inputs.h"
+#include "pipeplan/core/planner.h"
+
+namespace pipeplan {
+namespace {
+
+using bench::Load;
+using bench::Loaded;
+
+Cluster Devices(int n, double flops, double memory, double inter, double intra, double latency) {
+  ClusterSpec c{.intra_host_bandwidth = intra,
+                .inter_host_bandwidth = inter,
+                .intra_host_latency = latency,
+                .inter_host_latency = latency};
+  for (int i = 0; i < n; ++i) {
+    c.devices.push_back({absl::StrCat("gpu", i), absl::StrCat("host", i / 8), flops, memory});
+  }
+  return *Cluster::Build(std::move(c));
+}
+
+double Seconds(absl::Time t0) { return absl::ToDoubleSeconds(absl::Now() - t0); }
+
+void Gpt2(const std::string& bench_dir, const std::string& data) {
+  Loaded in = Load(bench_dir + "gpt2_xl.json", data + "cluster_8xa100.json");
+  const int batch = 512;
+  std::printf("gpt2_xl (%d nodes), global batch %d sequences, AdamW bf16-mixed, method dp\n\n",
+              in.graph->num_nodes(), batch);
+  std::printf("| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
+              "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
+  for (int n = 8; n <= 2048; n *= 2) {
+    const Cluster c = Devices(n, 4e14, 80.0 * (1 << 30), 50e9, 450e9, 10e-6);
+    const PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
+    const absl::Time t0 = absl::Now();
+    auto p = MakePlan(*in.graph, c, o);
+    if (!p.ok()) {
+      std::printf("| %d | %s |\n", n, std::string(p.status().message()).substr(0, 160).c_str());
+      continue;
+    }
+    std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
+                p->num_replicas, p->microbatches,
+                std::string(schedule::ScheduleKindName(p->schedule)).c_str(),
+                p->step_seconds * 1e3, p->allreduce_exposed_seconds * 1e3, Seconds(t0));
+    std::fflush(stdout);
+  }
+}
+
+struct Best {
+  double step = 1e300;
+  int ranks = 0, replicas = 0, microbatches = 0;
+  int plans = 0;
+};
+
+std::vector<int> Divisors(int b) {
+  std::vector<int> out;
+  for (int d = 1; d <= b; ++d) {
+    if (b % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp splits.
+Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
+  std::vector<std::pair<double, std::pair<int, int>>> shapes;
+  for (int p = 1; p <= std::min(c.num_devices(), g.num_nodes()); ++p) {
+    for (int r : Divisors(batch)) {
+      if (p * r <= c.num_devices()) shapes.push_back({batch * work / (p * r), {p, r}});
+    }
+  }
+  std::sort(shapes.begin(), shapes.end());
+  Best best;
+  for (const auto& [bound, shape] : shapes) {
+    if (bound >= best.step) break;  // no plan of this shape or later ones is faster
+    for (int m : Divisors(batch / shape.second)) {
+      const PlanOptions o{.num_ranks = shape.first, .num_replicas = shape.second,
+                          .microbatches = m, .global_batch = batch,
+                          .optimizer = Optimizer::kSgd, .precision = Precision::kFp32,
+                          .schedule = schedule::ScheduleKind::k1F1B,
+                          .method = PartitionMethod::kIdealDp};
+      auto p = MakePlan(g, c, o);
+      ++best.plans;
+      if (p.ok() && p->step_seconds < best.step) {
+        best = {p->step_seconds, shape.first, shape.second, m, best.plans};
+      }
+    }
+  }
+  return best;
+}
+
+void Piper(const std::string& piper_graph, const std::string& data) {
+  Loaded in = Load(piper_graph, data + "cluster_8xa100.json");
+  const Graph& g = *in.graph;
+  const int batch = 1920;
+  double work = 0;  // seconds of one unit over every node
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    work += *g.node(v).forward_seconds + *g.node(v).backward_seconds;
+  }
+  std::printf("\nPiper BERT-32 (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
+              g.num_nodes(), batch);
+  std::printf("| devices | search: ranks x replicas x microbatches | step (s) | exposed "
+              "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
+              "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (int n = 2; n <= 2048; n *= 2) {
+    const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
+    const PlanOptions o{.global_batch = batch, .optimizer = Optimizer::kSgd,
+                        .precision = Precision::kFp32,
+                        .schedule = schedule::ScheduleKind::k1F1B,
+                        .method = PartitionMethod::kDp};
+    const absl::Time t0 = absl::Now();
+    auto p = MakePlan(g, c, o);
+    const double plan_seconds = Seconds(t0);
+    const Best opt = Exhaustive(g, c, batch, work);
+    if (!p.ok()) {
+      std::printf("| %d | %s | | | | %d x %d x %d | %.4f |\n", n,
+                  std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks,
+                  opt.replicas, opt.microbatches, opt.step);
+      continue;
+    }
+    std::printf("| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f |\n", n,
+                p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
+                p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas,
+                opt.microbatches, opt.step, opt.plans, p->step_seconds / opt.step);
+    std::fflush(stdout);
+  }
+}
+
+int Main(int argc, char** argv) {
+  std::string only, piper = "/work/shared/data/piper/bert32a100.json";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--only") {
+      only = argv[i + 1];
+    } else if (flag == "--piper") {
+      piper = argv[i + 1];
+    } else {
+      std::cerr << "unknown flag " << flag << "\n";
+      return 2;
+    }
+  }
+  const std::string src = PIPEPLAN_SOURCE_DIR;
+  const std::string dir = "/tmp/pipeplan_gbatch_bench/";
+  const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir +
+                          " && python3 " + src + "/scripts/piper_to_graph.py " + piper + " " +
+                          dir + "piper.json";
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "could not generate the benchmark inputs\n";
+    return 1;
+  }
+  if (only != "piper") Gpt2(dir, src + "/tests/data/");
+  if (only != "gpt2") Piper(dir + "piper.json", src + "/tests/data/");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pipeplan
+
+int main(int argc, char** argv) { return pipeplan::Main(argc, argv); }

@@ -1,0 +1,137 @@
+// A fixed global batch: replicas x samples per replica = the batch, every
+// microbatch count the batch allows (not a multiple of the ranks, and past
+// 16 per rank when memory needs it), memory errors that name a change that
+// does fit, and --method returning that method's split.
+#include <algorithm>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipeplan/core/planner.h"
+
+namespace pipeplan {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A chain of `n` transformer-like blocks, costs for one sample: big
+// activations, modest parameters.
+Graph Chain(int n, double activation_bytes, double param_bytes) {
+  GraphSpec g{.name = "chain", .batch_size = 1};
+  for (int v = 0; v < n; ++v) {
+    g.nodes.push_back({.id = absl::StrCat("b", v),
+                       .forward_flops = 4e11,
+                       .param_bytes = param_bytes,
+                       .activation_bytes = activation_bytes,
+                       .output_bytes = activation_bytes / 8});
+    if (v > 0) g.edges.push_back({absl::StrCat("b", v - 1), absl::StrCat("b", v), 0});
+  }
+  return *Graph::Build(std::move(g));
+}
+
+Cluster Devices(int count, double memory = 80.0 * (1 << 30)) {
+  ClusterSpec c;
+  for (int i = 0; i < count; ++i) {
+    c.devices.push_back({absl::StrCat("gpu", i), absl::StrCat("host", i / 8), 3e14, memory});
+  }
+  return *Cluster::Build(std::move(c));
+}
+
+TEST(GlobalBatchTest, ReplicasTimesSamplesPerReplicaIsTheBatch) {
+  const Graph g = Chain(12, 2e8, 2e8);
+  for (int devices : {2, 4, 6}) {
+    const Cluster c = Devices(devices);
+    const PlanOptions o{.global_batch = 48, .method = PartitionMethod::kDp};
+    auto plan = MakePlan(g, c, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const double samples_per_microbatch = plan->sample_scale * g.batch_size();
+    EXPECT_NEAR(plan->num_replicas * plan->microbatches * samples_per_microbatch, 48, 1e-9);
+  }
+}
+
+// 30 samples on 4 ranks: no count is a multiple of 4; the search's count is
+// as good as every count planned on its own.
+TEST(GlobalBatchTest, ChoosesTheBestMicrobatchCountAmongAllDivisors) {
+  const Graph g = Chain(16, 2e8, 1e8);
+  const Cluster c = Devices(4);
+  PlanOptions o{.num_ranks = 4, .num_replicas = 1, .global_batch = 30,
+                .schedule = schedule::ScheduleKind::k1F1B, .method = PartitionMethod::kDp};
+  auto chosen = MakePlan(g, c, o);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_NE(chosen->microbatches % 4, 0);
+  for (int m : {1, 2, 3, 5, 6, 10, 15, 30}) {
+    o.microbatches = m;
+    auto fixed = MakePlan(g, c, o);
+    if (fixed.ok()) {
+      EXPECT_LE(chosen->step_seconds, fixed->step_seconds * (1 + 1e-9)) << m;
+    }
+  }
+}
+
+// Activations of 1 GiB per sample and block: with at most 16 microbatches
+// per rank (60 samples each on 2 devices) nothing fits, even recomputing;
+// microbatches of one sample do.
+TEST(GlobalBatchTest, TwoDevicesPlanWithManyMicrobatches) {
+  const Graph g = Chain(8, 1.0 * (1 << 30), 1e9);
+  const Cluster c = Devices(2);
+  const PlanOptions o{.global_batch = 1920, .method = PartitionMethod::kDp};
+  auto plan = MakePlan(g, c, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->microbatches, 16 * plan->num_ranks);
+  EXPECT_EQ(plan->num_replicas * plan->microbatches * plan->sample_scale, 1920);
+}
+
+// The error names a device count; a cluster of that many devices plans.
+TEST(GlobalBatchTest, MemoryErrorNamesAChangeThatFits) {
+  const Graph g = Chain(16, 1e8, 4e9);  // 64 GB of fp32 parameters
+  const PlanOptions o{.global_batch = 64, .method = PartitionMethod::kDp};
+  auto failed = MakePlan(g, Devices(2), o);
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(failed.status().message());
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(message, match, std::regex("use (\\d+) devices"))) << message;
+  const int devices = std::stoi(match[1]);
+  EXPECT_GT(devices, 2);
+  auto planned = MakePlan(g, Devices(devices), o);
+  EXPECT_TRUE(planned.ok()) << planned.status();
+  // Fewer devices than named do not fit (the change is the smallest tried
+  // by growing the pipeline).
+  EXPECT_FALSE(MakePlan(g, Devices(devices - 1), o).ok()) << message;
+}
+
+TEST(GlobalBatchTest, MemoryErrorNeverSuggestsWhatIsSet) {
+  const Graph g = Chain(16, 1e8, 4e9);
+  PlanOptions o{.global_batch = 64, .optimizer = Optimizer::kSgd, .method = PartitionMethod::kDp};
+  auto failed = MakePlan(g, Devices(1), o);
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(failed.status().message()), Not(HasSubstr("--optimizer sgd")));
+  o.optimizer = Optimizer::kAdam;
+  o.microbatches = 2;
+  o.num_ranks = 1;
+  auto adam = MakePlan(Chain(4, 4e9, 1e8), Devices(1), o);
+  ASSERT_EQ(adam.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(adam.status().message());
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(message, match, std::regex("--microbatches (\\d+)"))) << message;
+  o.microbatches = std::stoi(match[1]);
+  EXPECT_TRUE(MakePlan(Chain(4, 4e9, 1e8), Devices(1), o).ok());
+}
+
+TEST(GlobalBatchTest, NamedMethodReturnsItsSplit) {
+  const Graph g = Chain(10, 2e8, 2e8);
+  const Cluster c = Devices(4);
+  for (PartitionMethod m : {PartitionMethod::kIdealDp, PartitionMethod::kMilp}) {
+    const PlanOptions o{
+        .num_ranks = 4, .num_replicas = 1, .global_batch = 32, .method = m,
+        .time_limit_seconds = 5};
+    auto plan = MakePlan(g, c, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->method, PartitionMethodName(m));
+  }
+}
+
+}  // namespace
+}  // namespace pipeplan
