@@ -71,7 +71,7 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
   PIPEPLAN_ASSIGN_OR_RETURN(ModelPackage package, ReadModelPackage(spec.model_package()));
   std::vector<std::string> graph_nodes;
   for (const v1::Node& node : graph.nodes()) graph_nodes.push_back(node.id());
-  PIPEPLAN_RETURN_IF_ERROR(worker::CheckPackageMatchesGraph(package, graph_nodes));
+  PIPEPLAN_RETURN_IF_ERROR(CheckPackageMatchesGraph(package, graph_nodes));
   spec.set_package_digest(package.digest);
   spec.set_loss(flags.Get("loss").value_or(package.loss));
   spec.set_optimizer(flags.Get("optimizer").value_or("adamw"));

@@ -20,12 +20,12 @@ namespace worker = pipeplan::worker;
 void Package(const std::string& json) {
   absl::StatusOr<ModelPackage> p = ModelPackageFromJson(json, "/fuzz");
   if (!p.ok()) return;
-  (void)worker::BoundaryBytes(p->inputs, false);
-  (void)worker::BoundaryBytes(p->parameters, true);
-  (void)worker::NumElements(p->output);
+  (void)BoundaryBytes(p->inputs, false);
+  (void)BoundaryBytes(p->parameters, true);
+  (void)NumElements(p->output);
   std::vector<int> node_stage(p->nodes.size(), 0);
-  (void)worker::CheckPackageFitsPlan(*p, p->nodes, node_stage);
-  (void)worker::CheckPackageMatchesGraph(*p, {"n0"});
+  (void)CheckPackageFitsPlan(*p, p->nodes, node_stage);
+  (void)CheckPackageMatchesGraph(*p, {"n0"});
 }
 
 void Stages(const std::string& json) {
@@ -33,12 +33,12 @@ void Stages(const std::string& json) {
   if (!s.ok()) return;
   std::vector<int> stage_to_rank;
   for (int i = 0; i < s->num_stages(); ++i) {
-    (void)worker::BoundaryBytes(s->stages[i].inputs, true);
-    (void)worker::BoundaryBytes(s->stages[i].outputs, false);
+    (void)BoundaryBytes(s->stages[i].inputs, true);
+    (void)BoundaryBytes(s->stages[i].outputs, false);
     (void)s->StagePath(i);
     stage_to_rank.push_back(i % 2);
   }
-  (void)worker::OwnersOf(*s, stage_to_rank);
+  (void)OwnersOf(*s, stage_to_rank);
 }
 
 }  // namespace
