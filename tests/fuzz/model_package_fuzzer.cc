@@ -13,9 +13,8 @@
 
 #include "pipeplan/client/model_package.h"
 
+namespace pipeplan {
 namespace {
-
-namespace worker = pipeplan::worker;
 
 void Package(const std::string& json) {
   absl::StatusOr<ModelPackage> p = ModelPackageFromJson(json, "/fuzz");
@@ -42,14 +41,15 @@ void Stages(const std::string& json) {
 }
 
 }  // namespace
+}  // namespace pipeplan
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string json(reinterpret_cast<const char*>(data + 1), size - 1);
   if (data[0] % 2 == 0) {
-    Package(json);
+    pipeplan::Package(json);
   } else {
-    Stages(json);
+    pipeplan::Stages(json);
   }
   return 0;
 }
