@@ -34,7 +34,7 @@
 # Exit status: 0 when no row FAILED, else 1.
 set -uo pipefail
 SELF=$(realpath "$0")
-cd "$(dirname "$SELF")/.."
+cd "$(dirname "$SELF")/.." || exit 1
 ROOT=$(pwd)
 
 # --- the phases that are shell functions ---------------------------------------
@@ -48,7 +48,8 @@ row() {  # phase status seconds result
 }
 build_gpu() {
   [[ -f .gpu/build-on-gpu.sh ]] || {
-    row build FAILED 0 "no .gpu/build-on-gpu.sh: run bash ../shared/tools/gpu/pack.sh on the build machine"
+    row build FAILED 0 \
+      "no .gpu/build-on-gpu.sh: run bash ../shared/tools/gpu/pack.sh on the build machine"
     return 1
   }
   BUILD=$BUILD CMAKE_ARGS="-DPIPEPLAN_PYTHON=$PY ${CMAKE_ARGS:-}" bash .gpu/build-on-gpu.sh ||
