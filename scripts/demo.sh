@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-PY=/usr/bin/python3
+PY=${PIPEPLAN_PYTHON:-/usr/bin/python3}  # the Python with torch (README, "GPU nodes")
 STEPS=${DEMO_STEPS:-240}
 REPLAN_AT=${DEMO_REPLAN_AT:-10}
 BATCH=16

@@ -65,7 +65,7 @@ built=$(date +%s)
 # the ones with those labels whose program is a binary of this build
 # (GoogleTest cases and corpus replays; not the Python checks, and none
 # whose binary was left out).
-regex=$(/usr/bin/python3 - "$DIR" "${LABELS[@]}" <<'PY'
+regex=$("${PIPEPLAN_PYTHON:-/usr/bin/python3}" - "$DIR" "${LABELS[@]}" <<'PY'
 import json, os, re, subprocess, sys
 build = os.path.abspath(sys.argv[1])
 wanted = set(sys.argv[2:])

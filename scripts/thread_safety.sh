@@ -27,7 +27,7 @@ fi
 # One NUL-separated clang command line per selected TU.
 commands=$(mktemp)
 trap 'rm -f "$commands"' EXIT
-/usr/bin/python3 - "$DB" "$CLANGXX" >"$commands" <<'EOF'
+"${PIPEPLAN_PYTHON:-/usr/bin/python3}" - "$DB" "$CLANGXX" >"$commands" <<'EOF'
 import json, os, re, shlex, sys
 
 db_path, clangxx = sys.argv[1], sys.argv[2]

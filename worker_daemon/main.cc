@@ -94,7 +94,7 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Value("tls-key", "FILE", "its private key")
         .Value("python", "PATH",
                "torch executor: interpreter of the stage compiler\n"
-               "(/usr/bin/python3)")
+               "(" PIPEPLAN_DEFAULT_PYTHON ")")
         .Value("stage-compiler", "PATH",
                absl::StrCat("torch executor: pipeplan_stage_compile.py\n(",
                             DefaultStageCompiler(PIPEPLAN_DEFAULT_STAGE_COMPILER), ")"))

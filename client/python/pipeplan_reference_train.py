@@ -14,7 +14,8 @@ pipelined run better than one full-batch backward would). The step's loss is the
 of those terms (the batch's mean loss). Then the optional global-norm clipping over
 every parameter (a tied one once) and the optimizer step. Parameters start from the
 package's params.pt; `--dtype float64` converts parameters, buffers and floating
-inputs.
+inputs. `--device cuda:0` trains on that device (TF32 off, deterministic
+algorithms on: the oracle of a GPU job, scripts/gpu_check.sh); default cpu.
 
 Writes a JSON list of {"step": s, "loss": x}, one per step, atomically. Exit status
 0; 2 bad input (the message names the flag, package or data file); 1 a non-finite
@@ -81,13 +82,30 @@ def train_step(model, params, optimizer, loss, inputs, targets, microbatches,
     return total
 
 
-def _cast_inputs(inputs, dtype):
-    return [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+def _cast_inputs(inputs, dtype, device="cpu"):
+    return [(x.to(dtype) if x.is_floating_point() else x).to(device) for x in inputs]
+
+
+def use_device(device):
+    """A torch.device for `device`; on CUDA also TF32 off and deterministic
+    algorithms on, so a run compares with another to 1e-3 relative."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise TrainError("--device %r: %s" % (device, e))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TrainError("--device %s: CUDA is not available" % device)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.use_deterministic_algorithms(True)
+    return dev
 
 
 def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
           start_step=0, weight_decay=None, momentum=0.0, clip_grad_norm=None,
-          dtype=torch.float32):
+          dtype=torch.float32, device="cpu"):
     """Trains and returns [{"step", "loss"}]; stops at a non-finite loss (the list then
     ends with it)."""
     if batch_size < 1 or microbatches < 1 or batch_size % microbatches:
@@ -95,14 +113,15 @@ def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
                          % (batch_size, microbatches))
     if steps < 0 or start_step < 0:
         raise TrainError("--steps and --start-step must be >= 0")
-    model = prepare_model(package, dtype)
+    dev = use_device(device)
+    model = prepare_model(package, dtype).to(dev)
     params = [p for _, p in pp.canonical_parameters(model)]
     opt = make_optimizer(params, optimizer, lr, weight_decay, momentum)
     out = []
     for step in range(start_step, start_step + steps):
         inputs, targets = data.batch(step, batch_size)
-        value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype),
-                           targets, microbatches, clip_grad_norm).item()
+        value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype, dev),
+                           targets.to(dev), microbatches, clip_grad_norm).item()
         out.append({"step": step, "loss": value})
         if not math.isfinite(value):
             break
@@ -143,6 +162,7 @@ def main(argv=None):
     parser.add_argument("--start-step", type=int, default=0,
                         help="index of the first step (its data rows)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (cpu)")
     parser.add_argument("--out", required=True, help="losses JSON")
     args = parser.parse_args(argv)
     try:
@@ -151,7 +171,8 @@ def main(argv=None):
         data = pipeplan_data.open_data(args.data, package.manifest, loss)
         losses = train(package, data, loss, args.optimizer, args.lr, args.batch_size,
                        args.microbatches, args.steps, args.start_step, args.weight_decay,
-                       args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype))
+                       args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype),
+                       args.device)
     except (TrainError, pp.PackageError, pipeplan_data.DataError) as e:
         print("pipeplan_reference_train: %s" % e, file=sys.stderr)
         return 2

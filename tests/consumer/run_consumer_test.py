@@ -112,7 +112,7 @@ def check_installed_tools(args, planner, env):
     py_env = dict(env)
     if python_dir(args.prefix):
         py_env["PYTHONPATH"] = python_dir(args.prefix)
-    out = run(["/usr/bin/python3", "-c",
+    out = run([sys.executable, "-c",
                "import sys, pipeplan\n"
                "assert pipeplan.__file__.startswith(sys.argv[1]), pipeplan.__file__\n"
                "c = pipeplan.Client(sys.argv[2])\n"

@@ -31,7 +31,7 @@
 namespace pipeplan::testing {
 namespace {
 
-constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
 constexpr int kLeaseSeconds = 2;
 
 std::string Source(const std::string& path) {

@@ -28,7 +28,7 @@
 namespace pipeplan::testing {
 namespace {
 
-constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
 
 std::string Source(const std::string& path) {
   return std::string(PIPEPLAN_SOURCE_DIR) + "/" + path;

@@ -26,7 +26,7 @@ def fixtures(tmp_path_factory):
 
 
 def run_script(script, *args, cwd=None):
-    """Runs client/python/<script> with /usr/bin/python3 (Debian's torch);
+    """Runs client/python/<script> with this interpreter (the one with torch);
     returns the CompletedProcess (text output)."""
     return subprocess.run([sys.executable, os.path.join(CLIENT, script)] + list(args),
                           capture_output=True, text=True, cwd=cwd, timeout=300)

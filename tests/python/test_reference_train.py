@@ -132,6 +132,24 @@ def test_cli(fixtures, tmp_path):
     assert losses == want
 
 
+def test_device(fixtures, tmp_path, capsys):
+    on_cpu = train(fixtures["gpt"], steps=3)
+    assert train(fixtures["gpt"], steps=3, device="cpu") == on_cpu
+    args = ["--package", fixtures["gpt"]["package"], "--data",
+            "tensors:" + fixtures["gpt"]["data"], "--optimizer", "adamw", "--lr", "1e-2",
+            "--batch-size", "16", "--microbatches", "4", "--steps", "3",
+            "--out", str(tmp_path / "l.json")]
+    assert ref.main(args + ["--device", "nonsense"]) == 2
+    assert "--device 'nonsense'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert ref.main(args + ["--device", "cuda:0"]) == 2
+        assert "--device cuda:0: CUDA is not available" in capsys.readouterr().err
+        return
+    on_gpu = train(fixtures["gpt"], steps=3, device="cuda:0")
+    for a, b in zip(on_gpu, on_cpu):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3)
+
+
 def test_bad_input_exit_2(fixtures, tmp_path, capsys):
     base = ["--package", fixtures["gpt"]["package"], "--optimizer", "adam", "--lr", "1e-3",
             "--steps", "1", "--out", str(tmp_path / "l.json")]

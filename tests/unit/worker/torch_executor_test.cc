@@ -12,7 +12,8 @@
 // Bad data files and non-finite losses get their errors.
 //
 // Fixtures (packages, compiled stages, reference losses) are built at test
-// time by /usr/bin/python3 with the repository's Python tools.
+// time by PIPEPLAN_DEFAULT_PYTHON (the configured Python with torch) with the
+// repository's Python tools.
 #include "pipeplan/worker/torch/torch_executor.h"
 
 #include <cstdlib>
@@ -44,7 +45,7 @@ constexpr int kMicrobatches = 4;
 constexpr int kMicrobatchSize = 2;
 constexpr int kBatch = kMicrobatches * kMicrobatchSize;
 constexpr int kSteps = 10;
-constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
 
 // ---------------------------------------------------------------------------
 // Fixtures built by the Python tools
@@ -103,7 +104,8 @@ void BuildFixtures() {
   std::string tmpl = (fs::temp_directory_path() / "pipeplan_torch_XXXXXX").string();
   f.dir = ::mkdtemp(tmpl.data());
   if (std::system((std::string(kPython) + " -c 'import torch' > /dev/null 2>&1").c_str()) != 0) {
-    f.skip_reason = "needs /usr/bin/python3 with torch (python3-torch) to build the fixtures";
+    f.skip_reason =
+        "needs " PIPEPLAN_DEFAULT_PYTHON " with torch (python3-torch) to build the fixtures";
     return;
   }
   if (auto err = Shell(std::string(kPython) + " " + Source("tests/models/make_fixtures.py") +

@@ -21,7 +21,7 @@
 namespace pipeplan::worker {
 
 struct StageCompileRequest {
-  std::string python = "/usr/bin/python3";
+  std::string python = PIPEPLAN_DEFAULT_PYTHON;
   // pipeplan_stage_compile.py
   std::string script;
   std::string package_dir;

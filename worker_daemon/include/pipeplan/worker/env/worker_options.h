@@ -47,7 +47,7 @@ struct WorkerOptions {
   std::string metrics_listen = "off";
   // torch executor: the interpreter and script that compile a plan's stages
   // (docs/model-package.md), and where compiled stages are cached.
-  std::string python = "/usr/bin/python3";
+  std::string python = PIPEPLAN_DEFAULT_PYTHON;
   std::string stage_compiler = PIPEPLAN_DEFAULT_STAGE_COMPILER;
   std::string stage_cache = "/tmp/pipeplan-stages";
 };
