@@ -19,7 +19,7 @@
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/store/store.h"
-#include "pipeplan/worker/stage_plan.h"
+#include "pipeplan/worker/runtime/stage_plan.h"
 #include "simulate_command.h"
 #include "support/test_data.h"
 
