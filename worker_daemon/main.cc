@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/torch_device.h"
+#include "pipeplan/common/version.h"
 #include "pipeplan/worker/control/worker.h"
 #include "pipeplan/worker/transport/nccl_transport.h"
 

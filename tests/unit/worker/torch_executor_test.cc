@@ -859,9 +859,12 @@ class OnDevice : public TorchExecutorTest, public ::testing::WithParamInterface<
     }
   }
   JobSpec Gpt(int ranks, const std::string& device) const {
-    JobSpec spec{"gpt", Stages("gpt", EvenSplit(NumNodes("gpt"), ranks)),
-                 ranks == 1 ? ScheduleKind::kGPipe : ScheduleKind::k1F1B, ranks,
-                 "tensors:" + DataFile("gpt"), GptOptimizer()};
+    JobSpec spec{"gpt",
+                 Stages("gpt", EvenSplit(NumNodes("gpt"), ranks)),
+                 ranks == 1 ? ScheduleKind::kGPipe : ScheduleKind::k1F1B,
+                 ranks,
+                 "tensors:" + DataFile("gpt"),
+                 GptOptimizer()};
     spec.device = device;
     return spec;
   }
@@ -917,8 +920,12 @@ TEST_P(OnDevice, CheckpointMovesThroughTheCpu) {
 }
 
 TEST_F(TorchExecutorTest, ADeviceTheHostLacksIsAFailedPrecondition) {
-  JobSpec spec{"gpt", Stages("gpt", EvenSplit(NumNodes("gpt"), 1)), ScheduleKind::kGPipe, 1,
-               "tensors:" + DataFile("gpt"), GptOptimizer()};
+  JobSpec spec{"gpt",
+               Stages("gpt", EvenSplit(NumNodes("gpt"), 1)),
+               ScheduleKind::kGPipe,
+               1,
+               "tensors:" + DataFile("gpt"),
+               GptOptimizer()};
   TorchExecutorOptions o;
   o.package = *ReadModelPackage(Package("gpt"));
   o.stages = *ReadCompiledStages(spec.stages_dir);

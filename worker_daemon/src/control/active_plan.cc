@@ -59,9 +59,9 @@ absl::StatusOr<std::vector<std::string>> ExchangeDeviceUuids(KeyValue& kv, const
   PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(round.prefix(), "device_uuid/", rank), "u" + mine));
   std::vector<std::string> uuids(WorldSize(a.plan));
   for (int r = 0; r < static_cast<int>(uuids.size()); ++r) {
-    PIPEPLAN_ASSIGN_OR_RETURN(std::string v, kv.WaitGet(absl::StrCat(round.prefix(),
-                                                                     "device_uuid/", r),
-                                                        o.connect_timeout));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        std::string v,
+        kv.WaitGet(absl::StrCat(round.prefix(), "device_uuid/", r), o.connect_timeout));
     uuids[r] = v.substr(1);
   }
   return uuids;
@@ -84,11 +84,11 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const Worke
                          kv, round.prefix());
     }
     const std::optional<std::pair<int, int>> shared = FirstSharedDevice(uuids);
-    Emit(absl::StrCat("event=transport_fallback job=", o.job_id, " worker=", o.worker_id,
-                      " plan_version=", a.version, " transport=gloo reason=",
-                      shared ? absl::StrCat("ranks_", shared->first, "_and_", shared->second,
-                                            "_share_a_gpu")
-                             : std::string("a_rank_has_no_gpu")));
+    Emit(absl::StrCat(
+        "event=transport_fallback job=", o.job_id, " worker=", o.worker_id,
+        " plan_version=", a.version, " transport=gloo reason=",
+        shared ? absl::StrCat("ranks_", shared->first, "_and_", shared->second, "_share_a_gpu")
+               : std::string("a_rank_has_no_gpu")));
   }
   return ConnectGlooInRound(kv, round,
                             {.rank = rank,

@@ -12,8 +12,8 @@ std::string HostHas(int cuda_devices) {
     return "this host has no CUDA device (a CPU-only LibTorch, or no GPU visible)";
   }
   return absl::StrCat("this host has ", cuda_devices, " CUDA device", cuda_devices == 1 ? "" : "s",
-                      " (cuda:0", cuda_devices == 1 ? "" : absl::StrCat(" to cuda:", cuda_devices - 1),
-                      ")");
+                      " (cuda:0",
+                      cuda_devices == 1 ? "" : absl::StrCat(" to cuda:", cuda_devices - 1), ")");
 }
 
 }  // namespace
@@ -34,9 +34,9 @@ absl::StatusOr<std::string> MapTorchDevice(const TorchDeviceInputs& in) {
     return std::string("cpu");
   }
   if (name.cuda && name.index >= in.cuda_devices) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("device \"", in.device_id, "\" maps to ", name.ToString(), " (from ", source,
-                     "), but ", HostHas(in.cuda_devices)));
+    return absl::FailedPreconditionError(absl::StrCat("device \"", in.device_id, "\" maps to ",
+                                                      name.ToString(), " (from ", source, "), but ",
+                                                      HostHas(in.cuda_devices)));
   }
   return name.ToString();
 }

@@ -200,9 +200,9 @@ class StepRun {
     }
     const auto t0 = Clock::now();
     std::optional<double> device_seconds;
-    for (const Action& part : overlap ? std::vector<Action>{schedule::ForwardHalf(a),
-                                                            schedule::BackwardHalf(a)}
-                                      : std::vector<Action>{a}) {
+    for (const Action& part :
+         overlap ? std::vector<Action>{schedule::ForwardHalf(a), schedule::BackwardHalf(a)}
+                 : std::vector<Action>{a}) {
       PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(part));
       if (std::optional<double> s = executor_.LastComputeSeconds()) {
         device_seconds = device_seconds.value_or(0) + *s;

@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "pipeplan/worker/torch/torch_executor.h"
 #include "device_stats.h"
+#include "pipeplan/worker/torch/torch_executor.h"
 #include "torch_data.h"
 
 namespace pipeplan::worker {

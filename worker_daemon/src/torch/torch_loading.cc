@@ -283,8 +283,8 @@ absl::StatusOr<torch::Device> ExistingDevice(const std::string& name) {
     return absl::FailedPreconditionError(absl::StrCat(
         "device \"", name, "\" does not exist: ",
         count == 0 ? "LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU visible)"
-                   : absl::StrCat("LibTorch sees ", count, " CUDA device(s), cuda:0 to cuda:",
-                                  count - 1)));
+                   : absl::StrCat("LibTorch sees ", count,
+                                  " CUDA device(s), cuda:0 to cuda:", count - 1)));
   }
   return device;
 }

@@ -267,8 +267,9 @@ class NcclTransport final : public Transport {
       if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync");
     }
     ncclGroupStart();
-    ncclResult_t r = send ? ncclSend(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream)
-                          : ncclRecv(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream);
+    ncclResult_t r =
+        send ? ncclSend(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream)
+             : ncclRecv(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream);
     ncclResult_t g = ncclGroupEnd();
     if (r != ncclSuccess) return NcclError(r, send ? "ncclSend" : "ncclRecv");
     if (g != ncclSuccess) return NcclError(g, "ncclGroupEnd");
@@ -321,7 +322,8 @@ absl::StatusOr<std::string> CudaDeviceUuid(int ordinal) {
     return CudaError(e, absl::StrCat("cudaGetDeviceProperties(", ordinal, ")"));
   }
   std::string uuid;
-  for (char c : prop.uuid.bytes) absl::StrAppend(&uuid, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
+  for (char c : prop.uuid.bytes)
+    absl::StrAppend(&uuid, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
   return uuid;
 }
 

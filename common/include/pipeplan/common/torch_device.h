@@ -6,9 +6,9 @@
 #define PIPEPLAN_COMMON_TORCH_DEVICE_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pipeplan::common {
 

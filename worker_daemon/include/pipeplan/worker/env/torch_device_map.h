@@ -21,7 +21,7 @@ struct TorchDeviceInputs {
   std::string flag;          // --torch-device; empty: not given
   std::string cluster_name;  // Device.torch_device; empty: not given
   int local_index = 0;
-  int cuda_devices = 0;      // CUDA devices visible to this process
+  int cuda_devices = 0;  // CUDA devices visible to this process
 };
 
 // "cpu" or "cuda:N". INVALID_ARGUMENT for a name that is not a torch device;

@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pipeplan/client/model_package.h"
 #include "pipeplan/v1/graph.pb.h"
 #include "pipeplan/v1/planner_service.pb.h"
 #include "pipeplan/worker/env/worker_options.h"
-#include "pipeplan/client/model_package.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/runtime/stage_plan.h"
 #include "pipeplan/worker/transport/transport.h"

@@ -8,11 +8,10 @@
 // deadlock.
 //
 // Timings: a compute action's time (the executor's device time when it
-// measures one, e.g. CUDA events; else wall time); EndStep's wall time; a SEND's posting time plus its final
-// wait at the end of the step; a RECV's posting time plus the time the rank
-// blocked on it. SEND/RECV also carry their wall-clock post and completion
-// times (system clock), so the planner can pair the two ends of a transfer
-// across processes and time the link itself.
+// measures one, e.g. CUDA events; else wall time); EndStep's wall time; a SEND's posting time plus
+// its final wait at the end of the step; a RECV's posting time plus the time the rank blocked on
+// it. SEND/RECV also carry their wall-clock post and completion times (system clock), so the
+// planner can pair the two ends of a transfer across processes and time the link itself.
 #ifndef PIPEPLAN_WORKER_RUNTIME_H_
 #define PIPEPLAN_WORKER_RUNTIME_H_
 

@@ -47,8 +47,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/client/model_package.h"
+#include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/transport/transport.h"
