@@ -18,8 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/torch_device.h"
+#include "pipeplan/common/version.h"
 #include "pipeplan/worker/control/worker.h"
 #include "pipeplan/worker/transport/nccl_transport.h"
 
@@ -99,6 +100,9 @@ const pipeplan::common::FlagSet& WorkerFlags() {
                absl::StrCat("torch executor: pipeplan_stage_compile.py\n(",
                             DefaultStageCompiler(PIPEPLAN_DEFAULT_STAGE_COMPILER), ")"))
         .Value("stage-cache", "DIR", "torch executor: compiled stages (/tmp/pipeplan-stages)")
+        .Value("torch-device", "cpu|cuda:N|N",
+               "torch executor: the device to run on, over the cluster's\n"
+               "torch_device (default: cuda:<local index> with CUDA, else cpu)")
         .Switch("version", "print the version and exit");
     return f;
   }();
@@ -173,6 +177,14 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   o->python = f.Get("python").value_or(o->python);
   o->stage_compiler = f.Get("stage-compiler").value_or(DefaultStageCompiler(o->stage_compiler));
   o->stage_cache = f.Get("stage-cache").value_or(o->stage_cache);
+  o->torch_device = f.Get("torch-device").value_or("");
+  if (!o->torch_device.empty()) {
+    // The name is checked now (exit 2); whether this host has the device,
+    // at the first plan (exit 1, FAILED_PRECONDITION naming it).
+    if (absl::Status s = pipeplan::common::ParseTorchDevice(o->torch_device).status(); !s.ok()) {
+      return UsageError(absl::StrCat("--torch-device: ", s.message()));
+    }
+  }
   o->planner.token_file = f.Get("token-file").value_or("");
   o->planner.tls_ca_file = f.Get("tls-ca").value_or("");
   o->planner.tls_cert_file = f.Get("tls-cert").value_or("");

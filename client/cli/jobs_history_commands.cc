@@ -24,10 +24,15 @@ namespace {
 bool Json(const CommandContext& ctx) { return ctx.global.output == Output::kJson; }
 
 // One entry per step: a re-run step (after a restart from a checkpoint)
-// replaces the earlier run's entry. step_seconds is the slowest rank's.
+// replaces the earlier run's entry. step_seconds, optimizer_seconds and the
+// peak memory are the largest over the ranks; the memory's source says what
+// that rank measured ("cuda_allocator" or "estimate").
 struct StepRow {
   int64_t plan_version = 0;
   double step_seconds = 0;
+  double optimizer_seconds = 0;
+  double peak_memory_bytes = 0;
+  std::string peak_memory_source;
   std::optional<double> loss;
   int reports = 0;
 };
@@ -38,6 +43,11 @@ std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) 
     StepRow& row = rows[r.step()];
     if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
     row.step_seconds = std::max(row.step_seconds, r.step_seconds());
+    row.optimizer_seconds = std::max(row.optimizer_seconds, r.optimizer_seconds());
+    if (r.peak_memory_bytes() >= row.peak_memory_bytes) {
+      row.peak_memory_bytes = r.peak_memory_bytes();
+      row.peak_memory_source = r.peak_memory_source();
+    }
     if (r.has_loss()) row.loss = r.loss();
     ++row.reports;
   }
@@ -59,6 +69,9 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
     absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
                     ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
                     ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
+                    ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
+                    ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
+                    ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
                     ", \"reports\": ", row.reports, "}");
     sep = ",";
   }
@@ -67,10 +80,13 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
 }
 
 std::string StepRowsTable(const std::map<int64_t, StepRow>& rows) {
-  std::string out = absl::StrFormat("%8s %8s %14s %12s\n", "STEP", "VERSION", "LOSS", "SECONDS");
+  std::string out = absl::StrFormat("%8s %8s %14s %12s %12s %12s %s\n", "STEP", "VERSION", "LOSS",
+                                    "SECONDS", "OPTIMIZER", "PEAK MEM", "MEASURED BY");
   for (const auto& [step, row] : rows) {
-    absl::StrAppendFormat(&out, "%8d %8d %14s %12.6f\n", step, row.plan_version,
-                          row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds);
+    absl::StrAppendFormat(&out, "%8d %8d %14s %12.6f %12.6f %12.4g %s\n", step, row.plan_version,
+                          row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
+                          row.optimizer_seconds, row.peak_memory_bytes,
+                          row.peak_memory_source.empty() ? "-" : row.peak_memory_source);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/torch_device.h"
 #include "pipeplan/core/schedule/action.h"
 
 namespace pipeplan {
@@ -194,9 +195,26 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
   return out;
 }
 
+namespace {
+// Device.torch_device is only read by the workers; a name they cannot read
+// is rejected with the request, not at a worker's start.
+absl::Status CheckTorchDevices(const v1::ClusterTopology& cluster) {
+  for (const v1::Device& d : cluster.devices()) {
+    if (d.torch_device().empty()) continue;
+    if (absl::StatusOr<common::TorchDeviceName> name = common::ParseTorchDevice(d.torch_device());
+        !name.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster device \"", d.id(), "\": ", name.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& request,
                                                    const GraphLimits& limits) {
   PlanInputs in;
+  PIPEPLAN_RETURN_IF_ERROR(CheckTorchDevices(request.cluster()));
   PIPEPLAN_ASSIGN_OR_RETURN(Graph graph, Graph::Build(GraphSpecFromProto(request.graph()), limits));
   in.graph = std::make_unique<Graph>(std::move(graph));
   PIPEPLAN_ASSIGN_OR_RETURN(Cluster cluster,

@@ -30,9 +30,12 @@
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/worker/runtime/runtime.h"
+#include "pipeplan/worker/torch/torch_devices.h"
+#include "pipeplan/worker/transport/device_sharing.h"
 #include "pipeplan/worker/transport/gloo_transport.h"
 #include "pipeplan/worker/transport/group_transport.h"
 #include "pipeplan/worker/transport/in_memory_transport.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -217,6 +220,7 @@ struct JobSpec {
   int chunks = 1;                    // stages per rank of the interleaved schedules
   int replicas = 1;                  // data-parallel copies of the pipeline
   int microbatches = kMicrobatches;  // per replica
+  std::string device = "cpu";        // every executor's torch device
 };
 
 class Job {
@@ -254,6 +258,7 @@ class Job {
         o.transport = job->pipelines[i];
         o.replica_group = job->replica_groups[i];
         o.comm_timeout = absl::Seconds(30);
+        o.device = spec.device;
         auto ex = TorchExecutor::Create(std::move(o));
         EXPECT_TRUE(ex.ok()) << "replica " << q << " rank " << r << ": " << ex.status();
         if (!ex.ok()) return nullptr;
@@ -837,6 +842,107 @@ TEST_F(TorchExecutorTest, NonFiniteLossStopsEveryRankOrIsSkipped) {
     }
   }
 }
+
+// ---------------------------------------------------------------------------
+// The executor on a named torch device. Every case runs with "cpu" (so CI
+// exercises the device plumbing) and with "cuda:0", whose instances are the
+// `gpu` CTest label's and skip on a host without CUDA. On cuda:0 the
+// reference is the same job on the CPU, within 1e-4 relative (float32;
+// LibTorch leaves TF32 off for float32 matmuls unless asked).
+
+class OnDevice : public TorchExecutorTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    TorchExecutorTest::SetUp();
+    if (IsSkipped()) return;
+    if (GetParam() != "cpu" && TorchCudaDeviceCount() == 0) {
+      GTEST_SKIP() << "needs CUDA: LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU "
+                      "visible)";
+    }
+  }
+  JobSpec Gpt(int ranks, const std::string& device) const {
+    JobSpec spec{"gpt",
+                 Stages("gpt", EvenSplit(NumNodes("gpt"), ranks)),
+                 ranks == 1 ? ScheduleKind::kGPipe : ScheduleKind::k1F1B,
+                 ranks,
+                 "tensors:" + DataFile("gpt"),
+                 GptOptimizer()};
+    spec.device = device;
+    return spec;
+  }
+};
+
+// Forward and backward (the losses of every step depend on the previous
+// steps' gradients) on the device equal the CPU's.
+TEST_P(OnDevice, ForwardBackwardMatchesCpu) {
+  const std::vector<double> cpu = Train(Gpt(1, "cpu"));
+  ExpectLossesMatch(Train(Gpt(1, GetParam())), cpu);
+}
+
+// Two ranks on one device over Gloo (how workers sharing a GPU talk: NCCL
+// refuses two ranks on one GPU) train as one rank on it; their boundary
+// buffers go through pinned host memory.
+TEST_P(OnDevice, TwoRanksShareTheDeviceOverGloo) {
+  if (GetParam() != "cpu" && NcclAvailable()) {
+    const absl::StatusOr<std::string> uuid = CudaDeviceUuid(0);
+    ASSERT_TRUE(uuid.ok()) << uuid.status();
+    EXPECT_EQ(TransportForDevices("nccl", {*uuid, *uuid}), "gloo");
+  }
+  const std::vector<double> one = Train(Gpt(1, GetParam()));
+  std::vector<std::unique_ptr<Transport>> world = GlooWorld(2);
+  auto job = Job::Create(Gpt(2, GetParam()), Raw(world));
+  ASSERT_NE(job, nullptr);
+  const std::vector<double> two = job->Run(0, kSteps);
+  ASSERT_TRUE(job->AllOk()) << job->status[0] << " " << job->status[1];
+  ExpectLossesMatch(two, one);
+}
+
+// A checkpoint written on the device loads on the CPU and one written on the
+// CPU loads on the device (shards hold host copies; loading copies to the
+// executor's device), and training continues with the same losses.
+TEST_P(OnDevice, CheckpointMovesThroughTheCpu) {
+  const std::vector<double> want = Train(Gpt(1, GetParam()));
+  const std::string root = F().dir + "/device_ckpt_" + std::to_string(GetParam().size());
+  Hub hub_a(1);
+  auto a = Job::Create(Gpt(1, GetParam()), hub_a.transports());
+  ASSERT_NE(a, nullptr);
+  ExpectLossesMatch(a->Run(0, 3), want);
+  ASSERT_TRUE(a->executors[0]->WriteCheckpoint(CheckpointDir(root, 3), {3, 1, 3 * kBatch}).ok());
+  Hub hub_b(1);
+  auto b = Job::Create(Gpt(1, "cpu"), hub_b.transports());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->executors[0]->LoadCheckpoint(CheckpointDir(root, 3)).ok());
+  ExpectLossesMatch(b->Run(3, 3), want, 3);
+  ASSERT_TRUE(b->executors[0]->WriteCheckpoint(CheckpointDir(root, 6), {6, 1, 6 * kBatch}).ok());
+  Hub hub_c(1);
+  auto c = Job::Create(Gpt(1, GetParam()), hub_c.transports());
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->executors[0]->LoadCheckpoint(CheckpointDir(root, 6)).ok());
+  ExpectLossesMatch(c->Run(6, kSteps - 6), want, 6);
+}
+
+TEST_F(TorchExecutorTest, ADeviceTheHostLacksIsAFailedPrecondition) {
+  JobSpec spec{"gpt",
+               Stages("gpt", EvenSplit(NumNodes("gpt"), 1)),
+               ScheduleKind::kGPipe,
+               1,
+               "tensors:" + DataFile("gpt"),
+               GptOptimizer()};
+  TorchExecutorOptions o;
+  o.package = *ReadModelPackage(Package("gpt"));
+  o.stages = *ReadCompiledStages(spec.stages_dir);
+  o.stage_to_rank = {0};
+  o.data = spec.data;
+  o.device = "cuda:" + std::to_string(TorchCudaDeviceCount());
+  absl::StatusOr<std::unique_ptr<TorchExecutor>> ex = TorchExecutor::Create(std::move(o));
+  EXPECT_EQ(ex.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ex.status().message(), HasSubstr("does not exist"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values("cpu", "cuda:0"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "cpu" ? std::string("cpu") : std::string("cuda0");
+                         });
 
 }  // namespace
 }  // namespace pipeplan::worker

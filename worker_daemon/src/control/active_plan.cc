@@ -1,5 +1,6 @@
 #include "active_plan.h"
 
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -9,7 +10,11 @@
 #include "absl/time/clock.h"
 #include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/torch_device.h"
+#include "pipeplan/worker/env/event_log.h"
+#include "pipeplan/worker/env/torch_device_map.h"
 #include "pipeplan/worker/executors/executor_factory.h"
+#include "pipeplan/worker/transport/device_sharing.h"
 #include "pipeplan/worker/transport/gloo_transport.h"
 #include "pipeplan/worker/transport/group_transport.h"
 #include "pipeplan/worker/transport/nccl_transport.h"
@@ -36,6 +41,32 @@ absl::StatusOr<v1::VersionedPlan> FetchPlan(PlannerApi& planner, const std::stri
 // Ranks of the plan's one transport: every device, replica-major.
 int WorldSize(const StagePlan& plan) { return plan.num_ranks * plan.num_replicas; }
 
+// The GPU ordinal of a "cuda:N" torch device; -1 for cpu.
+int CudaOrdinal(const std::string& torch_device) {
+  absl::StatusOr<common::TorchDeviceName> name = common::ParseTorchDevice(torch_device);
+  return name.ok() && name->cuda ? name->index : -1;
+}
+
+// Every rank's GPU UUID, exchanged in `round` (empty for a rank on the CPU
+// or without a CUDA runtime): the input of TransportForDevices.
+absl::StatusOr<std::vector<std::string>> ExchangeDeviceUuids(KeyValue& kv, const WorkerOptions& o,
+                                                             const ActivePlan& a,
+                                                             const RendezvousRound& round) {
+  const int rank = a.plan.WorldRank(a.replica, a.rank);
+  const int ordinal = CudaOrdinal(a.torch_device);
+  const std::string mine = ordinal >= 0 ? CudaDeviceUuid(ordinal).value_or("") : "";
+  // A prefix keeps an empty UUID a non-empty value for the key-value store.
+  PIPEPLAN_RETURN_IF_ERROR(kv.Set(absl::StrCat(round.prefix(), "device_uuid/", rank), "u" + mine));
+  std::vector<std::string> uuids(WorldSize(a.plan));
+  for (int r = 0; r < static_cast<int>(uuids.size()); ++r) {
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        std::string v,
+        kv.WaitGet(absl::StrCat(round.prefix(), "device_uuid/", r), o.connect_timeout));
+    uuids[r] = v.substr(1);
+  }
+  return uuids;
+}
+
 // One attempt to connect the transport, in `round`'s namespace.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
                                                        const ActivePlan& a,
@@ -43,9 +74,21 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const Worke
   const int rank = a.plan.WorldRank(a.replica, a.rank);
   const int size = WorldSize(a.plan);
   if (o.transport == "nccl") {
-    return ConnectNccl(
-        {.rank = rank, .size = size, .device_ordinal = -1, .timeout = o.connect_timeout}, kv,
-        round.prefix());
+    PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<std::string> uuids,
+                              ExchangeDeviceUuids(kv, o, a, round));
+    if (TransportForDevices("nccl", uuids) == "nccl") {
+      return ConnectNccl({.rank = rank,
+                          .size = size,
+                          .device_ordinal = CudaOrdinal(a.torch_device),
+                          .timeout = o.connect_timeout},
+                         kv, round.prefix());
+    }
+    const std::optional<std::pair<int, int>> shared = FirstSharedDevice(uuids);
+    Emit(absl::StrCat(
+        "event=transport_fallback job=", o.job_id, " worker=", o.worker_id,
+        " plan_version=", a.version, " transport=gloo reason=",
+        shared ? absl::StrCat("ranks_", shared->first, "_and_", shared->second, "_share_a_gpu")
+               : std::string("a_rank_has_no_gpu")));
   }
   return ConnectGlooInRound(kv, round,
                             {.rank = rank,
@@ -88,6 +131,28 @@ absl::Status MakeGroups(ActivePlan& a) {
 
 }  // namespace
 
+absl::StatusOr<std::string> TorchDeviceOf(const WorkerOptions& options,
+                                          const v1::ClusterTopology& cluster) {
+  // Only the torch executor and NCCL use the device; a synthetic worker on
+  // a CPU host must not fail over a cluster written for GPUs.
+  if (options.executor != "torch" && options.transport != "nccl") return std::string("cpu");
+  TorchDeviceInputs in{.device_id = options.device_id,
+                       .flag = options.torch_device,
+                       .cuda_devices = VisibleCudaDevices()};
+  std::string host;
+  for (const v1::Device& d : cluster.devices()) {
+    if (d.id() == options.device_id) {
+      host = d.host();
+      in.cluster_name = d.torch_device();
+    }
+  }
+  for (const v1::Device& d : cluster.devices()) {
+    if (d.id() == options.device_id) break;
+    if (d.host() == host) ++in.local_index;
+  }
+  return MapTorchDevice(in);
+}
+
 const std::string& ProcessRunId() {
   static const std::string nonce = [] {
     std::random_device rd;
@@ -113,6 +178,7 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
   a->rank = a->plan.RankOf(options.device_id);
   a->replica = a->plan.ReplicaOf(options.device_id);
   if (a->rank < 0) return a;
+  PIPEPLAN_ASSIGN_OR_RETURN(a->torch_device, TorchDeviceOf(options, vp.request().cluster()));
   if (training) {
     a->samples_per_step = training->spec().batch_size();
   } else {
@@ -126,7 +192,8 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
   const ExecutorPlace place{.rank = a->rank,
                             .replica = a->replica,
                             .pipeline = a->pipeline.get(),
-                            .replica_group = a->replica_group.get()};
+                            .replica_group = a->replica_group.get(),
+                            .torch_device = a->torch_device};
   if (training) {
     PIPEPLAN_ASSIGN_OR_RETURN(a->executor, training->MakeExecutor(a->plan, place));
   } else {

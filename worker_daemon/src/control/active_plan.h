@@ -30,6 +30,10 @@ struct ActivePlan {
   // -1 when the version gives this device no stage; then the rest is null.
   int rank = -1;
   int replica = -1;
+  // The torch device this worker runs on in this version ("cpu" or
+  // "cuda:N"; env/torch_device_map.h): the torch executor's, and the GPU
+  // the NCCL transport uses.
+  std::string torch_device = "cpu";
   // Every device of the plan, rank plan.WorldRank(replica, rank): votes at
   // step boundaries and state moves at switches.
   std::unique_ptr<Transport> transport;
@@ -58,6 +62,13 @@ struct ActivePlan {
 // addresses) and in step reports (WorkerInfo.run_id).
 const std::string& ProcessRunId();
 
+// This worker's torch device in a version whose request has `cluster`
+// (MapTorchDevice with --torch-device, the cluster device's torch_device and
+// local index, and the host's CUDA devices); "cpu" for workers that use
+// none (neither the torch executor nor NCCL).
+absl::StatusOr<std::string> TorchDeviceOf(const WorkerOptions& options,
+                                          const v1::ClusterTopology& cluster);
+
 // Connects the transport over every device of `a.plan` as this device's
 // world rank (a.plan.WorldRank(a.replica, a.rank)). Every device of the
 // version (all replicas) connects for any of them to succeed.
@@ -65,15 +76,18 @@ using ConnectTransportFn =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(const ActivePlan& a)>;
 
 // The daemon's way: a rendezvous round through `kv` keyed by the version,
-// then Gloo or NCCL as `options.transport` says (rendezvous_round.h). `kv`,
-// `options` and `clock` must outlive the function.
+// then Gloo or NCCL as `options.transport` says (rendezvous_round.h). With
+// NCCL every rank first publishes its GPU's UUID in the round; when two
+// ranks share a GPU (NCCL refuses that) all of them use Gloo instead
+// (device_sharing.h). `kv`, `options` and `clock` must outlive the function.
 ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock);
 
 // Fetches `version` (GetPlan: plan and request graph, retried every 100 ms
 // on `clock` while the planner is unavailable), decodes it, and for a device
-// with a rank connects the transport (`connect`), builds the stage runtime
-// and the executor (MakeExecutor, or `training`'s torch executor when not
-// null).
+// with a rank maps it to its torch device (before connecting, so a device
+// this host lacks fails here: FAILED_PRECONDITION naming it), connects the
+// transport (`connect`), builds the stage runtime and the executor
+// (MakeExecutor, or `training`'s torch executor when not null).
 absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
     PlannerApi& planner, const ConnectTransportFn& connect, const WorkerOptions& options,
     int64_t version, TrainingSession* training, Clock& clock);

@@ -6,7 +6,9 @@
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/executors/mlp_executor.h"
 #include "pipeplan/worker/executors/synthetic_executor.h"
+#include "pipeplan/worker/transport/nccl_transport.h"
 #ifdef PIPEPLAN_HAVE_TORCH
+#include "pipeplan/worker/torch/torch_devices.h"
 #include "pipeplan/worker/torch/torch_executor.h"
 #endif
 
@@ -86,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeTorch(const WorkerOptions& options
   o.optimizer = OptimizerOf(spec);
   o.skip_nonfinite_steps = spec.skip_nonfinite_steps();
   if (!spec.dtype().empty()) o.dtype = spec.dtype();
+  o.device = place.torch_device;
   o.transport = place.pipeline;
   o.replica_group = place.replica_group;
   o.comm_timeout = options.comm_timeout;
@@ -138,6 +141,14 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const WorkerOptions& opti
   return MakeTorch(options, plan, place, *torch);
 #else
   return absl::FailedPreconditionError("this pipeplan-worker was built without LibTorch");
+#endif
+}
+
+int VisibleCudaDevices() {
+#ifdef PIPEPLAN_HAVE_TORCH
+  return TorchCudaDeviceCount();
+#else
+  return CudaDeviceCount();
 #endif
 }
 

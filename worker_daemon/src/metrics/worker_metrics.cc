@@ -25,6 +25,7 @@ struct WorkerMetrics::Impl {
   prometheus::Counter* dropped_reports = nullptr;
   prometheus::Gauge* compute_seconds = nullptr;
   prometheus::Gauge* comm_seconds = nullptr;
+  prometheus::Gauge* optimizer_seconds = nullptr;
   prometheus::Gauge* bubble_ratio = nullptr;
   prometheus::Gauge* peak_memory_bytes = nullptr;
   prometheus::Gauge* device_memory_bytes = nullptr;
@@ -86,6 +87,9 @@ void WorkerMetrics::Impl::AddBreakdownMetrics(const prometheus::Labels& labels) 
                                "Compute (F, I, W, B) seconds of the last step.", labels);
   m.comm_seconds = AddGauge(r, "pipeplan_worker_comm_seconds",
                             "Seconds the last step blocked on SEND/RECV.", labels);
+  m.optimizer_seconds = AddGauge(
+      r, "pipeplan_worker_optimizer_seconds",
+      "Seconds of the last step's update: gradient reductions, clipping, optimizer.", labels);
   m.bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
                             "Idle share of the last step: 1 - compute / step.", labels);
   m.peak_memory_bytes =
@@ -151,6 +155,7 @@ void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds
   impl_->bubble_ratio->Set(bubble_ratio);
   impl_->peak_memory_bytes->Set(peak_memory_bytes);
 }
+void WorkerMetrics::SetOptimizerSeconds(double seconds) { impl_->optimizer_seconds->Set(seconds); }
 void WorkerMetrics::SetSamplesPerSecond(double samples_per_second) {
   impl_->samples_per_second->Set(samples_per_second);
 }

@@ -26,6 +26,7 @@ v1::ReportStepRequest MakeStepReport(const WorkerOptions& options, int64_t versi
   report.set_start_unix_us(result.start_unix_us);
   report.set_compute_seconds(result.compute_seconds);
   report.set_comm_seconds(result.comm_seconds);
+  report.set_optimizer_seconds(result.optimizer_seconds);
   report.set_bubble_ratio(BubbleRatio(result));
   for (const ActionTime& t : result.timings) {
     v1::ActionTiming* at = report.add_timings();

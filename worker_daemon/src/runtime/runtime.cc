@@ -1,7 +1,9 @@
 #include "pipeplan/worker/runtime/runtime.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -128,7 +130,9 @@ class StepRun {
       }
     }
     PIPEPLAN_RETURN_IF_ERROR(WaitForPosted());
+    const auto update_start = Clock::now();
     PIPEPLAN_RETURN_IF_ERROR(executor_.EndStep());
+    result_.optimizer_seconds = Since(update_start);
     result_.step_seconds = Since(step_start_);
     for (const ActionTime& t : result_.timings) {
       if (IsTransfer(t.action)) {
@@ -195,13 +199,16 @@ class StepRun {
       PIPEPLAN_RETURN_IF_ERROR(WaitInput(a));
     }
     const auto t0 = Clock::now();
-    if (overlap) {
-      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(schedule::ForwardHalf(a)));
-      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(schedule::BackwardHalf(a)));
-    } else {
-      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(a));
+    std::optional<double> device_seconds;
+    for (const Action& part :
+         overlap ? std::vector<Action>{schedule::ForwardHalf(a), schedule::BackwardHalf(a)}
+                 : std::vector<Action>{a}) {
+      PIPEPLAN_RETURN_IF_ERROR(executor_.Compute(part));
+      if (std::optional<double> s = executor_.LastComputeSeconds()) {
+        device_seconds = device_seconds.value_or(0) + *s;
+      }
     }
-    result_.timings[index].seconds = Since(t0);
+    result_.timings[index].seconds = device_seconds.value_or(Since(t0));
     return absl::OkStatus();
   }
 

@@ -28,11 +28,12 @@ torch::Tensor ByteView(const torch::Tensor& t) {
   return t.contiguous().reshape({-1}).view(torch::kUInt8);
 }
 
-// One host buffer with the bytes of `tensors` concatenated (the wire layout).
-torch::Tensor Pack(const std::vector<torch::Tensor>& tensors) {
+// One transport buffer with the bytes of `tensors` concatenated (the wire
+// layout), made with `options` (BufferOptions).
+torch::Tensor Pack(const std::vector<torch::Tensor>& tensors, const torch::TensorOptions& options) {
   int64_t total = 0;
   for (const torch::Tensor& t : tensors) total += t.numel() * t.element_size();
-  torch::Tensor buffer = torch::empty({total}, torch::kUInt8);
+  torch::Tensor buffer = torch::empty({total}, options);
   int64_t offset = 0;
   for (const torch::Tensor& t : tensors) {
     const int64_t n = t.numel() * t.element_size();
@@ -43,18 +44,20 @@ torch::Tensor Pack(const std::vector<torch::Tensor>& tensors) {
 }
 
 // The tensors of `specs` (only the requires_grad ones when `gradients`) out
-// of a received host buffer, on `device`.
+// of a received buffer (host or device), made on `device` and filled with
+// one copy each.
 std::vector<torch::Tensor> Unpack(const torch::Tensor& buffer, const std::vector<TensorSpec>& specs,
                                   bool gradients, torch::Device device) {
   std::vector<torch::Tensor> out;
   int64_t offset = 0;
   for (const TensorSpec& spec : specs) {
     if (gradients && !spec.requires_grad) continue;
-    torch::Tensor t = torch::empty(spec.shape, torch::dtype(*ScalarTypeOf(spec.dtype)));
+    torch::Tensor t =
+        torch::empty(spec.shape, torch::dtype(*ScalarTypeOf(spec.dtype)).device(device));
     const int64_t n = t.numel() * t.element_size();
     if (n > 0) t.reshape({-1}).view(torch::kUInt8).copy_(buffer.narrow(0, offset, n));
     offset += n;
-    out.push_back(t.to(device));
+    out.push_back(t);
   }
   return out;
 }
@@ -145,7 +148,7 @@ absl::StatusOr<std::vector<torch::Tensor>> StageInputs(TorchExecutor::Impl& impl
     for (const TensorSpec& in : spec.inputs) {
       for (size_t i = 0; i < impl.options.package.inputs.size(); ++i) {
         if (impl.options.package.inputs[i].name != in.name) continue;
-        torch::Tensor x = all[i].to(impl.device);
+        torch::Tensor x = ToDevice(impl, all[i]);
         if (impl.options.dtype == "float64" && x.is_floating_point()) x = x.to(torch::kFloat64);
         inputs.push_back(x);
       }
@@ -188,7 +191,7 @@ absl::Status Forward(TorchExecutor::Impl& impl, int s, int m) {
     torch::Tensor loss;
     try {
       const torch::Tensor t =
-          impl.data->Targets(impl.step, m, impl.options.num_microbatches).to(impl.device);
+          ToDevice(impl, impl.data->Targets(impl.step, m, impl.options.num_microbatches));
       loss = Loss(impl.loss, mb.outputs[0], t) / impl.options.num_microbatches;
     } catch (const c10::Error& e) {
       return TorchError(absl::StrCat(impl.loss, " loss of ", Where(s, m)), e);
@@ -345,26 +348,44 @@ absl::Status TorchExecutor::BeginStep(int64_t step) {
   return absl::OkStatus();
 }
 
+namespace {
+absl::Status RunCompute(TorchExecutor::Impl& impl, const Action& a) {
+  torch::AutoGradMode grad_mode(true);
+  switch (a.type) {
+    case ActionType::kForward:
+      return Forward(impl, a.stage, a.microbatch);
+    case ActionType::kBackwardInput:
+      return BackwardInput(impl, a.stage, a.microbatch, /*split=*/true);
+    case ActionType::kBackwardWeight:
+      return BackwardWeight(impl, a.stage, a.microbatch);
+    case ActionType::kFullBackward:
+      return BackwardInput(impl, a.stage, a.microbatch, /*split=*/false);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(schedule::ActionToString(a), " is not an F, I, W or B action"));
+  }
+}
+}  // namespace
+
 absl::Status TorchExecutor::Compute(const Action& a) {
   if (!impl_->IsLocal(a.stage) || a.microbatch < 0 ||
       a.microbatch >= impl_->options.num_microbatches) {
     return absl::InvalidArgumentError(
         absl::StrCat(schedule::ActionToString(a), " is not for a stage of this executor"));
   }
-  torch::AutoGradMode grad_mode(true);
-  switch (a.type) {
-    case ActionType::kForward:
-      return Forward(*impl_, a.stage, a.microbatch);
-    case ActionType::kBackwardInput:
-      return BackwardInput(*impl_, a.stage, a.microbatch, /*split=*/true);
-    case ActionType::kBackwardWeight:
-      return BackwardWeight(*impl_, a.stage, a.microbatch);
-    case ActionType::kFullBackward:
-      return BackwardInput(*impl_, a.stage, a.microbatch, /*split=*/false);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(schedule::ActionToString(a), " is not an F, I, W or B action"));
-  }
+  impl_->last_compute_seconds.reset();
+  // On a GPU the calls return before the kernels finish: CUDA events time
+  // the action (and Stop waits for it, so the sends that follow read
+  // finished tensors). On the CPU the runtime's clock is exact.
+  const bool timed = impl_->device.is_cuda();
+  if (timed) impl_->timer->Start();
+  absl::Status status = RunCompute(*impl_, a);
+  if (timed && status.ok()) impl_->last_compute_seconds = impl_->timer->Stop();
+  return status;
+}
+
+std::optional<double> TorchExecutor::LastComputeSeconds() const {
+  return impl_->last_compute_seconds;
 }
 
 absl::StatusOr<std::span<const std::byte>> TorchExecutor::SendBuffer(const Action& send) {
@@ -384,7 +405,7 @@ absl::StatusOr<std::span<const std::byte>> TorchExecutor::SendBuffer(const Actio
   torch::Tensor& buffer = forward ? mb.send_f : mb.send_b;
   if (!buffer.defined()) {
     torch::NoGradGuard no_grad;
-    buffer = Pack(forward ? mb.outputs : mb.input_grads);
+    buffer = Pack(forward ? mb.outputs : mb.input_grads, BufferOptions(*impl_));
     TrackMemory(*impl_);
   }
   return std::span<const std::byte>(Span(buffer));
@@ -400,7 +421,7 @@ absl::StatusOr<std::span<std::byte>> TorchExecutor::RecvBuffer(const Action& rec
   const int64_t bytes =
       forward ? BoundaryBytes(spec.inputs, false) : BoundaryBytes(spec.outputs, true);
   torch::Tensor& buffer = (forward ? impl_->recv_f : impl_->recv_b)[{recv.stage, recv.microbatch}];
-  buffer = torch::empty({bytes}, torch::kUInt8);
+  buffer = torch::empty({bytes}, BufferOptions(*impl_));
   TrackMemory(*impl_);
   return Span(buffer);
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device_stats.h"
 #include "pipeplan/worker/torch/torch_executor.h"
 #include "torch_data.h"
 
@@ -44,7 +45,7 @@ struct MicrobatchState {
   std::vector<torch::Tensor> input_grads;
   bool input_grads_done = false;
   bool weight_grads_pending = false;
-  torch::Tensor send_f;  // uint8 host buffers
+  torch::Tensor send_f;  // uint8 transport buffers (BufferOptions)
   torch::Tensor send_b;
 };
 
@@ -53,6 +54,12 @@ using StageMicrobatch = std::pair<int, int>;
 struct TorchExecutor::Impl {
   TorchExecutorOptions options;
   torch::Device device = torch::kCPU;
+  // The transport takes device memory (NCCL) and the executor is on a GPU:
+  // boundary buffers stay on the device. Else they are host memory, pinned
+  // on a GPU so the copies to and from it are DMA.
+  bool device_buffers = false;
+  std::unique_ptr<ComputeTimer> timer;
+  std::optional<double> last_compute_seconds;  // CUDA events; GPU only
   std::string loss;
   int last_stage = 0;
   std::map<int, LocalStage> stages;
@@ -96,6 +103,21 @@ inline std::string ShapeString(torch::IntArrayRef shape) {
 }
 inline int64_t Bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * t.element_size() : 0;
+}
+
+// Options of a transport buffer (uint8): see Impl::device_buffers.
+inline torch::TensorOptions BufferOptions(const TorchExecutor::Impl& impl) {
+  torch::TensorOptions o = torch::TensorOptions().dtype(torch::kUInt8);
+  if (impl.device_buffers) return o.device(impl.device);
+  return o.pinned_memory(impl.device.is_cuda());
+}
+
+// Host data (inputs, targets) on the executor's device: one copy, from
+// pinned memory on a GPU (asynchronous; the pinned block stays reserved
+// until the copy is done).
+inline torch::Tensor ToDevice(const TorchExecutor::Impl& impl, const torch::Tensor& host) {
+  if (!impl.device.is_cuda()) return host.to(impl.device);
+  return host.pin_memory().to(impl.device, /*non_blocking=*/true);
 }
 
 // Drops the step's tensors and gradients (torch_executor.cc): after the

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/package/checkpoint.h"
+#include "pipeplan/worker/torch/torch_devices.h"
 #include "pipeplan/worker/transport/collectives.h"
 #include "torch_executor_impl.h"
 
@@ -259,6 +260,36 @@ static absl::Status OpenData(TorchExecutor::Impl& impl) {
   return absl::OkStatus();
 }
 
+namespace {
+// `name` as a device of this process: INVALID_ARGUMENT when it is not "cpu"
+// or "cuda[:N]", FAILED_PRECONDITION naming what LibTorch sees when the CUDA
+// device does not exist (a CPU-only LibTorch has none).
+absl::StatusOr<torch::Device> ExistingDevice(const std::string& name) {
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", name, "\": ", e.what_without_backtrace()));
+  }
+  if (!device.is_cuda() && !device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", name, "\": the torch executor runs on cpu or cuda:N"));
+  }
+  if (!device.is_cuda()) return device;
+  if (!device.has_index()) device = torch::Device(torch::kCUDA, 0);
+  const int count = TorchCudaDeviceCount();
+  if (device.index() >= count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device \"", name, "\" does not exist: ",
+        count == 0 ? "LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU visible)"
+                   : absl::StrCat("LibTorch sees ", count,
+                                  " CUDA device(s), cuda:0 to cuda:", count - 1)));
+  }
+  return device;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecutorOptions options) {
   PIPEPLAN_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Impl>();
@@ -269,12 +300,12 @@ absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecut
     return absl::InvalidArgumentError(
         absl::StrCat("loss \"", impl->loss, "\": use cross_entropy or mse"));
   }
-  try {
-    impl->device = torch::Device(o.device);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device \"", o.device, "\": ", e.what_without_backtrace()));
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(impl->device, ExistingDevice(o.device));
+  impl->timer = std::make_unique<ComputeTimer>(impl->device);
+  // The peak is this executor's (a plan version's), not the process's.
+  ResetPeakMemory(impl->device);
+  impl->device_buffers =
+      impl->device.is_cuda() && o.transport != nullptr && o.transport->TakesDeviceBuffers();
   impl->last_stage = o.stages.num_stages() - 1;
   impl->owners = OwnersOf(o.stages, o.stage_to_rank);
   PIPEPLAN_ASSIGN_OR_RETURN(auto initial, LoadInitialParameters(o.package));
@@ -292,9 +323,18 @@ absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecut
 TorchExecutor::TorchExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TorchExecutor::~TorchExecutor() = default;
 
-void TorchExecutor::set_transport(Transport* transport) { impl_->options.transport = transport; }
+void TorchExecutor::set_transport(Transport* transport) {
+  impl_->options.transport = transport;
+  impl_->device_buffers =
+      impl_->device.is_cuda() && transport != nullptr && transport->TakesDeviceBuffers();
+}
 const ParameterOwners& TorchExecutor::owners() const { return impl_->owners; }
-double TorchExecutor::PeakMemoryBytes() const { return impl_->peak_bytes; }
+double TorchExecutor::PeakMemoryBytes() const {
+  return AllocatorPeakBytes(impl_->device).value_or(impl_->peak_bytes);
+}
+std::string TorchExecutor::PeakMemorySource() const {
+  return impl_->device.is_cuda() ? "cuda_allocator" : "estimate";
+}
 std::optional<double> TorchExecutor::LastLoss() const { return impl_->last_loss; }
 bool TorchExecutor::LastStepSkipped() const { return impl_->last_skipped; }
 

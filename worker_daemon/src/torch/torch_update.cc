@@ -1,6 +1,8 @@
 // TorchExecutor::EndStep: the step's update — the gradient all-reduce over
 // replicas, the sums of tied parameters' gradients across ranks, the agreed
 // clipping and skip decision, and the optimizer step.
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -221,6 +223,9 @@ absl::Status TorchExecutor::EndStep() {
     status = mean.status();
   }
   if (status.ok()) status = ApplyUpdate(impl, loss);
+  // The optimizer's kernels are queued, not done: wait for them, so the
+  // runtime's clock around EndStep times the update itself.
+  if (impl.device.is_cuda()) torch::cuda::synchronize(impl.device.index());
   ClearStep(impl);
   if (loss) impl.last_loss = loss;
   return status;

@@ -10,6 +10,10 @@
 #include <atomic>
 #include <map>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "pipeplan/common/status_macros.h"
 #endif
 
 namespace pipeplan::worker {
@@ -18,6 +22,9 @@ namespace pipeplan::worker {
 
 bool NcclAvailable() { return false; }
 int CudaDeviceCount() { return 0; }
+absl::StatusOr<std::string> CudaDeviceUuid(int) {
+  return absl::UnimplementedError("this build has no CUDA runtime (CUDA/NCCL not found)");
+}
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(const NcclOptions&, KeyValue&,
                                                        const std::string&) {
   return absl::UnimplementedError("this build has no NCCL transport (CUDA/NCCL not found)");
@@ -34,13 +41,78 @@ absl::Status NcclError(ncclResult_t r, const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ncclGetErrorString(r)));
 }
 
+// Device buffers for host-memory messages, reused by size (a pipeline sends
+// the same few sizes every step), so a message costs no cudaMalloc after the
+// first step. Events likewise. Shared with the ops, which give theirs back.
+class CudaPool {
+ public:
+  ~CudaPool() {
+    for (auto& [bytes, list] : buffers_) {
+      for (void* p : list) cudaFree(p);
+    }
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  absl::StatusOr<void*> TakeBuffer(size_t bytes) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = buffers_.find(bytes);
+      if (it != buffers_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) return CudaError(e, absl::StrCat("cudaMalloc of ", bytes, " bytes"));
+    return p;
+  }
+  void GiveBuffer(size_t bytes, void* p) {
+    absl::MutexLock lock(&mu_);
+    buffers_[bytes].push_back(p);
+  }
+  absl::StatusOr<cudaEvent_t> TakeEvent() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!events_.empty()) {
+        cudaEvent_t e = events_.back();
+        events_.pop_back();
+        return e;
+      }
+    }
+    cudaEvent_t event = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (e != cudaSuccess) return CudaError(e, "cudaEventCreate");
+    return event;
+  }
+  void GiveEvent(cudaEvent_t e) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(e);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<size_t, std::vector<void*>> buffers_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// One posted transfer: done when its event (recorded on the pair's stream
+// after the transfer and, for a staged recv, the copy back) has fired.
 class NcclOp final : public PendingOp {
  public:
-  NcclOp(cudaEvent_t event, void* device_buffer, std::shared_ptr<std::atomic<bool>> aborted)
-      : event_(event), device_(device_buffer), aborted_(std::move(aborted)) {}
+  NcclOp(std::shared_ptr<CudaPool> pool, std::shared_ptr<std::atomic<bool>> aborted)
+      : pool_(std::move(pool)), aborted_(std::move(aborted)) {}
   ~NcclOp() override {
-    if (event_) cudaEventDestroy(event_);
-    if (device_) cudaFree(device_);
+    // A transfer still queued (an abort, a failed post) may yet touch the
+    // staging buffer: only a completed op returns it to the pool.
+    const bool done = event_ != nullptr && cudaEventQuery(event_) == cudaSuccess;
+    if (event_ != nullptr && done) pool_->GiveEvent(event_);
+    if (staging_ != nullptr && done) pool_->GiveBuffer(staging_bytes_, staging_);
+  }
+  void set_event(cudaEvent_t e) { event_ = e; }
+  void set_staging(void* p, size_t bytes) {
+    staging_ = p;
+    staging_bytes_ = bytes;
   }
   absl::Status Wait(absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
@@ -58,15 +130,17 @@ class NcclOp final : public PendingOp {
   }
 
  private:
-  cudaEvent_t event_;
-  void* device_;
+  std::shared_ptr<CudaPool> pool_;
   std::shared_ptr<std::atomic<bool>> aborted_;
+  cudaEvent_t event_ = nullptr;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
 };
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(int rank, int size, KeyValue& kv, std::string prefix)
-      : rank_(rank), size_(size), kv_(kv), prefix_(std::move(prefix)) {}
+  NcclTransport(int rank, int size, int ordinal, KeyValue& kv, std::string prefix)
+      : rank_(rank), size_(size), ordinal_(ordinal), kv_(kv), prefix_(std::move(prefix)) {}
   ~NcclTransport() override {
     for (auto& [peer, pair] : pairs_) {
       // After an abort, transfers may still be queued on the communicator:
@@ -82,6 +156,7 @@ class NcclTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
+  bool TakesDeviceBuffers() const override { return true; }
 
   absl::Status Init(absl::Duration timeout) {
     // Every pair in lexicographic order on every rank: no init cycle.
@@ -106,6 +181,7 @@ class NcclTransport final : public Transport {
         if (e != cudaSuccess) return CudaError(e, "cudaStreamCreate");
         ncclResult_t r = ncclCommInitRank(&pair.comm, 2, id, rank_ == lo ? 0 : 1);
         if (r != ncclSuccess) return NcclError(r, "ncclCommInitRank");
+        pair.nccl_peer = rank_ == lo ? 1 : 0;
         pairs_[rank_ == lo ? hi : lo] = pair;
       }
     }
@@ -145,9 +221,32 @@ class NcclTransport final : public Transport {
   struct Pair {
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
+    int nccl_peer = 0;  // the other end's rank in the 2-rank communicator
   };
 
-  absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, std::byte* host,
+  // Where `data` lives: true for device (or managed) memory of this
+  // transport's GPU, false for host memory; INVALID_ARGUMENT for another
+  // GPU's memory.
+  absl::StatusOr<bool> OnDevice(const void* data) const {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, data) != cudaSuccess) {
+      cudaGetLastError();  // older runtimes fail on pageable memory: host
+      return false;
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return false;
+    if (attr.device != ordinal_) {
+      return absl::InvalidArgumentError(absl::StrCat("a buffer on CUDA device ", attr.device,
+                                                     " given to the NCCL transport of device ",
+                                                     ordinal_));
+    }
+    return true;
+  }
+
+  // Posts the transfer on the pair's stream. Device buffers go as they are;
+  // host buffers through a pooled device buffer. The stream first waits for
+  // the work queued so far on the compute stream (torch's default stream),
+  // so a device tensor is sent only after the kernels that wrote it.
+  absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, std::byte* data,
                                                   size_t bytes) {
     if (aborted_->load()) return absl::AbortedError("the NCCL transport was aborted");
     auto it = pairs_.find(peer);
@@ -155,43 +254,55 @@ class NcclTransport final : public Transport {
       return absl::InvalidArgumentError(absl::StrCat("no NCCL communicator with rank ", peer));
     }
     Pair& pair = it->second;
-    void* device = nullptr;
-    cudaError_t e = cudaMalloc(&device, std::max<size_t>(bytes, 1));
-    if (e != cudaSuccess) return CudaError(e, "cudaMalloc");
-    cudaEvent_t event = nullptr;
-    e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-      cudaFree(device);
-      return CudaError(e, "cudaEventCreate");
+    PIPEPLAN_ASSIGN_OR_RETURN(const bool on_device, OnDevice(data));
+    auto op = std::make_unique<NcclOp>(pool_, aborted_);
+    void* buffer = data;
+    if (!on_device) {
+      PIPEPLAN_ASSIGN_OR_RETURN(buffer, pool_->TakeBuffer(bytes));
+      op->set_staging(buffer, bytes);
     }
-    auto op = std::make_unique<NcclOp>(event, device, aborted_);
-    const int nccl_peer = peer < rank_ ? 0 : 1;
-    if (send) {
-      e = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, pair.stream);
+    PIPEPLAN_RETURN_IF_ERROR(AfterCompute(pair.stream));
+    if (send && !on_device) {
+      cudaError_t e = cudaMemcpyAsync(buffer, data, bytes, cudaMemcpyHostToDevice, pair.stream);
       if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync");
     }
     ncclGroupStart();
-    ncclResult_t r = send ? ncclSend(device, bytes, ncclChar, nccl_peer, pair.comm, pair.stream)
-                          : ncclRecv(device, bytes, ncclChar, nccl_peer, pair.comm, pair.stream);
+    ncclResult_t r =
+        send ? ncclSend(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream)
+             : ncclRecv(buffer, bytes, ncclChar, pair.nccl_peer, pair.comm, pair.stream);
     ncclResult_t g = ncclGroupEnd();
     if (r != ncclSuccess) return NcclError(r, send ? "ncclSend" : "ncclRecv");
     if (g != ncclSuccess) return NcclError(g, "ncclGroupEnd");
-    if (!send) {
-      e = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, pair.stream);
+    if (!send && !on_device) {
+      cudaError_t e = cudaMemcpyAsync(data, buffer, bytes, cudaMemcpyDeviceToHost, pair.stream);
       if (e != cudaSuccess) return CudaError(e, "cudaMemcpyAsync");
     }
-    e = cudaEventRecord(event, pair.stream);
+    PIPEPLAN_ASSIGN_OR_RETURN(cudaEvent_t done, pool_->TakeEvent());
+    op->set_event(done);
+    cudaError_t e = cudaEventRecord(done, pair.stream);
     if (e != cudaSuccess) return CudaError(e, "cudaEventRecord");
     return std::unique_ptr<PendingOp>(std::move(op));
   }
 
+  // Makes `stream` wait for what the compute stream has queued so far.
+  absl::Status AfterCompute(cudaStream_t stream) {
+    PIPEPLAN_ASSIGN_OR_RETURN(cudaEvent_t computed, pool_->TakeEvent());
+    cudaError_t e = cudaEventRecord(computed, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, computed, 0);
+    // The wait is captured when enqueued: the event may be reused at once.
+    pool_->GiveEvent(computed);
+    return e == cudaSuccess ? absl::OkStatus() : CudaError(e, "ordering after compute");
+  }
+
   int rank_;
   int size_;
+  int ordinal_;
   KeyValue& kv_;
   std::string prefix_;
   std::map<int, Pair> pairs_;
   uint64_t agree_seq_ = 0;
   std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<CudaPool> pool_ = std::make_shared<CudaPool>();
 };
 
 }  // namespace
@@ -204,14 +315,27 @@ int CudaDeviceCount() {
   return n;
 }
 
+absl::StatusOr<std::string> CudaDeviceUuid(int ordinal) {
+  cudaDeviceProp prop{};
+  cudaError_t e = cudaGetDeviceProperties(&prop, ordinal);
+  if (e != cudaSuccess) {
+    return CudaError(e, absl::StrCat("cudaGetDeviceProperties(", ordinal, ")"));
+  }
+  std::string uuid;
+  for (char c : prop.uuid.bytes)
+    absl::StrAppend(&uuid, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
+  return uuid;
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(const NcclOptions& options, KeyValue& kv,
                                                        const std::string& prefix) {
   if (CudaDeviceCount() == 0) {
     return absl::FailedPreconditionError("--transport nccl needs a CUDA device; none is visible");
   }
-  cudaError_t e = cudaSetDevice(options.device_ordinal >= 0 ? options.device_ordinal : 0);
-  if (e != cudaSuccess) return CudaError(e, "cudaSetDevice");
-  auto t = std::make_unique<NcclTransport>(options.rank, options.size, kv, prefix);
+  const int ordinal = options.device_ordinal >= 0 ? options.device_ordinal : 0;
+  cudaError_t e = cudaSetDevice(ordinal);
+  if (e != cudaSuccess) return CudaError(e, absl::StrCat("cudaSetDevice(", ordinal, ")"));
+  auto t = std::make_unique<NcclTransport>(options.rank, options.size, ordinal, kv, prefix);
   absl::Status s = t->Init(options.timeout);
   if (!s.ok()) return s;
   return std::unique_ptr<Transport>(std::move(t));

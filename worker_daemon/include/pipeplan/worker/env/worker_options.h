@@ -50,6 +50,10 @@ struct WorkerOptions {
   std::string python = PIPEPLAN_DEFAULT_PYTHON;
   std::string stage_compiler = PIPEPLAN_DEFAULT_STAGE_COMPILER;
   std::string stage_cache = "/tmp/pipeplan-stages";
+  // --torch-device: the torch device this worker runs on ("cpu", "cuda:N"
+  // or a local index "N"), overriding the cluster's Device.torch_device;
+  // empty: the mapping's default (env/torch_device_map.h).
+  std::string torch_device;
 };
 
 }  // namespace pipeplan::worker

@@ -8,13 +8,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pipeplan/client/model_package.h"
 #include "pipeplan/v1/graph.pb.h"
 #include "pipeplan/v1/planner_service.pb.h"
 #include "pipeplan/worker/env/worker_options.h"
-#include "pipeplan/client/model_package.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/runtime/stage_plan.h"
 #include "pipeplan/worker/transport/transport.h"
@@ -44,7 +45,14 @@ struct ExecutorPlace {
   // This rank in every replica (group rank = replica): the gradient
   // all-reduce.
   Transport* replica_group = nullptr;
+  // The torch device the executor runs on (the torch executor only).
+  std::string torch_device = "cpu";
 };
+
+// CUDA devices this process's executors can use: LibTorch's count in a
+// build with the torch executor, else the CUDA runtime's (NCCL builds),
+// else 0.
+int VisibleCudaDevices();
 
 // What only the torch executor reads, from the training session: the job's
 // model package and training spec, and the plan's compiled stages. The

@@ -39,6 +39,7 @@ class WorkerMetrics {
   // The last step's measurements of this rank.
   void SetStepBreakdown(double compute_seconds, double comm_seconds, double bubble_ratio,
                         double peak_memory_bytes);
+  void SetOptimizerSeconds(double seconds);
   void SetSamplesPerSecond(double samples_per_second);
   // The device memory this worker registered (--memory-bytes): what the
   // dashboard's memory headroom divides the peak by.

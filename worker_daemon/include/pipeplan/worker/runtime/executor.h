@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +44,15 @@ class Executor {
 
   // Largest number of bytes held at once so far.
   virtual double PeakMemoryBytes() const = 0;
+  // What PeakMemoryBytes measures: "cuda_allocator" (the CUDA caching
+  // allocator's peak of allocated bytes) or "estimate" (the executor's own
+  // count of the tensors it holds).
+  virtual std::string PeakMemorySource() const { return "estimate"; }
+  // The device time of the last Compute call when the executor measures it
+  // itself: a GPU's kernels run after the call returns, so the host's clock
+  // around the call would time only their launch. nullopt: the runtime's
+  // wall clock around Compute is the time.
+  virtual std::optional<double> LastComputeSeconds() const { return std::nullopt; }
   // The last completed step's loss, when this rank computes it.
   virtual std::optional<double> LastLoss() const { return std::nullopt; }
 };

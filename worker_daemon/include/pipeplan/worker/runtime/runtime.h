@@ -7,11 +7,11 @@
 // op is waited for. So every schedule the simulator accepts runs without
 // deadlock.
 //
-// Timings: a compute action's wall time; a SEND's posting time plus its final
-// wait at the end of the step; a RECV's posting time plus the time the rank
-// blocked on it. SEND/RECV also carry their wall-clock post and completion
-// times (system clock), so the planner can pair the two ends of a transfer
-// across processes and time the link itself.
+// Timings: a compute action's time (the executor's device time when it
+// measures one, e.g. CUDA events; else wall time); EndStep's wall time; a SEND's posting time plus
+// its final wait at the end of the step; a RECV's posting time plus the time the rank blocked on
+// it. SEND/RECV also carry their wall-clock post and completion times (system clock), so the
+// planner can pair the two ends of a transfer across processes and time the link itself.
 #ifndef PIPEPLAN_WORKER_RUNTIME_H_
 #define PIPEPLAN_WORKER_RUNTIME_H_
 
@@ -52,6 +52,9 @@ struct StepResult {
   // Sum of compute actions' seconds, and of the time blocked on SEND/RECV.
   double compute_seconds = 0;
   double comm_seconds = 0;
+  // The executor's EndStep: gradient reductions over replicas and tied
+  // parameters, clipping and the optimizer step.
+  double optimizer_seconds = 0;
   // In program order, one per action.
   std::vector<ActionTime> timings;
 };

@@ -47,8 +47,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/client/model_package.h"
+#include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/transport/transport.h"
@@ -85,7 +85,11 @@ struct TorchExecutorOptions {
   // inputs and boundary tensors are converted (the reference trainer's
   // --dtype float64), for comparisons tighter than float32 allows.
   std::string dtype = "float32";
-  // "cpu" or "cuda:N". Transport buffers are always host memory.
+  // "cpu" or "cuda:N" (the worker's device mapping, env/torch_device_map.h):
+  // parameters, optimizer state, activations, gradients and the loss live
+  // there; a CUDA device that does not exist is FAILED_PRECONDITION.
+  // Boundary buffers: device memory when `transport` takes it
+  // (TakesDeviceBuffers, NCCL), else host memory, pinned on a GPU.
   std::string device = "cpu";
   // Carries EndStep's reductions and checkpoint barriers; may be null with a
   // single rank. Must outlive the executor (or be replaced by set_transport).
@@ -112,9 +116,15 @@ class TorchExecutor final : public Executor {
   absl::StatusOr<std::span<const std::byte>> SendBuffer(const schedule::Action& send) override;
   absl::StatusOr<std::span<std::byte>> RecvBuffer(const schedule::Action& recv) override;
   absl::Status EndStep() override;
-  // An estimate: parameters, their gradients and the boundary tensors held
-  // at once (autograd's saved activations are not counted).
+  // On a GPU: the CUDA caching allocator's peak of allocated bytes since
+  // Create (all of autograd's memory included). On the CPU an estimate:
+  // parameters, their gradients and the boundary tensors held at once
+  // (autograd's saved activations are not counted). PeakMemorySource says
+  // which.
   double PeakMemoryBytes() const override;
+  std::string PeakMemorySource() const override;
+  // On a GPU the last Compute's time by CUDA events; nullopt on the CPU.
+  std::optional<double> LastComputeSeconds() const override;
   // The step's loss (the batch's mean loss, over every replica's slice) on
   // the rank of the last stage.
   std::optional<double> LastLoss() const override;

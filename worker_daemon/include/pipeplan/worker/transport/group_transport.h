@@ -34,6 +34,7 @@ class GroupTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   std::string name() const override { return base_->name(); }
+  bool TakesDeviceBuffers() const override { return base_->TakesDeviceBuffers(); }
 
   absl::StatusOr<std::unique_ptr<PendingOp>> Send(int peer, uint64_t tag,
                                                   std::span<const std::byte> data) override;

@@ -3,10 +3,18 @@
 //
 // Like PyTorch's ProcessGroupNCCL for point-to-point, every pair of ranks
 // gets its own 2-rank communicator and stream, whose ncclUniqueId the lower
-// rank publishes through the rendezvous KeyValue. A Send/Recv stages the
-// host buffer through device memory: ncclSend/ncclRecv in
-// ncclGroupStart/End on the pair's stream, completion by CUDA event.
-// AllReduceMax goes through the KeyValue (it runs once per step).
+// rank publishes through the rendezvous KeyValue. A Send/Recv posts
+// ncclSend/ncclRecv in ncclGroupStart/End on the pair's stream, which first
+// waits (a CUDA event) for the work queued on the compute stream — torch's
+// default stream, where the torch executor computes — so a device tensor is
+// sent only once written. Completion is another event, polled by Wait.
+// Buffers in this GPU's memory go as they are (TakesDeviceBuffers); host
+// buffers are staged through device buffers that a pool keyed by size
+// reuses, so steady-state steps allocate nothing. A buffer on another GPU is
+// INVALID_ARGUMENT. AllReduceMax goes through the KeyValue (once per step).
+//
+// NCCL refuses two ranks on one GPU: the rendezvous compares the ranks'
+// CudaDeviceUuid first and uses Gloo when two share one (device_sharing.h).
 #ifndef PIPEPLAN_WORKER_NCCL_TRANSPORT_H_
 #define PIPEPLAN_WORKER_NCCL_TRANSPORT_H_
 
@@ -32,6 +40,10 @@ struct NcclOptions {
 bool NcclAvailable();
 // Number of CUDA devices, 0 when there is no GPU or no CUDA (or no NCCL build).
 int CudaDeviceCount();
+// The UUID of CUDA device `ordinal` as 32 hex digits (what two processes
+// compare to know they share a GPU). UNIMPLEMENTED in a build without NCCL,
+// INTERNAL from the CUDA runtime for a device that does not exist.
+absl::StatusOr<std::string> CudaDeviceUuid(int ordinal);
 
 // `kv` must outlive the transport; keys are `prefix` + "nccl/...".
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(const NcclOptions& options, KeyValue& kv,

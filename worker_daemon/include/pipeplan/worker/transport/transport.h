@@ -42,6 +42,11 @@ class Transport {
   virtual int size() const = 0;
   // "gloo", "nccl", "memory".
   virtual std::string name() const = 0;
+  // True when Send and Recv also take buffers in CUDA device memory (NCCL):
+  // an executor on a GPU then hands its device tensors over directly. False:
+  // buffers must be host memory, so a GPU executor stages through (pinned)
+  // host buffers.
+  virtual bool TakesDeviceBuffers() const { return false; }
 
   // REQUIRES: 0 <= peer < size(), peer != rank().
   virtual absl::StatusOr<std::unique_ptr<PendingOp>> Send(int peer, uint64_t tag,
