@@ -59,7 +59,7 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def main(argv=None):
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2:small")
     p.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
@@ -75,10 +75,11 @@ def main(argv=None):
     if args.batch % args.microbatches:
         raise SystemExit("--batch %d is not a multiple of --microbatches %d"
                          % (args.batch, args.microbatches))
+    return args
 
-    device = torch.device(args.device)
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
+
+def make_step(args, device):
+    """The model, its parameters and one training step (microbatches, then AdamW)."""
     torch.manual_seed(0)
     module, example = build(args.model, args.batch, args.seq)
     seq = example[0].shape[1]
@@ -102,6 +103,15 @@ def main(argv=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    return params, step
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    params, step = make_step(args, device)
     for _ in range(args.warmup):
         step()
     sync(device)
@@ -128,7 +138,6 @@ def main(argv=None):
     else:
         print(" ".join("%s=%s" % (k, v) for k, v in out.items()))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
