@@ -47,8 +47,9 @@ void Gpt2(const std::string& bench_dir, const std::string& data) {
   const int batch = 512;
   std::printf("gpt2_xl (%d nodes), global batch %d sequences, AdamW bf16-mixed, method dp\n\n",
               in.graph->num_nodes(), batch);
-  std::printf("| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
-              "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
+      "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
   for (int n = 8; n <= 2048; n *= 2) {
     const Cluster c = Devices(n, 4e14, 80.0 * (1 << 30), 50e9, 450e9, 10e-6);
     const PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
@@ -60,8 +61,8 @@ void Gpt2(const std::string& bench_dir, const std::string& data) {
     }
     std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
                 p->num_replicas, p->microbatches,
-                std::string(schedule::ScheduleKindName(p->schedule)).c_str(),
-                p->step_seconds * 1e3, p->allreduce_exposed_seconds * 1e3, Seconds(t0));
+                std::string(schedule::ScheduleKindName(p->schedule)).c_str(), p->step_seconds * 1e3,
+                p->allreduce_exposed_seconds * 1e3, Seconds(t0));
     std::fflush(stdout);
   }
 }
@@ -93,9 +94,12 @@ Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
   for (const auto& [bound, shape] : shapes) {
     if (bound >= best.step) break;  // no plan of this shape or later ones is faster
     for (int m : Divisors(batch / shape.second)) {
-      const PlanOptions o{.num_ranks = shape.first, .num_replicas = shape.second,
-                          .microbatches = m, .global_batch = batch,
-                          .optimizer = Optimizer::kSgd, .precision = Precision::kFp32,
+      const PlanOptions o{.num_ranks = shape.first,
+                          .num_replicas = shape.second,
+                          .microbatches = m,
+                          .global_batch = batch,
+                          .optimizer = Optimizer::kSgd,
+                          .precision = Precision::kFp32,
                           .schedule = schedule::ScheduleKind::k1F1B,
                           .method = PartitionMethod::kIdealDp};
       auto p = MakePlan(g, c, o);
@@ -118,12 +122,14 @@ void Piper(const std::string& piper_graph, const std::string& data) {
   }
   std::printf("\nPiper BERT-32 (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
               g.num_nodes(), batch);
-  std::printf("| devices | search: ranks x replicas x microbatches | step (s) | exposed "
-              "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
-              "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
+      "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
+      "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
-    const PlanOptions o{.global_batch = batch, .optimizer = Optimizer::kSgd,
+    const PlanOptions o{.global_batch = batch,
+                        .optimizer = Optimizer::kSgd,
                         .precision = Precision::kFp32,
                         .schedule = schedule::ScheduleKind::k1F1B,
                         .method = PartitionMethod::kDp};
@@ -133,8 +139,8 @@ void Piper(const std::string& piper_graph, const std::string& data) {
     const Best opt = Exhaustive(g, c, batch, work);
     if (!p.ok()) {
       std::printf("| %d | %s | | | | %d x %d x %d | %.4f |\n", n,
-                  std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks,
-                  opt.replicas, opt.microbatches, opt.step);
+                  std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks, opt.replicas,
+                  opt.microbatches, opt.step);
       continue;
     }
     std::printf("| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f |\n", n,
@@ -161,8 +167,8 @@ int Main(int argc, char** argv) {
   const std::string src = PIPEPLAN_SOURCE_DIR;
   const std::string dir = "/tmp/pipeplan_gbatch_bench/";
   const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir +
-                          " && python3 " + src + "/scripts/piper_to_graph.py " + piper + " " +
-                          dir + "piper.json";
+                          " && python3 " + src + "/scripts/piper_to_graph.py " + piper + " " + dir +
+                          "piper.json";
   if (std::system(cmd.c_str()) != 0) {
     std::cerr << "could not generate the benchmark inputs\n";
     return 1;

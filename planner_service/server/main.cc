@@ -20,8 +20,8 @@
 #include "absl/time/clock.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/common/version.h"
 #include "pipeplan/server/base/release_memory.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/rpc/server.h"
@@ -118,7 +118,7 @@ absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
   if (v < 0 || !std::in_range<T>(v)) {
     return pipeplan::common::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
-                                                      std::numeric_limits<T>::max(), ", got ", v));
+                                                     std::numeric_limits<T>::max(), ", got ", v));
   }
   *out = static_cast<T>(v);
   return absl::OkStatus();
@@ -152,9 +152,9 @@ absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c)
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-max-threads", &c->grpc_max_threads));
   if (c->grpc_memory_bytes > 0 && c->grpc_memory_bytes < 2 * int64_t{c->max_message_bytes}) {
     // Below that, gRPC would cancel a single largest message while it arrives.
-    return pipeplan::common::UsageError(
-        absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes, " must be 0 or at least twice ",
-                     "--max-message-bytes=", c->max_message_bytes));
+    return pipeplan::common::UsageError(absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes,
+                                                     " must be 0 or at least twice ",
+                                                     "--max-message-bytes=", c->max_message_bytes));
   }
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));

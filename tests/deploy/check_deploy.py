@@ -810,7 +810,7 @@ def declared_flags(source):
 
 
 def exit_codes():
-    text = read(os.path.join(ROOT, "client", "cmdline", "include", "pipeplan", "cmdline",
+    text = read(os.path.join(ROOT, "common", "include", "pipeplan", "common",
                              "exit_code.h"))
     return {name: int(value) for name, value in re.findall(r"\b(kExit\w+) = (\d+)", text)}
 

@@ -14,6 +14,12 @@ MODELS = os.path.join(ROOT, "tests", "models")
 for path in (CLIENT, MODELS):
     if path not in sys.path:
         sys.path.insert(0, path)
+# The build's generated pipeplan.v1 modules, before anything imports pipeplan:
+# the package extends its path only with the pipeplan/ folders on sys.path at
+# its first import (make_fixtures imports the exporter, hence pipeplan).
+GENERATED = os.environ.get("PIPEPLAN_PYTHON_DIR") or os.path.join(ROOT, "build", "python")
+if os.path.isdir(GENERATED) and GENERATED not in sys.path:
+    sys.path.append(GENERATED)
 
 import make_fixtures  # noqa: E402
 

@@ -4,11 +4,11 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "allreduce.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
-#include "allreduce.h"
 #include "split.h"
 
 namespace pipeplan::search {

@@ -40,7 +40,7 @@ struct SearchContext {
   const GroupedGraph* groups = nullptr;  // null: cut anywhere
   const Cluster* cluster = nullptr;
   const PlanOptions* options = nullptr;
-  std::vector<int> device_class;  // DeviceClasses(cluster)
+  std::vector<int> device_class;                 // DeviceClasses(cluster)
   absl::Time deadline = absl::InfiniteFuture();  // of the whole search
   // Every solve of a split gets this long (the options' time limit), never
   // past `hard_deadline` (the request's own deadline): a method solved twice

@@ -21,8 +21,7 @@ int SplitNodes(const SearchContext& ctx) {
 }
 
 // The least hungry candidate of `ranks` under `options` fits on `cluster`.
-bool Fits(const SearchContext& ctx, const Cluster& cluster, const PlanOptions& options,
-          int ranks) {
+bool Fits(const SearchContext& ctx, const Cluster& cluster, const PlanOptions& options, int ranks) {
   SearchContext c = ctx;
   c.cluster = &cluster;
   c.options = &options;

@@ -197,10 +197,9 @@ void Search::Refine(Scored& winner) {
   PlanResult& best = winner.plan;
   if (!refined.ok()) {
     if (requested == PartitionMethod::kAuto) return;
-    best.candidates.push_back(
-        {.method = std::string(PartitionMethodName(requested)),
-         .note = absl::StrFormat("not used: %s; the plan keeps the %s split",
-                                 refined.status().message(), best.method)});
+    best.candidates.push_back({.method = std::string(PartitionMethodName(requested)),
+                               .note = absl::StrFormat("not used: %s; the plan keeps the %s split",
+                                                       refined.status().message(), best.method)});
     return;
   }
   const bool named = requested != PartitionMethod::kAuto;

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"
 

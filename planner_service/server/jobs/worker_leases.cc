@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/server/obs/log.h"
 
 namespace pipeplan::server::internal {

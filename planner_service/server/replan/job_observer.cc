@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "calibrated_model.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
-#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::server {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
+#include "pipeplan/common/grpc_status.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"
-#include "pipeplan/common/grpc_status.h"
 #include "pipeplan/v1/planner_service.grpc.pb.h"
 
 namespace pipeplan::server {

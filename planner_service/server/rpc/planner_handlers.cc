@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
-#include "pipeplan/common/status_macros.h"
 #include "pipeplan/server/base/release_memory.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"

@@ -23,11 +23,11 @@
 #include "absl/synchronization/notification.h"
 #include "grpc_adapter.h"
 #include "pipeplan/common/file_reader.h"
+#include "pipeplan/common/grpc_status.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/server/jobs/job_ownership.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"
-#include "pipeplan/common/grpc_status.h"
 #include "pipeplan/server/store/write_health_store.h"
 
 namespace pipeplan::server {

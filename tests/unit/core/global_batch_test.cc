@@ -57,8 +57,11 @@ TEST(GlobalBatchTest, ReplicasTimesSamplesPerReplicaIsTheBatch) {
 TEST(GlobalBatchTest, ChoosesTheBestMicrobatchCountAmongAllDivisors) {
   const Graph g = Chain(16, 2e8, 1e8);
   const Cluster c = Devices(4);
-  PlanOptions o{.num_ranks = 4, .num_replicas = 1, .global_batch = 30,
-                .schedule = schedule::ScheduleKind::k1F1B, .method = PartitionMethod::kDp};
+  PlanOptions o{.num_ranks = 4,
+                .num_replicas = 1,
+                .global_batch = 30,
+                .schedule = schedule::ScheduleKind::k1F1B,
+                .method = PartitionMethod::kDp};
   auto chosen = MakePlan(g, c, o);
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   EXPECT_NE(chosen->microbatches % 4, 0);
@@ -124,9 +127,11 @@ TEST(GlobalBatchTest, NamedMethodReturnsItsSplit) {
   const Graph g = Chain(10, 2e8, 2e8);
   const Cluster c = Devices(4);
   for (PartitionMethod m : {PartitionMethod::kIdealDp, PartitionMethod::kMilp}) {
-    const PlanOptions o{
-        .num_ranks = 4, .num_replicas = 1, .global_batch = 32, .method = m,
-        .time_limit_seconds = 5};
+    const PlanOptions o{.num_ranks = 4,
+                        .num_replicas = 1,
+                        .global_batch = 32,
+                        .method = m,
+                        .time_limit_seconds = 5};
     auto plan = MakePlan(g, c, o);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->method, PartitionMethodName(m));
