@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeplan/common/file_reader.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/v1/model_package.pb.h"
 
@@ -103,16 +104,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const std::b
 }
 
 absl::StatusOr<std::vector<char>> ReadFileBytes(const std::string& path) {
-  // One sized read: a checkpoint shard is hundreds of MB, and building the
-  // vector from istreambuf_iterators reads it at half the speed.
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::vector<char> bytes(static_cast<size_t>(in.tellg()));
-  in.seekg(0);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
-    return absl::InternalError(absl::StrCat("reading ", path));
-  }
-  return bytes;
+  // The one reader (one sized read: a shard is hundreds of MB).
+  return common::ReadFileBytes(path, "checkpoint file");
 }
 
 absl::Status WriteCheckpointManifest(const std::string& dir, const CheckpointManifest& manifest) {
@@ -143,12 +136,12 @@ absl::Status WriteCheckpointManifest(const std::string& dir, const CheckpointMan
 
 absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kCheckpointManifestFile);
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> read = common::ReadFileToString(path, "checkpoint manifest");
+  if (read.status().code() == absl::StatusCode::kNotFound) {
     return absl::NotFoundError(
         absl::StrCat("checkpoint ", dir, " has no ", kCheckpointManifestFile, " (incomplete)"));
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::string text, std::move(read));
   v1::CheckpointManifest m;
   if (!google::protobuf::util::JsonStringToMessage(text, &m).ok() || m.format() != kFormat) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a ", kFormat, " manifest"));
