@@ -19,9 +19,10 @@
 # --torch-device and the one-worker ratio has no goal.
 # --no-build: use the build as it is.
 #
-# The workers' torch device: `--torch-device DEVICE`, the worker flag issue 25
-# adds (a plan device mapped to a torch device on the host); until it lands a
-# GPU run's workers exit 2 naming the flag, and the training rows say so.
+# The workers run with `--torch-device DEVICE` (a plan device mapped to a torch
+# device on the host) and `--deterministic`, as the reference trainer does, so
+# their losses can equal one-process PyTorch on the GPU; `ctest -L gpu` runs
+# the same two-workers-on-one-GPU training as a CTest test.
 #
 # Environment: BUILD (GPU: /tmp/gpu-build, as .gpu/build-on-gpu.sh builds;
 # --cpu: build), GPU_CHECK_DEVICE (cuda:0), GPU_CHECK_TRANSPORT (the workers'

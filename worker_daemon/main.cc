@@ -103,6 +103,9 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Value("torch-device", "cpu|cuda:N|N",
                "torch executor: the device to run on, over the cluster's\n"
                "torch_device (default: cuda:<local index> with CUDA, else cpu)")
+        .Switch("deterministic",
+                "torch executor: deterministic algorithms (a GPU run repeats\n"
+                "exactly; some operators are slower)")
         .Switch("version", "print the version and exit");
     return f;
   }();
@@ -178,6 +181,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   o->stage_compiler = f.Get("stage-compiler").value_or(DefaultStageCompiler(o->stage_compiler));
   o->stage_cache = f.Get("stage-cache").value_or(o->stage_cache);
   o->torch_device = f.Get("torch-device").value_or("");
+  o->deterministic = f.Has("deterministic");
   if (!o->torch_device.empty()) {
     // The name is checked now (exit 2); whether this host has the device,
     // at the first plan (exit 1, FAILED_PRECONDITION naming it).

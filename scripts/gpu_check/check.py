@@ -123,18 +123,15 @@ class Run:
         env = dict(os.environ)
         if self.args.device == "cpu":
             env["OMP_NUM_THREADS"] = "1"
-        else:
-            env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         return env
 
     def start_worker(self, job, name, device_id, log):
         argv = [self.worker, "--planner", self.planner.address, "--job", job,
                 "--worker-id", name, "--device", device_id, "--executor", "torch",
-                "--transport", self.args.transport,
+                "--transport", self.args.transport, "--deterministic",
                 "--stage-cache", os.path.join(self.work, "stages")]
         if self.args.device != "cpu":
-            # The flag issue 25 adds (a plan device -> a torch device); a worker
-            # without it exits 2 naming the flag, and the phase says so.
+            # A plan device -> a torch device on this host (issue 25).
             argv += ["--torch-device", self.args.device]
         with open(log, "w") as out:
             p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,

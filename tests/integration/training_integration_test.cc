@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -183,9 +184,11 @@ class TrainingTest : public ::testing::Test {
   // Losses of the single-process reference over `steps` steps.
   std::map<int64_t, double> Reference(const std::string& model, int steps,
                                       const std::string& dtype = "float32",
-                                      const std::string& batch = "8") {
+                                      const std::string& batch = "8",
+                                      const std::string& device = "cpu") {
     std::string out;
-    const std::string losses = Path(model + "_" + dtype + "_" + batch + "_reference.json");
+    const std::string losses =
+        Path(model + "_" + dtype + "_" + batch + "_" + device + "_reference.json");
     EXPECT_EQ(RunCommand({kPython,          Source("client/python/pipeplan_reference_train.py"),
                           "--package",      Path(model + ".ptpkg"),
                           "--data",         "tensors:" + Path(model + "_data.pt"),
@@ -195,6 +198,7 @@ class TrainingTest : public ::testing::Test {
                           "--microbatches", "4",
                           "--steps",        absl::StrCat(steps),
                           "--dtype",        dtype,
+                          "--device",       device,
                           "--out",          losses},
                          &out, absl::Seconds(300)),
               0)
@@ -250,6 +254,15 @@ class TrainingTest : public ::testing::Test {
   }
 
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  // Whether the Python with torch sees a CUDA device (on a GPU node its
+  // wheel also gives the worker its LibTorch, so both see the same GPUs).
+  static bool PythonSeesCuda() {
+    std::string out;
+    return RunCommand({kPython, "-c",
+                       "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"},
+                      &out, absl::Seconds(120)) == 0;
+  }
 
   TempDir dir_;
   std::unique_ptr<PlannerProcess> planner_;
@@ -488,6 +501,51 @@ TEST_F(TrainingTest, BadInputsFailAtCreateOrFailTheJob) {
   auto again = StartWorker(job, 0);
   EXPECT_EQ(again->Wait(absl::Seconds(60)), 5) << again->Output();
   EXPECT_NE(again->Output().find("has failed"), std::string::npos) << again->Output();
+}
+
+}  // namespace
+}  // namespace pipeplan::testing
+
+namespace pipeplan::testing {
+namespace {
+
+// The `gpu` label's (pipeplan_add_test GPU "*OnTheGpu*"): skips, before
+// building the fixtures, where the Python with torch sees no CUDA device.
+// PIPEPLAN_GPU_TEST_DEVICE=cpu runs the same test on the CPU, so that the
+// test itself is tried where no GPU is (scripts/gpu_check.sh --cpu).
+class TrainingOnTheGpuTest : public TrainingTest {
+ protected:
+  static std::string Device() {
+    const char* device = std::getenv("PIPEPLAN_GPU_TEST_DEVICE");
+    return device != nullptr && *device != '\0' ? device : "cuda:0";
+  }
+  void SetUp() override {
+    if (Device() != "cpu" && !PythonSeesCuda()) {
+      GTEST_SKIP() << "needs CUDA: " << kPython << " sees no CUDA device";
+    }
+    TrainingTest::SetUp();
+  }
+};
+
+// Two workers share cuda:0. NCCL refuses two ranks on one GPU ("Duplicate
+// GPU"), so --transport auto must see the same device UUID on both and pick
+// Gloo staging through pinned host memory by itself. With deterministic
+// algorithms on both sides, the 100 steps' losses equal one-process PyTorch
+// on the same GPU within 1e-3.
+TEST_F(TrainingOnTheGpuTest, TwoWorkersSharingCuda0MatchOneProcess) {
+  constexpr int kSteps = 100;
+  std::string out;
+  const std::string job =
+      CreateJob("gpt", "gpt_data.pt", {"--max-steps", absl::StrCat(kSteps)}, &out);
+  ASSERT_FALSE(job.empty()) << out;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(StartWorker(
+        job, r, {"--torch-device", Device(), "--transport", "auto", "--deterministic"}));
+  }
+  for (auto& w : workers) ASSERT_EQ(w->Wait(absl::Seconds(300)), 0) << w->Output();
+  ExpectMatch(Reported(job), Reference("gpt", kSteps, "float32", "8", Device()), 0, kSteps - 1,
+              1e-3);
 }
 
 }  // namespace

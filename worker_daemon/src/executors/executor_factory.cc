@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeTorch(const WorkerOptions& options
   o.skip_nonfinite_steps = spec.skip_nonfinite_steps();
   if (!spec.dtype().empty()) o.dtype = spec.dtype();
   o.device = place.torch_device;
+  o.deterministic = options.deterministic;
   o.transport = place.pipeline;
   o.replica_group = place.replica_group;
   o.comm_timeout = options.comm_timeout;

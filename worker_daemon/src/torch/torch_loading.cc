@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "numerics.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/worker/torch/torch_devices.h"
@@ -301,6 +302,7 @@ absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecut
         absl::StrCat("loss \"", impl->loss, "\": use cross_entropy or mse"));
   }
   PIPEPLAN_ASSIGN_OR_RETURN(impl->device, ExistingDevice(o.device));
+  SetTorchNumerics(impl->device, o.deterministic);
   impl->timer = std::make_unique<ComputeTimer>(impl->device);
   // The peak is this executor's (a plan version's), not the process's.
   ResetPeakMemory(impl->device);

@@ -54,6 +54,10 @@ struct WorkerOptions {
   // or a local index "N"), overriding the cluster's Device.torch_device;
   // empty: the mapping's default (env/torch_device_map.h).
   std::string torch_device;
+  // --deterministic: the torch executor uses deterministic algorithms (and
+  // cuBLAS's fixed workspace), so a GPU run repeats bit for bit and matches
+  // a reference trainer run the same way; slower on some operators.
+  bool deterministic = false;
 };
 
 }  // namespace pipeplan::worker

@@ -91,6 +91,10 @@ struct TorchExecutorOptions {
   // Boundary buffers: device memory when `transport` takes it
   // (TakesDeviceBuffers, NCCL), else host memory, pinned on a GPU.
   std::string device = "cpu";
+  // Deterministic algorithms for the whole process (torch's setting is
+  // global): a CUDA run repeats exactly. Float32 on CUDA is always true
+  // float32 (TF32 off), as the plan's cost model and the reference assume.
+  bool deterministic = false;
   // Carries EndStep's reductions and checkpoint barriers; may be null with a
   // single rank. Must outlive the executor (or be replaced by set_transport).
   Transport* transport = nullptr;
