@@ -10,7 +10,9 @@
 //    split with ideal_dp (exact on this graph) and simulated, shapes visited
 //    by their work bound and cut off once the bound reaches the best step.
 //
-//   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE]
+//   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
+//
+// --devices N: only the rows of N devices (for profiling one scale).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +42,10 @@ Cluster Devices(int n, double flops, double memory, double inter, double intra, 
   return *Cluster::Build(std::move(c));
 }
 
+int only_devices = 0;  // --devices: 0 is every row
+
+bool Skip(int n) { return only_devices > 0 && n != only_devices; }
+
 double Seconds(absl::Time t0) { return absl::ToDoubleSeconds(absl::Now() - t0); }
 
 void Gpt2(const std::string& bench_dir, const std::string& data) {
@@ -51,6 +57,7 @@ void Gpt2(const std::string& bench_dir, const std::string& data) {
       "| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
       "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
   for (int n = 8; n <= 2048; n *= 2) {
+    if (Skip(n)) continue;
     const Cluster c = Devices(n, 4e14, 80.0 * (1 << 30), 50e9, 450e9, 10e-6);
     const PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
     const absl::Time t0 = absl::Now();
@@ -127,6 +134,7 @@ void Piper(const std::string& piper_graph, const std::string& data) {
       "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
       "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
+    if (Skip(n)) continue;
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
     const PlanOptions o{.global_batch = batch,
                         .optimizer = Optimizer::kSgd,
@@ -159,6 +167,8 @@ int Main(int argc, char** argv) {
       only = argv[i + 1];
     } else if (flag == "--piper") {
       piper = argv[i + 1];
+    } else if (flag == "--devices") {
+      only_devices = std::atoi(argv[i + 1]);
     } else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;

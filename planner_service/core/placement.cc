@@ -84,7 +84,11 @@ class GridEnumerator {
     grid_.assign(static_cast<size_t>(p_) * d_, 0);
   }
 
-  // False when there are more grids than the limit.
+  // False when there are more grids than the limit, or when finding them
+  // takes more than kVisitsPerGrid steps per grid allowed: with every
+  // device of a large cluster in use, the symmetry-broken search can spend
+  // seconds in dead ends before its limit's worth of grids; the caller then
+  // falls back to layouts, as for a count over the limit.
   bool Run() {
     Rec(0, 0, false);
     return !overflow_;
@@ -92,8 +96,14 @@ class GridEnumerator {
   const std::vector<std::vector<int>>& grids() const { return grids_; }
 
  private:
+  static constexpr int64_t kVisitsPerGrid = 1000;
+
   void Rec(int q, int i, bool tight) {
     if (overflow_) return;
+    if (++visits_ > (limit_ + 1) * kVisitsPerGrid) {
+      overflow_ = true;
+      return;
+    }
     if (q == d_) {
       grids_.push_back(grid_);
       if (static_cast<int64_t>(grids_.size()) > limit_) overflow_ = true;
@@ -115,6 +125,7 @@ class GridEnumerator {
   const int64_t limit_;
   std::vector<int> grid_;
   std::vector<std::vector<int>> grids_;
+  int64_t visits_ = 0;
   bool overflow_ = false;
 };
 

@@ -4,7 +4,6 @@
 // docs/partitioning.md, "Chain DP".
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -210,38 +209,45 @@ class ChainDp {
   bool Feasible(double T, std::vector<std::vector<int>>* parents) {
     const int n = g_.num_nodes();
     const int k = p_.num_stages();
-    std::vector<char> reach(n + 1, 0), next(n + 1, 0);
-    reach[0] = 1;
-    std::deque<int> window;
+    reach_.assign(n + 1, 0);
+    next_.assign(n + 1, 0);
+    reach_[0] = 1;
+    // A monotone queue of starts (decreasing h) in a flat buffer: each start
+    // enters once per stage, so head and tail only move forward.
+    window_.resize(n + 1);
     if (parents) parents->assign(k, std::vector<int>(n + 1, -1));
     for (int j = 0; j < k; ++j) {
       const double slow = p_.cost->slowdown(p_.stage_device[j]);
       const std::vector<double>& left = left_[j];
       const std::vector<double>& right = right_[j];
+      const std::vector<int>& lo = lo_[j];
       auto h = [&](int a) { return prefix_[a] * slow - left[a]; };
-      std::fill(next.begin(), next.end(), 0);
-      window.clear();
+      std::fill(next_.begin(), next_.end(), 0);
+      int head = 0, tail = 0;
+      bool any = false;
       const int first_b = j + 1;
       const int last_b = n - (k - 1 - j);
       for (int b = 1; b <= last_b; ++b) {
         const int a_new = b - 1;
-        if (reach[a_new]) {
+        if (reach_[a_new]) {
           const double ha = h(a_new);
-          while (!window.empty() && h(window.back()) <= ha) window.pop_back();
-          window.push_back(a_new);
+          while (tail > head && h(window_[tail - 1]) <= ha) --tail;
+          window_[tail++] = a_new;
         }
-        while (!window.empty() && window.front() < lo_[j][b]) window.pop_front();
-        if (b < first_b || window.empty()) continue;
+        while (tail > head && window_[head] < lo[b]) ++head;
+        if (b < first_b || tail == head) continue;
         if (j == k - 1 && b != n) continue;
-        const int a = window.front();
+        const int a = window_[head];
         if (h(a) >= prefix_[b] * slow + right[b] - T) {
-          next[b] = 1;
+          next_[b] = 1;
+          any = true;
           if (parents) (*parents)[j][b] = a;
         }
       }
-      reach.swap(next);
+      reach_.swap(next_);
+      if (!any) return false;  // no stage j ends anywhere: later stages cannot start
     }
-    return reach[n];
+    return reach_[n];
   }
 
   // Smallest T (to relative precision) with a feasible split; infinity when
@@ -289,6 +295,8 @@ class ChainDp {
   std::vector<double> prefix_;
   std::vector<std::vector<double>> left_, right_;
   std::vector<std::vector<int>> lo_;
+  std::vector<char> reach_, next_;  // Feasible's scratch, kept between calls
+  std::vector<int> window_;
   int64_t iterations_ = 0;
 };
 
