@@ -25,7 +25,9 @@
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/host_overhead.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/schedule/stage_costs.h"
 
 namespace pipeplan {
 
@@ -46,6 +48,17 @@ struct AsRunOptions {
   // (host_overhead.h); empty: posting is free.
   HostOverhead host_overhead;
 };
+
+// What SimulateAsRun simulates: the lowered schedule and per-stage costs
+// (compute per microbatch, transfers per boundary, host time per message).
+// Callers that perturb durations (step_spread.h) start from it.
+struct AsRunCosts {
+  schedule::PipelineSchedule lowered;
+  schedule::StageCosts costs;
+  std::vector<double> boundary_bytes;
+};
+absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
+                                           const FixedPlan& plan, const AsRunOptions& options = {});
 
 // `plan` under `cluster`'s costs, transfers as the runtime does them.
 // Errors: as SimulateFixedPlan.
