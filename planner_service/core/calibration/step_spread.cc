@@ -138,28 +138,29 @@ absl::StatusOr<ActionSpread> MeasureActionSpread(std::span<const StepSample> sam
   return out;
 }
 
-absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& cluster,
-                                             const FixedPlan& plan, const AsRunOptions& as_run,
-                                             const ActionSpread& spread,
-                                             const SpreadOptions& options) {
+absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
+                                          const schedule::StageCosts& costs,
+                                          const std::vector<std::string>& stage_device,
+                                          const ActionSpread& spread,
+                                          const SpreadOptions& options) {
   if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
-  PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean,
-                            schedule::Simulate(in.lowered, in.costs));
+  if (stage_device.size() != costs.forward.size()) {
+    return absl::InvalidArgumentError("spread: one device per stage is needed");
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, schedule::Simulate(lowered, costs));
   StepQuantiles out{.mean_duration_seconds = at_mean.step_seconds};
   if (spread.empty()) {
     out.mean_seconds = out.p50_seconds = out.p90_seconds = at_mean.step_seconds;
     out.samples = 1;
     return out;
   }
-  std::vector<std::string> dev;
-  for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
   std::mt19937_64 rng(options.seed);
   std::vector<double> steps;
   double sum = 0;
   for (int i = 0; i < options.samples; ++i) {
-    PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r,
-                              schedule::Simulate(in.lowered, Scaled(in.costs, dev, spread, rng)));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        schedule::SimulationResult r,
+        schedule::Simulate(lowered, Scaled(costs, stage_device, spread, rng)));
     steps.push_back(r.step_seconds);
     sum += r.step_seconds;
   }
@@ -167,6 +168,27 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   out.mean_seconds = sum / options.samples;
   out.p50_seconds = QuantileOr(steps, 0.5, at_mean.step_seconds);
   out.p90_seconds = QuantileOr(steps, 0.9, at_mean.step_seconds);
+  return out;
+}
+
+absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& cluster,
+                                             const FixedPlan& plan, const AsRunOptions& as_run,
+                                             const ActionSpread& spread,
+                                             const SpreadOptions& options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
+  std::vector<std::string> dev;
+  for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
+  return SampleSteps(in.lowered, in.costs, dev, spread, options);
+}
+
+ActionSpread UniformSpread(double r) {
+  ActionSpread out;
+  constexpr int kPoints = 21;
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < kPoints; ++i) {
+      out.pooled[k].push_back(1 - r + 2 * r * i / (kPoints - 1));
+    }
+  }
   return out;
 }
 

@@ -169,6 +169,8 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
   model.links = CalibrateLinks(model.samples, ClusterSpecFromProto(version.request().cluster()),
                                PlanLinks(version.plan()), options.links);
   model.host = FitHostOverhead(model.samples, options.host);
+  absl::StatusOr<ActionSpread> spread = MeasureActionSpread(model.samples, 0);
+  if (spread.ok()) model.spread = *std::move(spread);
   return model;
 }
 

@@ -24,6 +24,7 @@
 #include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/link_calibration.h"
 #include "pipeplan/core/runtime_model.h"
+#include "pipeplan/core/step_spread.h"
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
@@ -91,6 +92,9 @@ struct CalibratedModel {
   DeviceFactors factors;
   LinkCalibration links;
   HostOverhead host;
+  // Each action kind's step-to-step spread per device (step_spread.h);
+  // empty when the reports do not parse.
+  ActionSpread spread;
 };
 
 // Reads `job`'s reports of `version` (the plan `plan`, decoded from it; an

@@ -86,6 +86,21 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
                                              const ActionSpread& spread,
                                              const SpreadOptions& options = {});
 
+// The same sampling on a lowered schedule and its per-stage costs, the
+// stages on `stage_device` (ids looked up in the spread; unknown ones draw
+// from the pooled ratios). For callers without a graph (`pipeplan
+// simulate`). Errors: as Simulate; INVALID_ARGUMENT for samples < 1 or a
+// device per stage missing.
+absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
+                                          const schedule::StageCosts& costs,
+                                          const std::vector<std::string>& stage_device,
+                                          const ActionSpread& spread,
+                                          const SpreadOptions& options = {});
+
+// A spread of relative noise `r` on every action kind: ratios evenly over
+// [1 - r, 1 + r] (what `pipeplan simulate --noise` asks about).
+ActionSpread UniformSpread(double r);
+
 // The q-quantile (0..1) of `values` by linear interpolation between order
 // statistics; `if_empty` when there are none.
 double QuantileOr(std::vector<double> values, double q, double if_empty);
