@@ -67,6 +67,12 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
   PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan));
   schedule::StageCosts& c = out.costs;
+  if (as_run.stage_fit != nullptr) {
+    std::vector<std::string> device;
+    for (int d : plan.stage_device) device.push_back(cluster.device(d).id);
+    ApplyStageTimeFit(*as_run.stage_fit, device, c);
+    out.tail_seconds = as_run.stage_fit->end_step_seconds;
+  }
   out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
   for (int b = 0; b + 1 < num_stages; ++b) {
     const int from = plan.stage_device[b], to = plan.stage_device[b + 1];
@@ -95,6 +101,7 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
   PIPEPLAN_ASSIGN_OR_RETURN(
       out.simulation,
       schedule::Simulate(in.lowered, in.costs, {.record_timeline = as_run.record_timeline}));
+  out.simulation.step_seconds += in.tail_seconds;
   return out;
 }
 

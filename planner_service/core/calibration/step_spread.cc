@@ -178,7 +178,12 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
   std::vector<std::string> dev;
   for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
-  return SampleSteps(in.lowered, in.costs, dev, spread, options);
+  PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
+                            SampleSteps(in.lowered, in.costs, dev, spread, options));
+  for (double* s : {&q.mean_seconds, &q.p50_seconds, &q.p90_seconds, &q.mean_duration_seconds}) {
+    *s += in.tail_seconds;
+  }
+  return q;
 }
 
 ActionSpread UniformSpread(double r) {

@@ -144,7 +144,8 @@ absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const 
   // noise a plan with more waits between ranks is slower than its mean.
   PIPEPLAN_ASSIGN_OR_RETURN(
       StepQuantiles score,
-      SimulateSpread(*in.graph, *in.cluster, *fixed, {.host_overhead = model.host}, model.spread));
+      SimulateSpread(*in.graph, *in.cluster, *fixed,
+                     {.host_overhead = model.host, .stage_fit = &model.stage_fit}, model.spread));
   return score.mean_seconds;
 }
 
@@ -548,6 +549,7 @@ std::optional<v1::VersionPrediction> ReplanPolicy::Predict(const Evaluation& e,
                         .current = e.readable ? &e.current : nullptr,
                         .samples = &e.model.samples,
                         .host = &e.model.host,
+                        .stage_fit = &e.model.stage_fit,
                         .spread = e.model.spread,
                         .trigger = TriggerName(e.trigger),
                         .switch_seconds = MeasuredSwitchSeconds(e.reports, e.vp.version()),

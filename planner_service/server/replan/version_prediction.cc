@@ -21,6 +21,7 @@ absl::StatusOr<StepQuantiles> Quantiles(const DecodedPlan& plan, const PlanInput
   PIPEPLAN_ASSIGN_OR_RETURN(FixedPlan fixed, FixedPlanOf(plan, *in.cluster, in.options));
   AsRunOptions as_run;
   if (basis.host != nullptr) as_run.host_overhead = *basis.host;
+  as_run.stage_fit = basis.stage_fit;
   return SimulateSpread(*in.graph, *in.cluster, fixed, as_run, basis.spread);
 }
 
@@ -102,6 +103,7 @@ absl::StatusOr<v1::VersionPrediction> PredictFromCurrent(
                         .current = current.ok() ? &*current : nullptr,
                         .samples = &model.samples,
                         .host = &model.host,
+                        .stage_fit = &model.stage_fit,
                         .spread = model.spread,
                         .trigger = "requested"};
   return PredictVersion(next, in, basis);

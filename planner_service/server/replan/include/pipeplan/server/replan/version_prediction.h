@@ -25,6 +25,7 @@
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/host_overhead.h"
+#include "pipeplan/core/stage_time_fit.h"
 #include "pipeplan/core/step_spread.h"
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/v1/planner_service.pb.h"
@@ -43,6 +44,7 @@ struct PredictionBasis {
   const DecodedPlan* current = nullptr;  // null: unreadable
   const std::vector<StepSample>* samples = nullptr;
   const HostOverhead* host = nullptr;
+  const StageTimeFit* stage_fit = nullptr;
   ActionSpread spread;
   std::string trigger;
   double switch_seconds = 0;
