@@ -25,7 +25,7 @@ worker runs 1.5x, 2x, 3x slower (--slowdown), or every worker varies +-10%
 per step (--noise 0.1). Does it replan, and how does the predicted gain of
 the switch compare with the measured one (`jobs versions`)?
 
-  /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 15]
+  /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 40]
       [--parts torch,straggler]
 
 Timings depend on the machine's load: four workers share its cores.
@@ -90,7 +90,8 @@ def wait_steps(planner, job, version, steps, workers, timeout=900):
         if any(w.poll() is not None for w in workers):
             sys.exit("a worker exited early; planner log: %s" % planner.stderr_path)
         o = cli(planner, "jobs", "show", job).get("observation", {})
-        if o.get("plan_version") == version and o.get("steps", 0) >= steps:
+        # int64 fields arrive as JSON strings.
+        if int(o.get("plan_version", 0)) == version and o.get("steps", 0) >= steps:
             return o
         time.sleep(1)
     sys.exit("job %s: version %d did not reach %d steps" % (job, version, steps))
@@ -99,8 +100,9 @@ def wait_steps(planner, job, version, steps, workers, timeout=900):
 def switch(planner, job, label, options, steps, workers):
     """Replans `job` with `options`; returns the new version once it ran."""
     vp = cli(planner, "jobs", "replan", job, "--reason", label, *options)
-    wait_steps(planner, job, vp["version"], steps, workers)
-    return vp["version"]
+    version = int(vp["version"])
+    wait_steps(planner, job, version, steps, workers)
+    return version
 
 
 def version_row(planner, job, version):
@@ -201,7 +203,7 @@ def print_straggler(rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,cnn")
-    parser.add_argument("--steps", type=int, default=15,
+    parser.add_argument("--steps", type=int, default=40,
                         help="steps of each version before the next switch")
     parser.add_argument("--straggler-steps", type=int, default=120)
     parser.add_argument("--parts", default="torch,straggler")
