@@ -80,6 +80,7 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Value("listen-host", "HOST", "address peers reach this worker on (127.0.0.1)")
         .Value("time-scale", "X", "synthetic executor: scale of the modelled times (1)")
         .Value("slowdown", "X", "synthetic executor: run X times slower (a straggler)")
+        .Value("noise", "R", "synthetic executor: each step's compute varies by up to R (0)")
         .Value("max-message-bytes", "N", "largest gRPC message (67108864)")
         .Value("memory-bytes", "N", "device memory to report (0: the cluster spec's)")
         .Value("comm-timeout-seconds", "S", "a send or receive gives up after S (60)")
@@ -196,6 +197,8 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   PIPEPLAN_RETURN_IF_ERROR(Integer(f, "steps", 0, &o->steps));
   PIPEPLAN_RETURN_IF_ERROR(Number(f, "time-scale", /*allow_zero=*/true, &o->time_scale));
   PIPEPLAN_RETURN_IF_ERROR(Number(f, "slowdown", /*allow_zero=*/false, &o->slowdown));
+  PIPEPLAN_RETURN_IF_ERROR(Number(f, "noise", /*allow_zero=*/true, &o->noise));
+  if (o->noise >= 1) return UsageError("--noise must be below 1");
   PIPEPLAN_RETURN_IF_ERROR(Integer(f, "max-message-bytes", 1, &o->max_message_bytes));
   PIPEPLAN_RETURN_IF_ERROR(Number(f, "memory-bytes", /*allow_zero=*/true, &o->memory_bytes));
   PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "comm-timeout-seconds", &o->comm_timeout));

@@ -1,5 +1,7 @@
 #include "job_table.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -125,29 +127,104 @@ std::string FormatJob(const v1::Job& job) {
   return out;
 }
 
-std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions) {
-  std::string out = absl::StrFormat("%8s %6s %-22s %12s %12s %8s  %s\n", "VERSION", "RANKS",
-                                    "SCHEDULE", "MICROBATCHES", "STEP", "BUBBLE", "REASON");
-  for (const v1::VersionedPlan& v : versions) {
-    absl::StrAppendFormat(&out, "%8d %6d %-22s %12d %12s %7.1f%%  %s\n", v.version(),
-                          PlanRanks(v.plan()), ScheduleDisplayName(v.plan().schedule()),
-                          v.plan().microbatches(), HumanSeconds(v.plan().step_seconds()),
-                          100 * v.plan().bubble_ratio(), v.reason());
+namespace {
+
+// A version's prediction (made before it ran) against what it measured.
+struct VersionRow {
+  const v1::VersionedPlan* v = nullptr;
+  double predicted = 0, p50 = 0, p90 = 0;        // 0: no stored prediction
+  double measured = 0;                           // 0: no measured steps known
+  double error = -1;                             // |predicted - measured| / measured
+  double predicted_gain = 0, measured_gain = 0;  // over the replaced version
+  bool has_gain = false;
+};
+
+// Version v's measured step: recorded by v + 1 when it was published, or
+// the job's observation for the current version.
+double MeasuredOf(const std::vector<v1::VersionedPlan>& versions, size_t i, const v1::Job& job) {
+  if (i + 1 < versions.size()) return versions[i + 1].prediction().previous_measured_step_seconds();
+  const v1::JobObservation& o = job.observation();
+  if (o.plan_version() == versions[i].version() && o.steps() > 0) {
+    return o.measured_step_seconds();
+  }
+  return 0;
+}
+
+std::vector<VersionRow> VersionRows(const std::vector<v1::VersionedPlan>& versions,
+                                    const v1::Job& job) {
+  std::vector<VersionRow> rows;
+  for (size_t i = 0; i < versions.size(); ++i) {
+    const v1::VersionPrediction& p = versions[i].prediction();
+    VersionRow r{.v = &versions[i],
+                 .predicted = p.step_seconds(),
+                 .p50 = p.p50_step_seconds(),
+                 .p90 = p.p90_step_seconds(),
+                 .measured = MeasuredOf(versions, i, job)};
+    if (r.predicted > 0 && r.measured > 0) {
+      r.error = std::abs(r.predicted - r.measured) / r.measured;
+    }
+    // The decision: the gain it was predicted to bring, and the one measured.
+    const double before_pred = p.previous_predicted_step_seconds();
+    const double before_meas = p.previous_measured_step_seconds();
+    if (r.predicted > 0 && before_pred > 0 && before_meas > 0 && r.measured > 0) {
+      r.has_gain = true;
+      r.predicted_gain = (before_pred - r.predicted) / before_pred;
+      r.measured_gain = (before_meas - r.measured) / before_meas;
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string SecondsOrDash(double s) { return s > 0 ? HumanSeconds(s) : "-"; }
+
+std::string PercentOrDash(bool known, double ratio) {
+  return known ? absl::StrFormat("%.1f%%", 100 * ratio) : "-";
+}
+
+}  // namespace
+
+std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job) {
+  std::string out = absl::StrFormat("%7s %5s %-16s %4s %10s %10s %10s %10s %10s %7s %15s  %s\n",
+                                    "VERSION", "RANKS", "SCHEDULE", "MB", "PLANNED", "PREDICTED",
+                                    "P50", "P90", "MEASURED", "ERROR", "GAIN PRED/MEAS", "REASON");
+  for (const VersionRow& r : VersionRows(versions, job)) {
+    const v1::Plan& plan = r.v->plan();
+    const std::string gain = r.has_gain ? absl::StrCat(PercentOrDash(true, r.predicted_gain), "/",
+                                                       PercentOrDash(true, r.measured_gain))
+                                        : "-";
+    absl::StrAppendFormat(&out, "%7d %5d %-16s %4d %10s %10s %10s %10s %10s %7s %15s  %s\n",
+                          r.v->version(), PlanRanks(plan), ScheduleDisplayName(plan.schedule()),
+                          plan.microbatches(), HumanSeconds(plan.step_seconds()),
+                          SecondsOrDash(r.predicted), SecondsOrDash(r.p50), SecondsOrDash(r.p90),
+                          SecondsOrDash(r.measured), PercentOrDash(r.error >= 0, r.error), gain,
+                          r.v->reason());
   }
   return out;
 }
 
-std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions) {
+std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job) {
   std::string out = "[";
   const char* sep = "";
-  for (const v1::VersionedPlan& v : versions) {
+  for (const VersionRow& r : VersionRows(versions, job)) {
+    const v1::VersionedPlan& v = *r.v;
     absl::StrAppendFormat(
         &out,
         "%s\n  {\"version\": %d, \"ranks\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
-        "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, \"reason\": %s}",
+        "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, "
+        "\"predicted_step_seconds\": %s, \"predicted_p50_step_seconds\": %s, "
+        "\"predicted_p90_step_seconds\": %s, \"calibrated_on_version\": %d, "
+        "\"measured_step_seconds\": %s, \"prediction_error_ratio\": %s, "
+        "\"predicted_gain_ratio\": %s, \"measured_gain_ratio\": %s, \"trigger\": %s, "
+        "\"reason\": %s}",
         sep, v.version(), PlanRanks(v.plan()), v.plan().chunks_per_rank(),
         ScheduleDisplayName(v.plan().schedule()), v.plan().microbatches(),
         JsonNumber(v.plan().step_seconds()), JsonNumber(v.plan().bubble_ratio()),
+        JsonNumber(r.predicted), JsonNumber(r.p50), JsonNumber(r.p90),
+        v.prediction().calibrated_on_version(), JsonNumber(r.measured),
+        r.error >= 0 ? JsonNumber(r.error) : "null",
+        r.has_gain ? JsonNumber(r.predicted_gain) : "null",
+        r.has_gain ? JsonNumber(r.measured_gain) : "null", JsonString(v.prediction().trigger()),
         JsonString(v.reason()));
     sep = ",";
   }

@@ -14,10 +14,15 @@ namespace pipeplan::cli {
 std::string FormatJobList(const v1::ListJobsResponse& jobs);
 // The job, its training spec, workers and current plan.
 std::string FormatJob(const v1::Job& job);
-// One row per version: ranks, schedule, microbatches, predicted step, reason.
-std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions);
+// One row per version: ranks, schedule, microbatches, the planned step, the
+// step predicted before the version ran (under the previous version's
+// calibration, with p50 and p90 under the measured spread), the measured
+// step (recorded by the next version, or `job`'s observation for the
+// current one), the error, the predicted and measured gain of the switch
+// into it, and the reason.
+std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job);
 // The same rows as a JSON array (no graphs or stage lists).
-std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions);
+std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job);
 // "pending", "running", "completed", "failed", "cancelled".
 std::string JobStateName(v1::JobState state);
 

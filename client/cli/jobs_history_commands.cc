@@ -109,7 +109,7 @@ absl::Status JobsVersions(const CommandContext& ctx) {
     PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, c->GetPlan(job.id(), v));
     versions.push_back(std::move(vp));
   }
-  std::cout << (Json(ctx) ? VersionsJson(versions) : FormatVersions(versions));
+  std::cout << (Json(ctx) ? VersionsJson(versions, job) : FormatVersions(versions, job));
   return absl::OkStatus();
 }
 

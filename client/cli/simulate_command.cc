@@ -30,6 +30,7 @@
 #include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 #include "pipeplan/core/schedule/unit_time.h"
+#include "pipeplan/core/step_spread.h"
 #include "plan_command.h"
 #include "plan_table.h"
 #include "request_flags.h"
@@ -158,9 +159,40 @@ absl::StatusOr<Scenario> FromFlags(const CommandContext& ctx) {
   return sc;
 }
 
+// --noise R: the step's p50 and p90 (and mean) when every action kind of
+// every rank varies by up to R from step to step (step_spread.h, seeded by
+// --seed, --samples draws). nullopt without --noise.
+absl::StatusOr<std::optional<StepQuantiles>> NoiseQuantiles(const common::ParsedFlags& flags,
+                                                            const Scenario& sc,
+                                                            const PipelineSchedule& lowered) {
+  if (!flags.Has("noise")) return std::nullopt;
+  PIPEPLAN_ASSIGN_OR_RETURN(double noise, flags.GetDouble("noise", 0));
+  PIPEPLAN_ASSIGN_OR_RETURN(int samples, flags.GetInt("samples", 200));
+  PIPEPLAN_ASSIGN_OR_RETURN(int seed, flags.GetInt("seed", 1));
+  if (!(noise >= 0 && noise < 1) || samples < 1) {
+    return common::UsageError("--noise takes 0 <= R < 1 and --samples at least 1");
+  }
+  std::vector<std::string> rank_of_stage;
+  for (int st = 0; st < lowered.num_stages; ++st) {
+    rank_of_stage.push_back(absl::StrCat("rank", lowered.stage_to_rank[st]));
+  }
+  PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
+                            SampleSteps(lowered, sc.costs, rank_of_stage, UniformSpread(noise),
+                                        {.samples = samples, .seed = static_cast<uint64_t>(seed)}));
+  return q;
+}
+
+std::string QuantilesJson(const std::optional<StepQuantiles>& q) {
+  if (!q) return "";
+  return absl::StrCat("  \"p50_step_seconds\": ", JsonNumber(q->p50_seconds),
+                      ",\n  \"p90_step_seconds\": ", JsonNumber(q->p90_seconds),
+                      ",\n  \"mean_step_seconds\": ", JsonNumber(q->mean_seconds), ",\n");
+}
+
 std::string ReportJson(const Scenario& sc, const PipelineSchedule& s,
                        const schedule::SimulationResult& sim,
-                       const std::optional<schedule::UnitTimeResult>& unit) {
+                       const std::optional<schedule::UnitTimeResult>& unit,
+                       const std::optional<StepQuantiles>& q) {
   std::string out = "{\n";
   absl::StrAppend(&out, "  \"schedule\": ", JsonString(sc.source), ",\n");
   absl::StrAppend(&out, "  \"ranks\": ", s.num_ranks, ",\n");
@@ -170,6 +202,7 @@ std::string ReportJson(const Scenario& sc, const PipelineSchedule& s,
   if (unit) absl::StrAppend(&out, "  \"steps\": ", unit->steps.size(), ",\n");
   absl::StrAppend(&out, "  \"step_seconds\": ", JsonNumber(sim.step_seconds), ",\n");
   absl::StrAppend(&out, "  \"bubble_ratio\": ", JsonNumber(sim.bubble_ratio), ",\n");
+  absl::StrAppend(&out, QuantilesJson(q));
   absl::StrAppend(&out, "  \"busy_seconds\": ", JsonArray(sim.busy_seconds, JsonNumber), ",\n");
   absl::StrAppend(&out, "  \"peak_inflight_microbatches\": ",
                   JsonArray(sim.peak_inflight_microbatches, [](int x) { return absl::StrCat(x); }),
@@ -187,7 +220,8 @@ std::string ReportJson(const Scenario& sc, const PipelineSchedule& s,
 
 std::string ReportTable(const Scenario& sc, const PipelineSchedule& s,
                         const schedule::SimulationResult& sim,
-                        const std::optional<schedule::UnitTimeResult>& unit) {
+                        const std::optional<schedule::UnitTimeResult>& unit,
+                        const std::optional<StepQuantiles>& q) {
   std::string out =
       absl::StrFormat("%s: %d ranks, %d stages, %d microbatches, %d actions\n\n", sc.source,
                       s.num_ranks, s.num_stages, s.num_microbatches, s.NumActions());
@@ -199,6 +233,10 @@ std::string ReportTable(const Scenario& sc, const PipelineSchedule& s,
   }
   absl::StrAppendFormat(&out, "step_seconds: %.6g\nbubble_ratio: %.6f\n", sim.step_seconds,
                         sim.bubble_ratio);
+  if (q) {
+    absl::StrAppendFormat(&out, "under noise: p50 %.6g s, p90 %.6g s, mean %.6g s (%d samples)\n",
+                          q->p50_seconds, q->p90_seconds, q->mean_seconds, q->samples);
+  }
   for (int r = 0; r < s.num_ranks; ++r) {
     absl::StrAppendFormat(&out, "  rank %d: busy %.6g s, idle %.6g s, peak in flight %d\n", r,
                           sim.busy_seconds[r], sim.idle_seconds[r],
@@ -251,8 +289,9 @@ absl::Status RunSimulate(const CommandContext& ctx) {
     std::cout << FormatGantt(spans, lowered.num_ranks, 100);
     return absl::OkStatus();
   }
-  std::cout << (json ? ReportJson(sc, lowered, run.sim, unit)
-                     : ReportTable(sc, lowered, run.sim, unit));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::optional<StepQuantiles> q, NoiseQuantiles(flags, sc, lowered));
+  std::cout << (json ? ReportJson(sc, lowered, run.sim, unit, q)
+                     : ReportTable(sc, lowered, run.sim, unit, q));
   return absl::OkStatus();
 }
 
@@ -279,7 +318,12 @@ Command SimulateCommand() {
              "`jobs trace`)")
       .Value("svg", "FILE",
              "draw the predicted timeline as an SVG picture (a lane per rank, boxes by kind)")
-      .Switch("ascii", "print the timeline as a terminal Gantt chart instead of the table");
+      .Switch("ascii", "print the timeline as a terminal Gantt chart instead of the table")
+      .Value("noise", "R",
+             "also the step's p50 and p90 when every action varies by up to\n"
+             "R (e.g. 0.1) from step to step, sampled")
+      .Value("samples", "N", "steps sampled for --noise (200)")
+      .Value("seed", "S", "seed of the --noise sampling (1): the same seed, the same figures");
   c.flags.Include(PlanOptionFlags()).Include(PlanInputFlags());
   c.run = RunSimulate;
   return c;

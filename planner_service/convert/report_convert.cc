@@ -15,7 +15,8 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
                .compute_seconds = r.compute_seconds(),
                .comm_seconds = r.comm_seconds(),
                .bubble_ratio = r.bubble_ratio(),
-               .peak_memory_bytes = r.peak_memory_bytes()};
+               .peak_memory_bytes = r.peak_memory_bytes(),
+               .optimizer_seconds = r.optimizer_seconds()};
   s.timings.reserve(r.timings_size());
   for (const v1::ActionTiming& t : r.timings()) {
     s.timings.push_back({.action = t.action(),

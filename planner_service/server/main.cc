@@ -68,6 +68,9 @@ void AddServiceFlags(pipeplan::common::FlagSet* f) {
       .Value("replan-horizon-steps", "N",
              "and only if the gain over N steps pays for the measured switch (1000)")
       .Value("replan-switch-seconds", "S", "switch cost assumed before one was measured (1)")
+      .Value("replan-noise-factor", "X",
+             "and (calibration) only if the gain is above X times the\n"
+             "measured step noise, (p90 - p50) / p50 (1; 0: off)")
       .Switch("version", "print the version and exit");
 }
 
@@ -211,6 +214,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-horizon-steps", &h.replan.horizon_steps));
   PIPEPLAN_RETURN_IF_ERROR(
       NonNegative(f, "replan-switch-seconds", &h.replan.assumed_switch_seconds));
+  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-noise-factor", &h.replan.noise_factor));
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #include "pipeplan/core/runtime_model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/status_macros.h"
@@ -28,25 +29,8 @@ std::vector<double> BoundaryBytes(const CostModel& cost, const std::vector<int>&
   return bytes;
 }
 
-}  // namespace
-
-absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& cluster,
-                                          const FixedPlan& plan, const AsRunOptions& as_run) {
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
-                            schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
-                                                    std::max(1, plan.chunks_per_rank)));
-  const int num_stages = static_cast<int>(plan.stage_device.size());
-  if (sched.num_stages != num_stages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the schedule has ", sched.num_stages, " stages, the plan ", num_stages));
-  }
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule lowered, schedule::InsertSendRecv(sched));
-  const PlanOptions options{.global_batch = plan.global_batch,
-                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
-                            .optimizer = plan.optimizer,
-                            .precision = plan.precision,
-                            .comm_model = plan.comm_model};
-  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
+// Per-stage compute of `plan` under `cluster` (recomputation applied).
+absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const FixedPlan& plan) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
                             cost.Evaluate(plan.node_stage, plan.stage_device));
   schedule::StageCosts c;
@@ -58,7 +42,37 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
     c.param_bytes.push_back(stages[s].param_state_bytes);
     c.activation_bytes.push_back(stages[s].activation_bytes);
   }
-  AsRunResult out;
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
+                                           const FixedPlan& plan, const AsRunOptions& as_run) {
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
+                            schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
+                                                    std::max(1, plan.chunks_per_rank)));
+  const int num_stages = static_cast<int>(plan.stage_device.size());
+  if (sched.num_stages != num_stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the schedule has ", sched.num_stages, " stages, the plan ", num_stages));
+  }
+  AsRunCosts out;
+  PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, schedule::InsertSendRecv(sched));
+  const PlanOptions options{.global_batch = plan.global_batch,
+                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
+                            .optimizer = plan.optimizer,
+                            .precision = plan.precision,
+                            .comm_model = plan.comm_model};
+  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan));
+  schedule::StageCosts& c = out.costs;
+  if (as_run.stage_fit != nullptr) {
+    std::vector<std::string> device;
+    for (int d : plan.stage_device) device.push_back(cluster.device(d).id);
+    ApplyStageTimeFit(*as_run.stage_fit, device, c);
+    out.tail_seconds = as_run.stage_fit->end_step_seconds;
+  }
   out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
   for (int b = 0; b + 1 < num_stages; ++b) {
     const int from = plan.stage_device[b], to = plan.stage_device[b + 1];
@@ -76,8 +90,18 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
       c.recv_host.push_back(as_run.host_overhead.RecvSeconds(device));
     }
   }
+  return out;
+}
+
+absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& cluster,
+                                          const FixedPlan& plan, const AsRunOptions& as_run) {
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
+  AsRunResult out;
+  out.boundary_bytes = std::move(in.boundary_bytes);
   PIPEPLAN_ASSIGN_OR_RETURN(
-      out.simulation, schedule::Simulate(lowered, c, {.record_timeline = as_run.record_timeline}));
+      out.simulation,
+      schedule::Simulate(in.lowered, in.costs, {.record_timeline = as_run.record_timeline}));
+  out.simulation.step_seconds += in.tail_seconds;
   return out;
 }
 

@@ -258,13 +258,15 @@ void JobRegistry::ApplyPlanLocked(RegistryState& s, Job& job,
 absl::StatusOr<int64_t> JobRegistry::PublishPlan(const std::string& job_id,
                                                  const v1::PlanRequest& request,
                                                  const v1::Plan& plan, const std::string& reason,
-                                                 int64_t expected_version, PublishAs as) {
+                                                 int64_t expected_version, PublishAs as,
+                                                 const v1::VersionPrediction* prediction) {
   absl::MutexLock l(&mu_);
   RegistryState& s = *state_;
   Job* job = s.sync.FindOrLoad(job_id);
   if (!job) return JobNotFound(job_id);
   PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan next,
                             s.plans.Next(*job, request, plan, reason, expected_version));
+  if (prediction != nullptr) *next.mutable_prediction() = *prediction;
   PIPEPLAN_RETURN_IF_ERROR(s.plans.Store(next, as));
   ApplyPlanLocked(s, *job, std::make_shared<const v1::VersionedPlan>(std::move(next)));
   return job->record.current_version;

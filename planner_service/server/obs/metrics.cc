@@ -37,6 +37,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>* job_step;
   prometheus::Family<prometheus::Gauge>* job_bubble;
   prometheus::Family<prometheus::Gauge>* job_error;
+  prometheus::Family<prometheus::Gauge>* replan_error;
   prometheus::Family<prometheus::Counter>* rejected_reports;
 
   // RPCs, solves, the plan cache, jobs and workers held.
@@ -103,6 +104,10 @@ void Metrics::Families::AddJobMetrics(prometheus::Registry& r) {
                             "Idle share of the ranks over the step, measured or predicted");
   job_error = &GaugeFamily(r, "pipeplan_job_prediction_error_ratio",
                            "|predicted - measured| / measured step time of a job's plan");
+  replan_error = &GaugeFamily(r, "pipeplan_replan_prediction_error",
+                              "|predicted - measured| / measured step time of a job's current "
+                              "version, predicted before it ran (under the previous version's "
+                              "calibration)");
   rejected_reports =
       &CounterFamily(r, "pipeplan_rejected_reports_total",
                      "Step reports refused for a non-finite, negative or absurd timing, by field");
@@ -200,6 +205,9 @@ void Metrics::SetJobObservation(const std::string& job_id, const JobFigures& fig
   }
   set(f_->job_step, "predicted", figures.predicted_step_seconds);
   set(f_->job_bubble, "predicted", figures.predicted_bubble_ratio);
+  if (figures.replan_prediction_error >= 0) {
+    set(f_->replan_error, "", figures.replan_prediction_error);
+  }
 }
 
 void Metrics::CountRejectedReport(std::string_view field) {

@@ -169,6 +169,11 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
   model.links = CalibrateLinks(model.samples, ClusterSpecFromProto(version.request().cluster()),
                                PlanLinks(version.plan()), options.links);
   model.host = FitHostOverhead(model.samples, options.host);
+  absl::StatusOr<ActionSpread> spread = MeasureActionSpread(model.samples, 0);
+  if (spread.ok()) model.spread = *std::move(spread);
+  model.stage_fit = FitStageTimes(model.samples, plan.PlannedStages());
+  model.stage_fit.cluster_factor = model.factors.by_device;
+  model.stage_fit.cluster_default_factor = model.factors.default_factor;
   return model;
 }
 

@@ -24,6 +24,8 @@
 #include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/link_calibration.h"
 #include "pipeplan/core/runtime_model.h"
+#include "pipeplan/core/stage_time_fit.h"
+#include "pipeplan/core/step_spread.h"
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/v1/planner_service.pb.h"
 
@@ -91,6 +93,12 @@ struct CalibratedModel {
   DeviceFactors factors;
   LinkCalibration links;
   HostOverhead host;
+  // Each action kind's step-to-step spread per device (step_spread.h);
+  // empty when the reports do not parse.
+  ActionSpread spread;
+  // Stage times as the executor measured them (stage_time_fit.h), over the
+  // cluster calibrated with `factors`: what plans are scored with.
+  StageTimeFit stage_fit;
 };
 
 // Reads `job`'s reports of `version` (the plan `plan`, decoded from it; an

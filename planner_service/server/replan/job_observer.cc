@@ -15,6 +15,8 @@
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
+#include "pipeplan/core/step_spread.h"
+#include "pipeplan/server/replan/version_prediction.h"
 
 namespace pipeplan::server {
 namespace {
@@ -95,6 +97,19 @@ void AddFitted(const CalibratedModel& model, v1::JobObservation* out) {
   }
 }
 
+// The out-of-sample check: the prediction stored with the version before
+// it ran, against its measured steps (and their quantiles).
+void AddOutOfSample(const v1::VersionedPlan& vp, const std::vector<StepSample>& samples,
+                    int num_ranks, v1::JobObservation* out) {
+  const std::vector<double> steps = StepMakespans(samples, num_ranks);
+  out->set_measured_p50_step_seconds(QuantileOr(steps, 0.5, 0));
+  out->set_measured_p90_step_seconds(QuantileOr(steps, 0.9, 0));
+  const double predicted = vp.prediction().step_seconds();
+  if (!(predicted > 0)) return;
+  out->set_out_of_sample_step_seconds(predicted);
+  out->set_out_of_sample_error_ratio(PredictionError(predicted, out->measured_step_seconds()));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
@@ -126,9 +141,11 @@ absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
       AsRunResult predicted,
       SimulateAsRun(*in.graph, *in.cluster, fixed,
                     {.shipped_bytes = ShippedBytes(model.samples, plan->num_stages()),
-                     .host_overhead = model.host}));
+                     .host_overhead = model.host,
+                     .stage_fit = &model.stage_fit}));
   out.set_predicted_step_seconds(predicted.simulation.step_seconds);
   out.set_predicted_bubble_ratio(predicted.simulation.bubble_ratio);
+  AddOutOfSample(vp, model.samples, plan->num_ranks, &out);
   if (out.measured_step_seconds() > 0) {
     out.set_prediction_error_ratio(
         std::abs(out.predicted_step_seconds() - out.measured_step_seconds()) /
@@ -142,7 +159,10 @@ Metrics::JobFigures JobFiguresOf(const v1::JobObservation& o) {
           .measured_bubble_ratio = o.measured_bubble_ratio(),
           .predicted_step_seconds = o.predicted_step_seconds(),
           .predicted_bubble_ratio = o.predicted_bubble_ratio(),
-          .prediction_error_ratio = o.prediction_error_ratio()};
+          .prediction_error_ratio = o.prediction_error_ratio(),
+          .replan_prediction_error = o.steps() > 0 && o.out_of_sample_step_seconds() > 0
+                                         ? o.out_of_sample_error_ratio()
+                                         : -1};
 }
 
 }  // namespace pipeplan::server

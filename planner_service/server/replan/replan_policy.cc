@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "calibrated_model.h"
+#include "gain_threshold.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
@@ -19,9 +20,11 @@
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/core/runtime_model.h"
+#include "pipeplan/core/step_spread.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"
 #include "pipeplan/server/replan/live_devices.h"
+#include "pipeplan/server/replan/version_prediction.h"
 #include "replan_reasons.h"
 
 namespace pipeplan::server {
@@ -132,23 +135,27 @@ absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
 // (unreadable, or a stage on a device that is gone). Each device's measured
 // host time per message (host_overhead.h) goes with it into either plan.
 absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in,
-                                  const HostOverhead& host) {
+                                  const CalibratedModel& model) {
   if (!readable) return kInf;
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
   if (!fixed.ok() && fixed.status().code() == absl::StatusCode::kNotFound) return kInf;
   PIPEPLAN_RETURN_IF_ERROR(fixed.status());
-  PIPEPLAN_ASSIGN_OR_RETURN(AsRunResult score,
-                            SimulateAsRun(*in.graph, *in.cluster, *fixed, {.host_overhead = host}));
-  return score.simulation.step_seconds;
+  // The expected step under the measured spread (step_spread.h): under
+  // noise a plan with more waits between ranks is slower than its mean.
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      StepQuantiles score,
+      SimulateSpread(*in.graph, *in.cluster, *fixed,
+                     {.host_overhead = model.host, .stage_fit = &model.stage_fit}, model.spread));
+  return score.mean_seconds;
 }
 
 // The new plan's step simulated as run (ScoreUnder), or the solver's own
 // figure when the plan cannot be read back or scored.
 double AsRunStep(const v1::Plan& plan, double solver_step, const PlanInputs& in,
-                 const HostOverhead& host) {
+                 const CalibratedModel& model) {
   absl::StatusOr<DecodedPlan> decoded = DecodePlan(plan);
   if (!decoded.ok()) return solver_step;
-  absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, host);
+  absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, model);
   return as_run.ok() ? *as_run : solver_step;
 }
 
@@ -492,10 +499,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
   if (!result.ok()) return no_plan(result.status());
   v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
-  outcome.new_step_seconds = AsRunStep(next, result->step_seconds, in, e.model.host);
+  outcome.new_step_seconds = AsRunStep(next, result->step_seconds, in, e.model);
 
   // Step 3: the current plan under the same model; publish when it pays.
-  absl::StatusOr<double> cur = ScoreUnder(e.current, e.readable, in, e.model.host);
+  absl::StatusOr<double> cur = ScoreUnder(e.current, e.readable, in, e.model);
   if (!cur.ok() && e.calibrating()) {
     return Unchanged(e, outcome,
                      absl::StrCat("cannot score the current plan: ", cur.status().message()));
@@ -507,23 +514,62 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
           GainTooSmall(outcome, options_, floor_applies, e.reports, e.job, e.vp.version())) {
     return Unchanged(e, outcome, *std::move(why));
   }
+  if (e.calibrating()) {
+    if (std::optional<std::string> why = NoiseBlocks(e, outcome)) {
+      return Unchanged(e, outcome, *std::move(why));
+    }
+  }
   const std::string reason = VersionReason(e.trigger, e.estimate, e.joined, e.lost, outcome);
   next = WithCalibration(std::move(next), *in.cluster, e.model, e.lost, outcome);
-  absl::StatusOr<ReplanOutcome> published =
-      Publish(e.job_id, e.vp, next, reason, e.trigger, outcome);
+  const std::optional<v1::VersionPrediction> prediction = Predict(e, next, in);
+  absl::StatusOr<ReplanOutcome> published = Publish(e.job_id, e.vp, next, reason, e.trigger,
+                                                    outcome, prediction ? &*prediction : nullptr);
   if (!published.ok() && published.status().code() == absl::StatusCode::kAborted) {
     return Unchanged(e, outcome, std::string(published.status().message()));
   }
   return published;
 }
 
+std::optional<std::string> ReplanPolicy::NoiseBlocks(const Evaluation& e,
+                                                     const ReplanOutcome& outcome) const {
+  const std::vector<double> steps = StepMakespans(e.model.samples, e.current.num_ranks);
+  const double p50 = QuantileOr(steps, 0.5, 0);
+  const double noise = p50 > 0 ? (QuantileOr(steps, 0.9, p50) - p50) / p50 : 0;
+  return GainWithinNoise({.current_step_seconds = outcome.current_step_seconds,
+                          .new_step_seconds = outcome.new_step_seconds,
+                          .noise_ratio = noise,
+                          .measured_steps = static_cast<int>(steps.size())},
+                         options_.noise_factor);
+}
+
+std::optional<v1::VersionPrediction> ReplanPolicy::Predict(const Evaluation& e,
+                                                           const v1::Plan& next,
+                                                           const PlanInputs& in) const {
+  PredictionBasis basis{.current_version = e.vp.version(),
+                        .current = e.readable ? &e.current : nullptr,
+                        .samples = &e.model.samples,
+                        .host = &e.model.host,
+                        .stage_fit = &e.model.stage_fit,
+                        .spread = e.model.spread,
+                        .trigger = TriggerName(e.trigger),
+                        .switch_seconds = MeasuredSwitchSeconds(e.reports, e.vp.version()),
+                        .horizon_steps = HorizonSteps(e.job, options_)};
+  absl::StatusOr<v1::VersionPrediction> p = PredictVersion(next, in, basis);
+  if (p.ok()) return *std::move(p);
+  LogWarn("prediction_failed", {{"job", e.job_id},
+                                {"plan_version", e.version},
+                                {"error", std::string(p.status().message())}});
+  return std::nullopt;
+}
+
 absl::StatusOr<ReplanOutcome> ReplanPolicy::Publish(const std::string& job_id,
                                                     const v1::VersionedPlan& current,
                                                     const v1::Plan& next, const std::string& reason,
-                                                    ReplanTrigger trigger, ReplanOutcome outcome) {
-  PIPEPLAN_ASSIGN_OR_RETURN(outcome.version,
-                            registry_->PublishPlan(job_id, current.request(), next, reason,
-                                                   current.version(), PublishAs::kOwner));
+                                                    ReplanTrigger trigger, ReplanOutcome outcome,
+                                                    const v1::VersionPrediction* prediction) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      outcome.version, registry_->PublishPlan(job_id, current.request(), next, reason,
+                                              current.version(), PublishAs::kOwner, prediction));
   if (metrics_) metrics_->CountReplan(TriggerName(trigger));
   outcome.published = true;
   outcome.reason = reason;

@@ -14,6 +14,7 @@
 #include "pipeplan/server/obs/metrics.h"
 #include "pipeplan/server/replan/job_observer.h"
 #include "pipeplan/server/replan/live_devices.h"
+#include "pipeplan/server/replan/version_prediction.h"
 #include "pipeplan/server/rpc/report_guard.h"
 #include "pipeplan/server/rpc/training_spec.h"
 
@@ -216,7 +217,15 @@ absl::StatusOr<v1::VersionedPlan> PlannerHandlers::SolveAndPublish(const v1::Pla
           ? reason
           : absl::StrCat(reason, " (left out, no live worker: ", absl::StrJoin(lost.devices, ", "),
                          ")");
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t version, registry_.PublishPlan(job_id, request, plan, why));
+  // The out-of-sample check (version_prediction.h): the new plan under the
+  // current version's calibration, stored with it. A job with nothing to
+  // calibrate from still gets its plan.
+  absl::StatusOr<v1::VersionPrediction> prediction =
+      PredictFromCurrent(registry_, job_id, request, plan, lost.devices,
+                         options_.replan.warmup_steps, options_.limits);
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      int64_t version, registry_.PublishPlan(job_id, request, plan, why, 0, PublishAs::kOperator,
+                                             prediction.ok() ? &*prediction : nullptr));
   if (metrics_) metrics_->CountReplan("requested");
   return registry_.GetPlan(job_id, version);
 }

@@ -5,6 +5,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -13,6 +14,7 @@
 #include "pipeplan/core/planner.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/obs/metrics.h"
+#include "pipeplan/server/replan/job_observer.h"
 #include "support/plan_requests.h"
 
 namespace pipeplan::server {
@@ -29,6 +31,15 @@ int NodesOn(const v1::Plan& plan, const std::string& device) {
   int n = 0;
   for (const v1::Stage& s : plan.stages()) n += s.device_id() == device ? s.num_nodes() : 0;
   return n;
+}
+
+// A report's compute (F and B) seconds: its step time when nothing waits.
+double StepSecondsOf(const v1::ReportStepRequest& r) {
+  double out = 0;
+  for (const auto& t : r.timings()) {
+    if (t.action().find("SEND") == std::string::npos) out += t.seconds();
+  }
+  return out;
 }
 
 // The pause a worker reports with its first step of a version.
@@ -81,15 +92,19 @@ class ReplanPolicyTest : public ::testing::Test {
   // `steps` steps of every live worker on the current version; `truth`: each
   // device's real time relative to the request's cluster (what a synthetic
   // worker with --slowdown does).
+  // Each report's step time is its compute times (1 +- `step_noise`), one
+  // draw per step: the spread of whole steps the noise gate reads.
   void Report(int steps, std::map<std::string, double> truth, double noise = 0.02,
-              std::vector<std::string> skip = {}, Pause pause = Pause()) {
+              std::vector<std::string> skip = {}, Pause pause = Pause(), double step_noise = 0) {
     const v1::VersionedPlan vp = Current();
     std::map<std::string, double> plan_factor;
     for (const auto& f : vp.plan().calibration().devices()) {
       plan_factor[f.device_id()] = f.time_factor();
     }
     std::uniform_real_distribution<double> jitter(1 - noise, 1 + noise);
+    std::uniform_real_distribution<double> step_jitter(1 - step_noise, 1 + step_noise);
     for (int i = 0; i < steps; ++i, ++step_) {
+      const double step_factor = step_jitter(rng_);
       for (int d = 0; d < 4; ++d) {
         const std::string worker = absl::StrCat("w", d), device = absl::StrCat("gpu", d);
         if (std::find(skip.begin(), skip.end(), worker) != skip.end()) continue;
@@ -98,6 +113,8 @@ class ReplanPolicyTest : public ::testing::Test {
         r.set_worker_id(worker);
         r.set_step(step_);
         r.set_plan_version(vp.version());
+        r.set_rank(d);
+        r.set_start_unix_us(int64_t{1'700'000'000'000'000} + step_ * 1'000'000);
         if (i == 0) {
           r.set_switch_seconds(pause.seconds);
           r.set_switch_compile_wait_seconds(pause.compile_wait_seconds);
@@ -119,6 +136,7 @@ class ReplanPolicyTest : public ::testing::Test {
             send->set_seconds(0.5);
           }
         }
+        r.set_step_seconds(StepSecondsOf(r) * step_factor);
         ASSERT_TRUE(registry_->ReportStep(r).ok());
       }
     }
@@ -209,6 +227,62 @@ TEST_F(ReplanPolicyTest, NoiseDoesNotReplan) {
   Report(8, {}, /*noise=*/0.10);
   EXPECT_EQ(TickAndWait(), 1);  // evaluated
   EXPECT_EQ(Current().version(), 1);
+}
+
+// The prediction of version 2 is stored with it before it runs: under
+// version 1's calibration, with the spread's p50/p90 and what version 1
+// measured; once version 2 has steps, the observer scores it out of sample
+// and the gauge shows it.
+TEST_F(ReplanPolicyTest, StoresThePredictionAndScoresItOutOfSample) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(6, {{"gpu2", 2.0}}, 0.05);
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  ASSERT_TRUE(v2.has_prediction());
+  const v1::VersionPrediction& p = v2.prediction();
+  EXPECT_EQ(p.calibrated_on_version(), 1);
+  EXPECT_EQ(p.trigger(), "calibration");
+  EXPECT_GT(p.step_seconds(), 0);
+  EXPECT_NEAR(p.step_seconds(), v2.plan().calibration().step_seconds(), 0.1 * p.step_seconds());
+  EXPECT_GT(p.p50_step_seconds(), 0);
+  EXPECT_GE(p.p90_step_seconds(), p.p50_step_seconds());
+  EXPECT_GT(p.previous_predicted_step_seconds(), p.step_seconds());
+  EXPECT_EQ(p.previous_measured_steps(), 5);  // 6 steps less the warm-up
+  EXPECT_GT(p.previous_measured_step_seconds(), 0);
+
+  Report(6, {{"gpu2", 2.0}}, 0.05);
+  absl::StatusOr<v1::JobObservation> seen = ObserveJob(*registry_, job_);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(seen->out_of_sample_step_seconds(), p.step_seconds());
+  EXPECT_NEAR(
+      seen->out_of_sample_error_ratio(),
+      std::abs(p.step_seconds() - seen->measured_step_seconds()) / seen->measured_step_seconds(),
+      1e-12);
+  EXPECT_GE(seen->measured_p90_step_seconds(), seen->measured_p50_step_seconds());
+  metrics_->SetJobObservation(job_, JobFiguresOf(*seen));
+  EXPECT_NE(MetricsText().find("pipeplan_replan_prediction_error{job=\"" + job_ + "\"}"),
+            std::string::npos);
+}
+
+// A gain the measured step noise could produce does not replan: a 1.5x
+// straggler gains ~17%, but steps that vary by +-60% cannot show it
+// (TheSameGainOnQuietStepsReplans: without the noise it does).
+TEST_F(ReplanPolicyTest, AGainWithinTheStepNoiseDoesNotReplan) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(12, {{"gpu2", 1.5}}, 0.02, {}, Pause(), /*step_noise=*/0.6);
+  auto noisy = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(noisy.ok()) << noisy.status();
+  EXPECT_FALSE(noisy->published);
+  EXPECT_NE(noisy->reason.find("within the measured noise"), std::string::npos) << noisy->reason;
+}
+
+TEST_F(ReplanPolicyTest, TheSameGainOnQuietStepsReplans) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(12, {{"gpu2", 1.5}}, 0.02, {}, Pause(), /*step_noise=*/0.0);
+  auto quiet = policy_->Evaluate(job_, ReplanTrigger::kCalibration);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_TRUE(quiet->published) << quiet->reason;
 }
 
 TEST_F(ReplanPolicyTest, RespectsMinGain) {

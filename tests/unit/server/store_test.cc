@@ -160,6 +160,33 @@ TEST_P(StoreTest, SurvivesReopen) {
   EXPECT_TRUE(store_->GetPlan("j1", 1).ok());
 }
 
+// A version's prediction (made before it ran) is part of the version: every
+// backend keeps it, also across a reopen, for the out-of-sample check.
+TEST_P(StoreTest, KeepsTheVersionsPrediction) {
+  ASSERT_TRUE(store_->CreateJob({"j1", "one", 100, 1}, Version("j1", 1)).ok());
+  v1::VersionedPlan next = Version("j1", 2);
+  v1::VersionPrediction* p = next.mutable_prediction();
+  p->set_step_seconds(0.25);
+  p->set_p90_step_seconds(0.3);
+  p->set_calibrated_on_version(1);
+  p->set_previous_measured_step_seconds(0.4);
+  p->set_trigger("calibration");
+  ASSERT_TRUE(store_->AppendPlan(next).ok());
+  if (persistent()) Reopen();
+  auto got = store_->GetPlan("j1", 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prediction().step_seconds(), 0.25);
+  EXPECT_EQ(got->prediction().p90_step_seconds(), 0.3);
+  EXPECT_EQ(got->prediction().calibrated_on_version(), 1);
+  EXPECT_EQ(got->prediction().previous_measured_step_seconds(), 0.4);
+  EXPECT_EQ(got->prediction().trigger(), "calibration");
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ((*loaded)[0].current.prediction().step_seconds(), 0.25);
+  EXPECT_FALSE(store_->GetPlan("j1", 1)->has_prediction());
+}
+
 TEST_P(StoreTest, TrainingSpecAndJobState) {
   JobRecord job{"j1", "one", 100, 1};
   job.training.set_model_package("/pkg");

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -208,6 +209,35 @@ TEST(StageRuntime, RecordsTimingsOfComputeAndCommunication) {
     EXPECT_GE(results[r]->step_seconds, 0.024);
     EXPECT_EQ(results[r]->step, 1);
   }
+}
+
+// --noise: each step's compute takes one factor in [1 - R, 1 + R], the same
+// for the same seed and step (a rerun draws the same), others for others.
+TEST(SyntheticExecutor, NoiseIsOneSeededDrawPerStep) {
+  SyntheticOptions o;
+  o.forward_seconds = {0.01};
+  o.backward_seconds = {0.02};
+  o.noise = 0.1;
+  o.noise_seed = 7;
+  SyntheticExecutor a(o), b(o);
+  const Action f{.stage = 0, .type = ActionType::kForward, .microbatch = 0};
+  const Action bw{.stage = 0, .type = ActionType::kFullBackward, .microbatch = 1};
+  std::set<double> seen;
+  for (int64_t step = 0; step < 20; ++step) {
+    ASSERT_TRUE(a.BeginStep(step).ok());
+    ASSERT_TRUE(b.BeginStep(step).ok());
+    const double fa = a.ComputeSeconds(f);
+    EXPECT_EQ(fa, b.ComputeSeconds(f));
+    EXPECT_GE(fa, 0.009);
+    EXPECT_LE(fa, 0.011);
+    EXPECT_DOUBLE_EQ(a.ComputeSeconds(bw) / fa, 2.0);  // one draw for the whole step
+    seen.insert(fa);
+  }
+  EXPECT_GT(seen.size(), 15u);
+  o.noise = 0;
+  SyntheticExecutor quiet(o);
+  ASSERT_TRUE(quiet.BeginStep(3).ok());
+  EXPECT_DOUBLE_EQ(quiet.ComputeSeconds(f), 0.01);
 }
 
 TEST(StageRuntime, RejectsActionsOfAnotherRank) {

@@ -1,5 +1,6 @@
 #include "pipeplan/worker/executors/executor_factory.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,8 @@ std::unique_ptr<Executor> MakeSynthetic(const WorkerOptions& o, const StagePlan&
   so.time_scale = o.time_scale;
   so.time_factor = plan.time_factor;
   so.slowdown = o.slowdown;
+  so.noise = o.noise;
+  so.noise_seed = std::hash<std::string>{}(o.worker_id);
   so.max_message_bytes = o.max_message_bytes;
   so.replica_group = place.replica_group;
   so.comm_timeout = o.comm_timeout;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,13 @@ void SpinFor(double seconds) {
 
 absl::Status SyntheticExecutor::BeginStep(int64_t step) {
   step_ = step;
+  step_factor_ = 1.0;
+  if (options_.noise > 0) {
+    // One draw per (seed, step): the same run draws the same noise.
+    std::mt19937_64 rng(options_.noise_seed * 1'000'003 + static_cast<uint64_t>(step));
+    step_factor_ =
+        std::uniform_real_distribution<double>(1 - options_.noise, 1 + options_.noise)(rng);
+  }
   return absl::OkStatus();
 }
 
@@ -51,7 +59,7 @@ double SyntheticExecutor::ComputeSeconds(const Action& a) const {
   }
   const double factor = at(options_.time_factor, a.stage);
   if (factor > 0) seconds /= factor;
-  return seconds * options_.slowdown * options_.time_scale;
+  return seconds * options_.slowdown * options_.time_scale * step_factor_;
 }
 
 absl::Status SyntheticExecutor::Compute(const Action& action) {

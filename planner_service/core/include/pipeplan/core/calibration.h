@@ -71,6 +71,8 @@ struct StepSample {
   double comm_seconds = 0;
   double bubble_ratio = 0;
   double peak_memory_bytes = 0;
+  // Seconds in the executor's EndStep (optimizer, reductions), 0 if absent.
+  double optimizer_seconds = 0;
 };
 
 // What the plan that produced the reports predicted for one pipeline stage.

@@ -25,7 +25,10 @@
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/host_overhead.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/schedule/stage_costs.h"
+#include "pipeplan/core/stage_time_fit.h"
 
 namespace pipeplan {
 
@@ -45,7 +48,24 @@ struct AsRunOptions {
   // Host seconds each SEND and RECV costs its rank, by the stage's device
   // (host_overhead.h); empty: posting is free.
   HostOverhead host_overhead;
+  // Measured stage times (stage_time_fit.h): each stage's compute as the
+  // executor was measured to take it, and the step's EndStep tail added to
+  // the step. Null: the cost model's compute, no tail.
+  const StageTimeFit* stage_fit = nullptr;
 };
+
+// What SimulateAsRun simulates: the lowered schedule and per-stage costs
+// (compute per microbatch, transfers per boundary, host time per message).
+// Callers that perturb durations (step_spread.h) start from it.
+struct AsRunCosts {
+  schedule::PipelineSchedule lowered;
+  schedule::StageCosts costs;
+  std::vector<double> boundary_bytes;
+  // Seconds every step ends with after its last compute (the fit's EndStep).
+  double tail_seconds = 0;
+};
+absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
+                                           const FixedPlan& plan, const AsRunOptions& options = {});
 
 // `plan` under `cluster`'s costs, transfers as the runtime does them.
 // Errors: as SimulateFixedPlan.

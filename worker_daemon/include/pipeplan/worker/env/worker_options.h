@@ -34,6 +34,10 @@ struct WorkerOptions {
   // Synthetic executor: this device runs `slowdown` times the modelled time
   // (emulates a straggler; the planner's calibration should notice).
   double slowdown = 1.0;
+  // Synthetic executor: each step's compute varies by up to this fraction
+  // (uniform, seeded by the worker id): noise the replan policy must not
+  // mistake for a straggler.
+  double noise = 0;
   size_t max_message_bytes = size_t{64} << 20;
   double memory_bytes = 0;
   absl::Duration comm_timeout = absl::Seconds(60);

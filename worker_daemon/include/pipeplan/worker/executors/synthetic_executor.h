@@ -37,6 +37,11 @@ struct SyntheticOptions {
   // This device's true speed relative to the request's cluster: 2 makes
   // every compute action take twice the modelled time (a straggler).
   double slowdown = 1.0;
+  // Step-to-step noise: every step, this rank's compute takes a factor drawn
+  // uniformly from [1 - noise, 1 + noise] (seeded by `noise_seed` and the
+  // step, so a rerun draws the same). 0: none.
+  double noise = 0;
+  uint64_t noise_seed = 0;
   // Messages are capped at this size (and are at least 1 byte).
   size_t max_message_bytes = size_t{64} << 20;
   // Share of a full backward that W takes (I takes the rest).
@@ -68,6 +73,7 @@ class SyntheticExecutor final : public Executor {
 
   SyntheticOptions options_;
   int64_t step_ = 0;
+  double step_factor_ = 1.0;      // this step's noise draw
   std::vector<float> gradients_;  // the all-reduce's buffer, kept across steps
   std::map<std::tuple<int, int, int>, std::vector<std::byte>> buffers_;  // (type, stage, mb)
   std::set<std::tuple<int, int, int>> live_;  // buffers the current step uses

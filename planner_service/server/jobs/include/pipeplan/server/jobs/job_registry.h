@@ -144,11 +144,13 @@ class JobRegistry {
   // recalibration, lost workers) call this. Returns the new version.
   // `expected_version` > 0 makes it conditional: ABORTED when the job's
   // current version is another one (a replan computed from a version that
-  // has since been replaced).
+  // has since been replaced). `prediction`, when given, is stored with the
+  // version (VersionedPlan.prediction).
   absl::StatusOr<int64_t> PublishPlan(const std::string& job_id, const v1::PlanRequest& request,
                                       const v1::Plan& plan, const std::string& reason,
                                       int64_t expected_version = 0,
-                                      PublishAs as = PublishAs::kOperator);
+                                      PublishAs as = PublishAs::kOperator,
+                                      const v1::VersionPrediction* prediction = nullptr);
 
   // Registering again with the same worker id and device updates the
   // registration (a reconnect, e.g. a restart in place). A worker id is bound

@@ -70,6 +70,10 @@ class Metrics {
     double predicted_step_seconds = 0;
     double predicted_bubble_ratio = 0;
     double prediction_error_ratio = 0;
+    // pipeplan_replan_prediction_error{job}: the out-of-sample error of the
+    // current version (predicted before it ran, version_prediction.h);
+    // negative: none yet (no stored prediction or no measured steps).
+    double replan_prediction_error = -1;
   };
   void SetJobObservation(const std::string& job_id, const JobFigures& figures);
   // pipeplan_rejected_reports_total{field}: a step report refused

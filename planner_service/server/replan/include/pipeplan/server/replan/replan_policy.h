@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/server/base/clock.h"
 #include "pipeplan/server/jobs/job_registry.h"
@@ -74,6 +75,10 @@ struct ReplanPolicyOptions {
   double min_gain_seconds = 2e-3;
   int horizon_steps = 1'000;
   double assumed_switch_seconds = 1.0;
+  // And (calibration replans) when the relative gain is above the measured
+  // noise of the current version's steps ((p90 - p50) / p50) times this
+  // (gain_threshold.h); 0 turns the test off.
+  double noise_factor = 1.0;
   // Least time between two calibration evaluations of one job (and so
   // between two calibration replans).
   absl::Duration min_interval = absl::Seconds(30);
@@ -169,9 +174,18 @@ class ReplanPolicy {
 
   // Publishes `next` as the version after `current` with `reason`; ABORTED
   // (the registry's) when `current` has been replaced meanwhile.
+  // Stores `prediction` (when given) with the version.
   absl::StatusOr<ReplanOutcome> Publish(const std::string& job_id, const v1::VersionedPlan& current,
                                         const v1::Plan& next, const std::string& reason,
-                                        ReplanTrigger trigger, ReplanOutcome outcome);
+                                        ReplanTrigger trigger, ReplanOutcome outcome,
+                                        const v1::VersionPrediction* prediction = nullptr);
+  // Why a calibration replan's gain is within the current version's
+  // measured noise (gain_threshold.h); nullopt: it is not.
+  std::optional<std::string> NoiseBlocks(const Evaluation& e, const ReplanOutcome& outcome) const;
+  // What `next` is predicted to take under the evaluation's model, stored
+  // with it (version_prediction.h); nullopt (logged) when it cannot be.
+  std::optional<v1::VersionPrediction> Predict(const Evaluation& e, const v1::Plan& next,
+                                               const PlanInputs& in) const;
 
   // Null (no budget) or a reservation of the solve's estimated memory.
   absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReserveMemory(

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Out-of-sample prediction: calibrate on plan A, predict plans B-E, run them.
+
+Torch part (issue 22): a job trains tests/models' tiny gpt (and cnn) on four
+`pipeplan-worker --executor torch` on CPU (OMP_NUM_THREADS=1 each). It runs
+plan A (1F1B, 4 ranks) for --steps steps, then `pipeplan jobs replan` switches
+it to plan X; the planner stores X's predicted step (and p50/p90 under the
+measured spread of each action kind) under A's calibration before publishing
+it (VersionedPlan.prediction). After --steps steps of X the job goes back to
+A (so every X is predicted from A's calibration), and so on for:
+
+  B  1F1B, 4 ranks, split by parameters (--method params: another cut)
+  C  Interleaved1F1B, 4 ranks, 2 chunks per rank
+  D  1F1B, 2 ranks x 2 replicas
+  E  ZB-H1 (InterleavedZeroBubble, 1 chunk per rank), 4 ranks
+
+Measured: the planner's own figure for the version (median makespan over the
+steps after --replan-warmup-steps, `jobs versions`); "under p90": the share of
+the version's steps (`jobs reports`, longest rank per step, first two steps
+after the switch left out) at or under the predicted p90.
+
+Straggler part: the synthetic executor on the same four workers, a 16-node
+chain, 1F1B with 8 microbatches, the planner's calibration replans on: one
+worker runs 1.5x, 2x, 3x slower (--slowdown), or every worker varies +-10%
+per step (--noise 0.1). Does it replan, and how does the predicted gain of
+the switch compare with the measured one (`jobs versions`)?
+
+  /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 40]
+      [--parts torch,straggler]
+
+Timings depend on the machine's load: four workers share its cores.
+"""
+
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch: one intra-op thread per worker
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import fidelity_bench  # noqa: E402
+import train_bench  # noqa: E402
+from planner_process import PlannerProcess, planner_binary  # noqa: E402
+
+PLAN_A = ("A", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--method", "auto"])
+TARGETS = [
+    ("B split", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--method", "params"]),
+    ("C interleaved", ["--ranks", "4", "--replicas", "1", "--schedule", "Interleaved1F1B",
+                       "--chunks-per-rank", "2", "--method", "auto"]),
+    ("D 2x2 replicas", ["--ranks", "2", "--replicas", "2", "--schedule", "1F1B",
+                        "--method", "auto"]),
+    ("E ZB-H1", ["--ranks", "4", "--replicas", "1", "--schedule", "InterleavedZeroBubble",
+                 "--chunks-per-rank", "1", "--method", "auto"]),
+]
+SKIP_AFTER_SWITCH = 2
+
+
+def cli(planner, *args):
+    return fidelity_bench.cli(planner, *args, "--json")
+
+
+def start_workers(planner, job, work, extra=lambda r: []):
+    return [subprocess.Popen(
+        [train_bench.WORKER, "--planner", planner.address, "--job", job, "--worker-id",
+         "w%d" % r, "--device", "cpu%d" % r, "--stage-cache", os.path.join(work, "stages")]
+        + extra(r), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(4)]
+
+
+def stop(workers):
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    for w in workers:
+        w.wait(timeout=300)
+
+
+def wait_steps(planner, job, version, steps, workers, timeout=900):
+    """Until the job's observation of `version` counts `steps` steps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(w.poll() is not None for w in workers):
+            sys.exit("a worker exited early; planner log: %s" % planner.stderr_path)
+        o = cli(planner, "jobs", "show", job).get("observation", {})
+        # int64 fields arrive as JSON strings.
+        if int(o.get("plan_version", 0)) == version and o.get("steps", 0) >= steps:
+            return o
+        time.sleep(1)
+    sys.exit("job %s: version %d did not reach %d steps" % (job, version, steps))
+
+
+def switch(planner, job, label, options, steps, workers):
+    """Replans `job` with `options`; returns the new version once it ran."""
+    vp = cli(planner, "jobs", "replan", job, "--reason", label, *options)
+    version = int(vp["version"])
+    wait_steps(planner, job, version, steps, workers)
+    return version
+
+
+def version_row(planner, job, version):
+    rows = cli(planner, "jobs", "versions", job)
+    row = next(r for r in rows if r["version"] == version)
+    steps = [r["step_seconds"] for r in cli(planner, "jobs", "reports", job)
+             if r["plan_version"] == version]
+    steps = steps[SKIP_AFTER_SWITCH:]
+    p90 = row["predicted_p90_step_seconds"]
+    under = sum(s <= p90 for s in steps) / len(steps) if steps and p90 > 0 else float("nan")
+    return dict(row, under_p90=under, counted=len(steps))
+
+
+def torch_rows(planner, name, work, steps):
+    fx = dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
+              loss=train_bench.make_fixtures.LOSS[name])
+    cluster = os.path.join(work, "cluster4.json")
+    train_bench.cluster(cluster, 4)
+    job = cli(planner, "jobs", "create", "--graph", fx["graph"], "--cluster", cluster,
+              *PLAN_A[1], "--microbatches", "4", "--model-package", fx["package"], "--data",
+              "tensors:" + fx["data"], "--batch-size", "8", "--optimizer", "adamw", "--lr",
+              "1e-3", "--max-steps", "1000000")["id"]
+    workers = start_workers(planner, job, work, lambda r: ["--executor", "torch"])
+    rows = []
+    try:
+        wait_steps(planner, job, 1, steps, workers)
+        for label, options in TARGETS:
+            version = switch(planner, job, label, options, steps, workers)
+            rows.append((name, label, version_row(planner, job, version)))
+            switch(planner, job, "back to A", PLAN_A[1], steps, workers)
+    finally:
+        stop(workers)
+        subprocess.run([train_bench.CLI, "--planner", planner.address, "jobs", "cancel", job],
+                       capture_output=True)
+    return rows
+
+
+def straggler_row(planner, work, label, extra, steps):
+    graph, cluster = fidelity_bench.write_inputs(work, 1e3)
+    job = cli(planner, "jobs", "create", "--graph", graph, "--cluster", cluster, "--ranks",
+              "4", "--schedule", "1F1B", "--microbatches", "8")["id"]
+    workers = [subprocess.Popen(
+        [train_bench.WORKER, "--planner", planner.address, "--job", job, "--worker-id",
+         "w%d" % r, "--device", "gpu%d" % r, "--steps", str(steps)] + extra(r),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(4)]
+    try:
+        for w in workers:
+            w.wait(timeout=900)
+    finally:
+        stop(workers)
+    versions = cli(planner, "jobs", "versions", job)
+    return label, versions, last_skip(planner, job)
+
+
+def last_skip(planner, job):
+    """The reason of the planner's last `replan_skipped` for `job`."""
+    reason = ""
+    for line in planner.stderr_text().splitlines():
+        if "event=replan_skipped" in line and "job=" + job in line:
+            m = re.search(r'reason="([^"]*)"', line)
+            reason = m.group(1) if m else line
+    return reason
+
+
+def print_torch(rows):
+    print("| model | plan | predicted s | p50 s | p90 s | measured s | error | steps under p90 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, label, r in rows:
+        err = r["prediction_error_ratio"]
+        print("| %s | %s | %.4f | %.4f | %.4f | %.4f | %s | %.0f%% of %d |" % (
+            name, label, r["predicted_step_seconds"], r["predicted_p50_step_seconds"],
+            r["predicted_p90_step_seconds"], r["measured_step_seconds"],
+            "%.1f%%" % (100 * err) if err is not None else "-", 100 * r["under_p90"],
+            r["counted"]))
+
+
+def percent(x):
+    return "%.1f%%" % (100 * x) if x is not None else "-"
+
+
+def print_straggler(rows):
+    print("| case | replans | predicted gain | measured gain | gain error | predicted s | "
+          "measured s | last skip |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, versions, skip in rows:
+        replans = [v for v in versions if v["version"] > 1]
+        if not replans:
+            print("| %s | 0 | - | - | - | - | %.4f | %s |" % (
+                label, versions[0]["measured_step_seconds"], skip))
+        for v in replans:
+            pg, mg = v["predicted_gain_ratio"], v["measured_gain_ratio"]
+            gerr = abs(mg - pg) / pg if pg and mg is not None else None
+            print("| %s | v%d (%s) | %s | %s | %s | %.4f | %.4f | %s |" % (
+                label, v["version"], v["trigger"], percent(pg), percent(mg), percent(gerr),
+                v["predicted_step_seconds"], v["measured_step_seconds"], skip))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="gpt,cnn")
+    parser.add_argument("--steps", type=int, default=40,
+                        help="steps of each version before the next switch")
+    parser.add_argument("--straggler-steps", type=int, default=120)
+    parser.add_argument("--parts", default="torch,straggler")
+    args = parser.parse_args()
+    if not planner_binary():
+        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
+                 "pipeplan")
+    work = tempfile.mkdtemp(prefix="pipeplan-prediction-bench-")
+    parts = args.parts.split(",")
+    if "torch" in parts:
+        rows = []
+        with PlannerProcess(planner_binary(), ["--replan=off", "--replan-warmup-steps=2"]) as p:
+            for name in args.models.split(","):
+                rows += torch_rows(p, name, work, args.steps)
+        print("torch executor, 4 workers on CPU, batch 8 in 4 microbatches; every plan "
+              "predicted under plan A's calibration")
+        print_torch(rows)
+    if "straggler" in parts:
+        rows = []
+        flags = ["--replan=on", "--replan-min-interval-seconds=3", "--replan-min-steps=10",
+                 "--replan-warmup-steps=2", "--replan-horizon-steps=100000"]
+        with PlannerProcess(planner_binary(), flags) as p:
+            for x in (1.5, 2.0, 3.0):
+                rows.append(straggler_row(
+                    p, work, "w2 %.1fx slower" % x,
+                    lambda r, x=x: ["--slowdown", str(x)] if r == 2 else [],
+                    args.straggler_steps))
+            rows.append(straggler_row(p, work, "+-10% noise", lambda r: ["--noise", "0.1"],
+                                      args.straggler_steps))
+        print("synthetic executor, 16-node chain, 1F1B, 4 ranks, 8 microbatches")
+        print_straggler(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+#include "pipeplan/core/node_corrections.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pipeplan {
+namespace {
+
+// Modelled seconds of each kind in each stage: rows[s][kind index].
+struct KindMatrix {
+  std::vector<std::string> kinds;
+  std::vector<std::vector<double>> rows;
+};
+
+KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
+                    std::span<const int> stage_device, bool backward) {
+  KindMatrix m;
+  std::map<std::string, int> index;
+  const Graph& g = cost.graph();
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    if (index.emplace(g.node(v).op, static_cast<int>(m.kinds.size())).second) {
+      m.kinds.push_back(g.node(v).op);
+    }
+  }
+  m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    const int s = node_stage[v];
+    const double ref = backward ? cost.backward_ref(v) : cost.forward_ref(v);
+    m.rows[s][index[g.node(v).op]] += ref * cost.slowdown(stage_device[s]);
+  }
+  return m;
+}
+
+// Solves a x = b (small, symmetric positive definite) by Gaussian
+// elimination with partial pivoting.
+std::vector<double> Solve(std::vector<std::vector<double>> a, std::vector<double> b) {
+  const size_t n = b.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
+    }
+    std::swap(a[c], a[p]);
+    std::swap(b[c], b[p]);
+    if (std::abs(a[c][c]) < 1e-300) continue;
+    for (size_t r = c + 1; r < n; ++r) {
+      const double f = a[r][c] / a[c][c];
+      for (size_t k = c; k < n; ++k) a[r][k] -= f * a[c][k];
+      b[r] -= f * b[c];
+    }
+  }
+  std::vector<double> x(n, 0.0);
+  for (size_t i = n; i-- > 0;) {
+    double sum = b[i];
+    for (size_t k = i + 1; k < n; ++k) sum -= a[i][k] * x[k];
+    x[i] = std::abs(a[i][i]) < 1e-300 ? 0 : sum / a[i][i];
+  }
+  return x;
+}
+
+// Per kind: min sum_s ((row_s . k - m_s) / m_s)^2 + ridge sum_j w_j (k_j - c)^2,
+// w_j the kind's share of the modelled time, c the common factor.
+std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<double>& measured,
+                                       double ridge, double* common) {
+  const size_t n = m.kinds.size();
+  double total_measured = 0, total_modelled = 0;
+  std::vector<double> share(n, 0.0);
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    if (!(measured[s] > 0)) continue;
+    total_measured += measured[s];
+    for (size_t j = 0; j < n; ++j) {
+      total_modelled += m.rows[s][j];
+      share[j] += m.rows[s][j];
+    }
+  }
+  *common = total_modelled > 0 ? total_measured / total_modelled : 1;
+  std::vector<std::vector<double>> a(n, std::vector<double>(n, 0.0));
+  std::vector<double> b(n, 0.0);
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    if (!(measured[s] > 0)) continue;
+    for (size_t i = 0; i < n; ++i) {
+      const double ri = m.rows[s][i] / measured[s];
+      b[i] += ri;  // (row / m) . k = 1
+      for (size_t j = 0; j < n; ++j) a[i][j] += ri * m.rows[s][j] / measured[s];
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const double w = ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
+    a[j][j] += w;
+    b[j] += w * *common;
+  }
+  const std::vector<double> k = Solve(std::move(a), std::move(b));
+  std::map<std::string, double> out;
+  for (size_t j = 0; j < n; ++j) {
+    if (share[j] > 0) out[m.kinds[j]] = std::clamp(k[j], *common / 20, *common * 20);
+  }
+  return out;
+}
+
+// Optimizer seconds = fixed + rate x param bytes, least squares over stages.
+void FitOptimizer(const CostModel& cost, std::span<const int> node_stage,
+                  std::span<const MeasuredStage> measured, KindCorrections& out) {
+  std::vector<double> bytes(measured.size(), 0.0);
+  for (int v = 0; v < cost.graph().num_nodes(); ++v) {
+    bytes[node_stage[v]] += cost.graph().node(v).param_bytes;
+  }
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t s = 0; s < measured.size(); ++s) {
+    if (measured[s].optimizer_seconds < 0) continue;
+    n += 1, sx += bytes[s], sy += measured[s].optimizer_seconds;
+    sxx += bytes[s] * bytes[s], sxy += bytes[s] * measured[s].optimizer_seconds;
+  }
+  if (n == 0) return;
+  const double det = n * sxx - sx * sx;
+  if (det > 1e-12 * n * sxx && det > 0) {
+    out.optimizer_seconds_per_param_byte = std::max(0.0, (n * sxy - sx * sy) / det);
+    out.optimizer_fixed_seconds =
+        std::max(0.0, (sy - out.optimizer_seconds_per_param_byte * sx) / n);
+  } else {
+    out.optimizer_fixed_seconds = sy / n;
+  }
+}
+
+}  // namespace
+
+double KindCorrections::ForwardFactor(const std::string& op) const {
+  auto it = forward.find(op);
+  return it == forward.end() ? forward_common : it->second;
+}
+
+double KindCorrections::BackwardFactor(const std::string& op) const {
+  auto it = backward.find(op);
+  return it == backward.end() ? backward_common : it->second;
+}
+
+absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
+                                                   std::span<const int> node_stage,
+                                                   std::span<const int> stage_device,
+                                                   std::span<const MeasuredStage> measured,
+                                                   const KindFitOptions& options) {
+  if (static_cast<int>(node_stage.size()) != cost.graph().num_nodes() ||
+      measured.size() != stage_device.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind fit: ", node_stage.size(), " node stages for ", cost.graph().num_nodes(),
+                     " nodes, ", measured.size(), " measured stages for ", stage_device.size()));
+  }
+  for (int s : node_stage) {
+    if (s < 0 || s >= static_cast<int>(stage_device.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("kind fit: node on stage ", s));
+    }
+  }
+  std::vector<double> fwd, bwd;
+  for (const MeasuredStage& m : measured) {
+    fwd.push_back(m.forward_seconds);
+    bwd.push_back(m.backward_seconds);
+  }
+  if (std::none_of(fwd.begin(), fwd.end(), [](double x) { return x > 0; })) {
+    return absl::InvalidArgumentError("kind fit: no stage has a measured forward");
+  }
+  KindCorrections out;
+  out.forward = FitKinds(Modelled(cost, node_stage, stage_device, false), fwd, options.ridge,
+                         &out.forward_common);
+  out.backward = FitKinds(Modelled(cost, node_stage, stage_device, true), bwd, options.ridge,
+                          &out.backward_common);
+  FitOptimizer(cost, node_stage, measured, out);
+  return out;
+}
+
+std::vector<MeasuredStage> PredictStageTimes(const CostModel& cost,
+                                             const KindCorrections& corrections,
+                                             std::span<const int> node_stage,
+                                             std::span<const int> stage_device) {
+  std::vector<MeasuredStage> out(stage_device.size(), {0, 0, corrections.optimizer_fixed_seconds});
+  const Graph& g = cost.graph();
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    const int s = node_stage[v];
+    const double slow = cost.slowdown(stage_device[s]);
+    out[s].forward_seconds += cost.forward_ref(v) * slow * corrections.ForwardFactor(g.node(v).op);
+    out[s].backward_seconds +=
+        cost.backward_ref(v) * slow * corrections.BackwardFactor(g.node(v).op);
+    out[s].optimizer_seconds +=
+        corrections.optimizer_seconds_per_param_byte * g.node(v).param_bytes;
+  }
+  return out;
+}
+
+}  // namespace pipeplan

@@ -1,0 +1,150 @@
+#include "pipeplan/core/stage_time_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "pipeplan/core/median.h"
+#include "pipeplan/core/schedule/action.h"
+
+namespace pipeplan {
+namespace {
+
+// Per stage, each report's mean seconds of one F and of one full backward
+// (B, or I + W of a microbatch).
+struct PerStage {
+  std::vector<double> forward, backward;
+};
+
+std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
+  std::map<int, PerStage> out;
+  for (const StepSample& r : samples) {
+    std::map<int, std::pair<double, int>> f, b;  // stage -> (sum, count of microbatches)
+    for (const TimingSample& t : r.timings) {
+      absl::StatusOr<std::optional<schedule::Action>> a = schedule::ParseAction(t.action);
+      if (!a.ok() || !*a) continue;
+      const schedule::ActionType type = (*a)->type;
+      const int s = (*a)->stage;
+      if (type == schedule::ActionType::kForward) {
+        f[s].first += t.seconds, ++f[s].second;
+      } else if (type == schedule::ActionType::kFullBackward ||
+                 type == schedule::ActionType::kBackwardInput) {
+        b[s].first += t.seconds, ++b[s].second;
+      } else if (type == schedule::ActionType::kBackwardWeight) {
+        b[s].first += t.seconds;  // same microbatch as its I
+      }
+    }
+    for (auto& [s, v] : f) out[s].forward.push_back(v.first / v.second);
+    for (auto& [s, v] : b) {
+      if (v.second > 0) out[s].backward.push_back(v.first / v.second);
+    }
+  }
+  return out;
+}
+
+// measured = fixed + scale x nominal over the points, by Siegel's repeated
+// median (each point's median slope to the others, then their median): one
+// straggler stage does not tilt the line. fixed 0 (scale through zero) when
+// the nominal values are too alike to separate the two, or the line would
+// have a negative part.
+std::pair<double, double> FitLine(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<double> ratios;
+  double lo = INFINITY, hi = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] > 0) ratios.push_back(y[i] / x[i]);
+    lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  }
+  const std::pair<double, double> through_zero = {0, MedianOr(ratios, 1)};
+  if (x.size() < 2 || !(hi > 1.2 * lo)) return through_zero;
+  std::vector<double> slopes;
+  for (size_t i = 0; i < x.size(); ++i) {
+    std::vector<double> mine;
+    for (size_t j = 0; j < x.size(); ++j) {
+      if (j != i && x[j] != x[i]) mine.push_back((y[j] - y[i]) / (x[j] - x[i]));
+    }
+    if (!mine.empty()) slopes.push_back(MedianOr(mine, 0));
+  }
+  const double scale = MedianOr(slopes, 0);
+  std::vector<double> fixed;
+  for (size_t i = 0; i < x.size(); ++i) fixed.push_back(y[i] - scale * x[i]);
+  const double intercept = MedianOr(fixed, 0);
+  if (scale < 0 || intercept < 0) return through_zero;
+  return {intercept, scale};
+}
+
+// Per step, the least EndStep time of any rank; median over steps.
+double EndStepSeconds(std::span<const StepSample> samples) {
+  std::map<int64_t, double> least;
+  for (const StepSample& r : samples) {
+    if (!(r.optimizer_seconds > 0)) continue;
+    auto [it, added] = least.emplace(r.step, r.optimizer_seconds);
+    if (!added) it->second = std::min(it->second, r.optimizer_seconds);
+  }
+  std::vector<double> v;
+  for (const auto& [step, s] : least) v.push_back(s);
+  return MedianOr(v, 0);
+}
+
+}  // namespace
+
+StageTimeFit FitStageTimes(std::span<const StepSample> samples,
+                           std::span<const PlannedStage> stages) {
+  StageTimeFit fit;
+  fit.end_step_seconds = EndStepSeconds(samples);
+  std::vector<double> nf, mf, nb, mb;
+  std::vector<int> counted;
+  for (const auto& [s, m] : MeasuredPerAction(samples)) {
+    if (s < 0 || s >= static_cast<int>(stages.size()) || m.forward.empty() || m.backward.empty()) {
+      continue;
+    }
+    const PlannedStage& p = stages[s];
+    nf.push_back(p.forward_seconds / p.time_factor);
+    nb.push_back(p.backward_seconds / p.time_factor);
+    mf.push_back(MedianOr(m.forward, 0));
+    mb.push_back(MedianOr(m.backward, 0));
+    counted.push_back(s);
+  }
+  if (counted.size() < 2) return fit;
+  std::tie(fit.forward_fixed, fit.forward_scale) = FitLine(nf, mf);
+  std::tie(fit.backward_fixed, fit.backward_scale) = FitLine(nb, mb);
+  std::map<std::string, std::vector<double>> residual;
+  for (size_t i = 0; i < counted.size(); ++i) {
+    const double predicted = fit.forward_fixed + fit.forward_scale * nf[i] + fit.backward_fixed +
+                             fit.backward_scale * nb[i];
+    if (predicted > 0)
+      residual[stages[counted[i]].device_id].push_back((mf[i] + mb[i]) / predicted);
+  }
+  std::vector<double> medians;
+  for (auto& [device, r] : residual) medians.push_back(fit.device_factor[device] = MedianOr(r, 1));
+  const double norm = MedianOr(medians, 1);
+  // The line carries the median device; the factors say how the others differ.
+  for (auto& [device, f] : fit.device_factor) f /= norm;
+  fit.forward_fixed *= norm, fit.forward_scale *= norm;
+  fit.backward_fixed *= norm, fit.backward_scale *= norm;
+  fit.fitted = true;
+  return fit;
+}
+
+void ApplyStageTimeFit(const StageTimeFit& fit, const std::vector<std::string>& stage_device,
+                       schedule::StageCosts& c) {
+  if (!fit.fitted) return;
+  auto factor = [](const std::map<std::string, double>& m, const std::string& d, double dflt) {
+    auto it = m.find(d);
+    return it == m.end() ? dflt : it->second;
+  };
+  for (size_t s = 0; s < stage_device.size() && s < c.forward.size(); ++s) {
+    const std::string& d = stage_device[s];
+    const double nominal = factor(fit.cluster_factor, d, fit.cluster_default_factor);
+    const double own = factor(fit.device_factor, d, 1.0);
+    const double backward = c.backward_input[s] + c.backward_weight[s];
+    const double w_share = backward > 0 ? c.backward_weight[s] / backward : 0.5;
+    c.forward[s] = own * (fit.forward_fixed + fit.forward_scale * c.forward[s] / nominal);
+    const double b = own * (fit.backward_fixed + fit.backward_scale * backward / nominal);
+    c.backward_input[s] = b * (1 - w_share);
+    c.backward_weight[s] = b * w_share;
+  }
+}
+
+}  // namespace pipeplan
