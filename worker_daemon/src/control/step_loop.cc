@@ -201,6 +201,9 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
       BuildActivePlan(planner_, connect_, options_, version, training_, clock_);
   if (next.ok() && training_ && (*next)->rank >= 0) {
     ActivePlan& a = **next;
+    a.on_disconnect = [training = training_, t = a.transport.get()] {
+      training->ReleaseTransport(t);
+    };
     const bool held = previous && previous->executor;
     const ExecutorPlace place{.rank = a.rank,
                               .replica = a.replica,
@@ -301,6 +304,8 @@ absl::Status StepLoop::RunOneStep() {
                     report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
   last_version_ = active_->version;
+  // Every device's state into a peer's memory (every replica takes part).
+  if (training_) PIPEPLAN_RETURN_IF_ERROR(training_->AfterStep(*active_->executor, step_));
   // Replicas hold the same state: replica 0 alone writes checkpoints.
   if (!training_ || active_->replica != 0) return absl::OkStatus();
   absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);

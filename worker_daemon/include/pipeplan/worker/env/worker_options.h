@@ -54,6 +54,10 @@ struct WorkerOptions {
   // or a local index "N"), overriding the cluster's Device.torch_device;
   // empty: the mapping's default (env/torch_device_map.h).
   std::string torch_device;
+  // --snapshot-memory-limit-mb: host memory for in-memory peer snapshots
+  // (this rank's own two and the two it holds for a peer;
+  // docs/snapshots.md). A round that would pass it is skipped.
+  size_t snapshot_memory_limit_bytes = size_t{8192} * 1000 * 1000;
 };
 
 }  // namespace pipeplan::worker
