@@ -101,7 +101,7 @@ void ImportRaw(const NamedStateView& views, Rank& r) {
 
 // Every record of rank 0 to rank 1 and back.
 absl::StatusOr<NamedState> Swap(Transport& t, const NamedStateView& mine, const Rank& r) {
-  worker::ParameterOwners from, to;
+  ParameterOwners from, to;
   for (int q = 0; q < 2; ++q) {
     for (int i = 0; i < r.params; ++i) {
       const std::string name = absl::StrCat("r", q, ".p", i);

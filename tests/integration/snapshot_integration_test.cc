@@ -166,6 +166,22 @@ class SnapshotTrainingTest : public ::testing::Test {
     return want;
   }
 
+  // Every reported loss (steps run twice included) is the reference's.
+  void ExpectReferenceLosses(const std::string& job, int steps) {
+    const std::map<int64_t, double> want = Reference(steps);
+    auto all = client_->ListStepReports(job, 10'000);
+    ASSERT_TRUE(all.ok()) << all.status();
+    int checked = 0;
+    for (const auto& r : all->reports()) {
+      if (!r.has_loss()) continue;
+      ASSERT_TRUE(want.contains(r.step())) << r.step();
+      EXPECT_NEAR(r.loss(), want.at(r.step()), 1e-3 * std::abs(want.at(r.step())))
+          << "step " << r.step() << " of version " << r.plan_version();
+      ++checked;
+    }
+    EXPECT_GE(checked, steps);
+  }
+
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
 
   TempDir dir_;
@@ -221,18 +237,7 @@ TEST_F(SnapshotTrainingTest, KillNineResumesFromPeerSnapshotsRedoingAtMostOneSte
             << " steps_redone=" << redone << "\n";
 
   for (int r : survivors) EXPECT_EQ(w[r]->Wait(absl::Seconds(300)), 0) << w[r]->Output();
-  const std::map<int64_t, double> want = Reference(kSteps);
-  auto all = client_->ListStepReports(job, 10'000);
-  ASSERT_TRUE(all.ok()) << all.status();
-  int checked = 0;
-  for (const auto& r : all->reports()) {
-    if (!r.has_loss()) continue;
-    ASSERT_TRUE(want.contains(r.step())) << r.step();
-    EXPECT_NEAR(r.loss(), want.at(r.step()), 1e-3 * std::abs(want.at(r.step())))
-        << "step " << r.step() << " of version " << r.plan_version();
-    ++checked;
-  }
-  EXPECT_GE(checked, kSteps);
+  ExpectReferenceLosses(job, kSteps);
   auto state = client_->GetJob(job);
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();

@@ -740,7 +740,7 @@ TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
   }
   auto latest = LatestCheckpoint(root);
   ASSERT_TRUE(latest.ok() && latest->has_value());
-  EXPECT_TRUE(fs::exists(**latest + "/shard_1.pt"));
+  EXPECT_TRUE(fs::exists(**latest + "/shard_1.bin"));
   // Resume on one rank holding the whole model.
   Hub hub(1);
   auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 1)), ScheduleKind::kGPipe,
@@ -753,6 +753,21 @@ TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
   EXPECT_EQ(meta->plan_version, 1);
   EXPECT_EQ(meta->data_position, kSteps / 2 * kBatch);
   ExpectLossesMatch(job->Run(meta->step, kSteps - meta->step), want, kSteps / 2);
+
+  // The same checkpoint in format 1 (torch.save'd shards, before issue 26)
+  // still loads, to the same numbers.
+  const std::string v1 = root + "/format1";
+  ASSERT_EQ(Shell(std::string(kPython) + " " +
+                  Source("tests/unit/worker/checkpoint_to_format1.py") + " " + **latest + " " + v1),
+            std::nullopt);
+  Hub hub1(1);
+  auto again = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 1)),
+                            ScheduleKind::kGPipe, 1, data, CnnOptimizer()},
+                           hub1.transports());
+  ASSERT_NE(again, nullptr);
+  auto meta1 = again->executors[0]->LoadCheckpoint(v1);
+  ASSERT_TRUE(meta1.ok()) << meta1.status();
+  ExpectLossesMatch(again->Run(meta1->step, kSteps - meta1->step), want, kSteps / 2);
 
   // A checkpoint without its MANIFEST is never loaded.
   fs::copy(**latest, root + "/partial");

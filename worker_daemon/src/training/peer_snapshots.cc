@@ -20,7 +20,8 @@ int64_t PeerSnapshots::every() const {
 absl::Status PeerSnapshots::StartVersion(const StagePlan& plan, Transport& world,
                                          TorchExecutor& executor, int64_t step) {
   Release(exchange_ ? &exchange_->transport() : nullptr);
-  if (every() <= 0) return absl::OkStatus();
+  // A single rank has no peer, and a restart of it loses its memory anyway.
+  if (every() <= 0 || world.size() < 2) return absl::OkStatus();
   SnapshotExchangeOptions o;
   o.world_devices.resize(static_cast<size_t>(world.size()));
   for (int q = 0; q < plan.num_replicas; ++q) {
@@ -28,7 +29,7 @@ absl::Status PeerSnapshots::StartVersion(const StagePlan& plan, Transport& world
       o.world_devices.at(plan.WorldRank(q, r)) = plan.replica_devices[q][r];
   }
   // A replica's rank holds the same state as this one: no peer copy needed.
-  o.send_to_peer = plan.num_replicas == 1 && world.size() > 1;
+  o.send_to_peer = plan.num_replicas == 1;
   o.timeout = options_.comm_timeout;
   exchange_ = std::make_unique<SnapshotExchange>(world, store_, std::move(o));
   version_ = plan.version;
