@@ -64,6 +64,11 @@ def main():
             state = {k: v for k, v in t.items() if k != "param"}
             if "step" in state:
                 state["step"] = int(state["step"])
+            if len(state) == 1:
+                # LibTorch 1.13 cannot unpickle Python's one-entry dicts
+                # (SETITEM; docs/model-package.md); an extra non-tensor key
+                # is ignored by the loader.
+                state["pad"] = 0
             params[name] = {"param": t["param"], "optimizer": label, "state": state}
         shard["file"] = "shard_%d.pt" % shard["rank"]
         torch.save({"format": "pipeplan-checkpoint-shard/1", "parameters": params},
