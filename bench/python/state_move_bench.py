@@ -13,6 +13,7 @@ cost a step (docs/snapshots.md), with real processes on 127.0.0.1.
 
 Usage:
   bench/python/state_move_bench.py --build build [--mb 1170] [--steps 110]
+      [--skip-move-bench]
 """
 import argparse
 import json
@@ -45,7 +46,7 @@ def start_job(args, work, planner, snapshot_every):
 
 
 def step_cost(args, work, planner, every):
-    """(wall seconds per step, median round pause in s, snapshot bytes of rank 0)."""
+    """(wall seconds per step, median round pause in s, largest rank's snapshot bytes)."""
     job = start_job(args, work, planner, every)
     workers = [eb.start_worker(args, work, planner, job, r, "s%d" % every) for r in range(4)]
     try:
@@ -56,7 +57,7 @@ def step_cost(args, work, planner, every):
         per_step = (time.time() - start) / (args.steps - 11)
         rounds = [e for _, p in workers for e in eb.events(p, "snapshot")]
         pause = statistics.median(float(e["blocking_seconds"]) for e in rounds) if rounds else 0
-        size = max((int(e["bytes"]) for e in eb.events(workers[0][1], "snapshot")), default=0)
+        size = max((int(e["bytes"]) for e in rounds), default=0)
         return per_step, pause, size
     finally:
         eb.end_trial(args, planner, job, workers)
@@ -70,9 +71,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=110)
     ap.add_argument("--lease", type=float, default=2.0)
+    ap.add_argument("--skip-move-bench", action="store_true",
+                    help="only the step-time table")
     args = ap.parse_args()
-    subprocess.run([os.path.join(args.build, "bench/pipeplan-state-move-bench"), "--mb",
-                    str(args.mb), "--reps", str(args.reps)], check=True)
+    if not args.skip_move_bench:
+        subprocess.run([os.path.join(args.build, "bench/pipeplan-state-move-bench"), "--mb",
+                        str(args.mb), "--reps", str(args.reps)], check=True)
     work = tempfile.mkdtemp(prefix="pipeplan-state-move-bench-")
     try:
         subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
@@ -87,7 +91,7 @@ def main():
         base = rows[0][1][0]
         print("\n4 torch workers, gpt fixture, %d steps; wall seconds per step from step 10"
               % args.steps)
-        print("| snapshot every | s/step | vs off | round pause (ms, median) | bytes/rank |")
+        print("| snapshot every | s/step | vs off | round pause (ms, median) | largest snapshot (bytes) |")
         print("|---|---:|---:|---:|---:|")
         for every, (per_step, pause, size) in rows:
             print("| %s | %.4f | %+.1f%% | %.2f | %d |" % (

@@ -43,7 +43,8 @@ absl::Status SnapshotExchange::Finish() {
   pending_step_ = -1;
   if (!s.ok()) {
     store_.AbandonHeld(step);
-    return absl::Status(s.code(), absl::StrCat("the peer snapshot of step ", step, ": ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("the peer snapshot of step ", step, ": ", s.message()));
   }
   (void)store_.CompleteHeld(step);  // an unreadable one is dropped
   return absl::OkStatus();

@@ -15,17 +15,20 @@ absl::StatusOr<std::vector<int64_t>> Candidates(Transport& world, const Snapshot
                             world.AllReduceMax(store.NewestStep().value_or(-1), timeout));
   if (newest < 0) return out;
   out.push_back(newest);
-  PIPEPLAN_ASSIGN_OR_RETURN(const int64_t before,
-                            world.AllReduceMax(store.NewestStepBelow(newest).value_or(-1), timeout));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      const int64_t before,
+      world.AllReduceMax(store.NewestStepBelow(newest).value_or(-1), timeout));
   if (before >= 0) out.push_back(before);
   return out;
 }
 
 }  // namespace
 
-absl::StatusOr<std::optional<SnapshotChoice>> AgreeOnSnapshot(
-    Transport& world, const SnapshotStore& store, const std::vector<std::string>& names,
-    uint64_t epoch, absl::Duration timeout) {
+absl::StatusOr<std::optional<SnapshotChoice>> AgreeOnSnapshot(Transport& world,
+                                                              const SnapshotStore& store,
+                                                              const std::vector<std::string>& names,
+                                                              uint64_t epoch,
+                                                              absl::Duration timeout) {
   PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, Candidates(world, store, timeout));
   if (steps.empty()) return std::nullopt;
   const size_t n = static_cast<size_t>(world.size());

@@ -21,9 +21,9 @@ absl::Status SnapshotStore::CheckFits(const Slot& replaced, size_t bytes) const 
   const size_t after = this->bytes() - replaced.pack.bytes.size() + bytes;
   if (after <= limit_) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "a peer snapshot of ", Mb(bytes), " does not fit --snapshot-memory-limit-mb=",
-      limit_ / 1000000, " (", Mb(this->bytes() - replaced.pack.bytes.size()),
-      " held by the other snapshots)"));
+      "a peer snapshot of ", Mb(bytes),
+      " does not fit --snapshot-memory-limit-mb=", limit_ / 1000000, " (",
+      Mb(this->bytes() - replaced.pack.bytes.size()), " held by the other snapshots)"));
 }
 
 // The slot a new round overwrites: an empty or incomplete one, else the
@@ -93,9 +93,7 @@ std::optional<int64_t> SnapshotStore::NewestStepBelow(int64_t below) const {
   return best;
 }
 
-std::optional<int64_t> SnapshotStore::NewestStep() const {
-  return NewestStepBelow(INT64_MAX);
-}
+std::optional<int64_t> SnapshotStore::NewestStep() const { return NewestStepBelow(INT64_MAX); }
 
 NamedStateView SnapshotStore::At(int64_t step) const {
   NamedStateView out;

@@ -42,9 +42,9 @@ absl::Status ImportLegacyEntry(TorchExecutor::Impl& impl, const std::string& nam
   const torch::Tensor value_now = entry.at("param").toTensor();
   if (value_now.sizes() != p->second.sizes() ||
       value_now.scalar_type() != p->second.scalar_type()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": \"param\" has shape ",
-                                                   ShapeString(value_now.sizes()), ", the parameter ",
-                                                   ShapeString(p->second.sizes())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"param\" has shape ", ShapeString(value_now.sizes()),
+                     ", the parameter ", ShapeString(p->second.sizes())));
   }
   {
     torch::NoGradGuard no_grad;
@@ -61,8 +61,8 @@ absl::Status ImportLegacyEntry(TorchExecutor::Impl& impl, const std::string& nam
     if (kv.value().isTensor()) {
       const torch::Tensor t = kv.value().toTensor();
       if (t.sizes() != p->second.sizes() || t.scalar_type() != p->second.scalar_type()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\" has shape ",
-                                                       ShapeString(t.sizes())));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": \"", key, "\" has shape ", ShapeString(t.sizes())));
       }
       fields.tensors[key] = t;
     }
@@ -81,7 +81,8 @@ absl::Status LoadLegacyShard(TorchExecutor::Impl& impl, const std::string& path,
         absl::StrCat(path, " is not a torch.save'd file: ", e.what_without_backtrace()));
   }
   if (!shard.isGenericDict() || !shard.toGenericDict().contains("parameters")) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a ", kLegacyShardFormat, " shard"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a ", kLegacyShardFormat, " shard"));
   }
   const Dict params = shard.toGenericDict().at("parameters").toGenericDict();
   for (const std::string& name : wanted) {

@@ -43,9 +43,9 @@ struct SnapshotExchangeOptions {
 
 // What a round cost this rank.
 struct SnapshotRoundCost {
-  size_t bytes = 0;              // this rank's snapshot
-  double export_seconds = 0;     // copying the state into the own slot
-  double blocking_seconds = 0;   // all of Round: the step loop's pause
+  size_t bytes = 0;             // this rank's snapshot
+  double export_seconds = 0;    // copying the state into the own slot
+  double blocking_seconds = 0;  // all of Round: the step loop's pause
   bool skipped = false;
 };
 

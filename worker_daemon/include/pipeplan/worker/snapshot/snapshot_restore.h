@@ -38,9 +38,11 @@ struct SnapshotChoice {
 // rank and the peer holding its snapshot both gone, no snapshot taken yet):
 // the caller falls back to the newest disk checkpoint. Transport errors as
 // they come.
-absl::StatusOr<std::optional<SnapshotChoice>> AgreeOnSnapshot(
-    Transport& world, const SnapshotStore& store, const std::vector<std::string>& names,
-    uint64_t epoch, absl::Duration timeout);
+absl::StatusOr<std::optional<SnapshotChoice>> AgreeOnSnapshot(Transport& world,
+                                                              const SnapshotStore& store,
+                                                              const std::vector<std::string>& names,
+                                                              uint64_t epoch,
+                                                              absl::Duration timeout);
 
 }  // namespace pipeplan::worker
 
