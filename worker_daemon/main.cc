@@ -107,6 +107,8 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Switch("deterministic",
                 "torch executor: deterministic algorithms (a GPU run repeats\n"
                 "exactly; some operators are slower)")
+        .Value("snapshot-memory-limit-mb", "MB",
+               "torch executor: host memory for in-memory peer snapshots (8192)")
         .Switch("version", "print the version and exit");
     return f;
   }();
@@ -204,6 +206,9 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "comm-timeout-seconds", &o->comm_timeout));
   PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "connect-timeout-seconds", &o->connect_timeout));
   PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "rpc-timeout-seconds", &o->planner.timeout));
+  int64_t snapshot_mb = static_cast<int64_t>(o->snapshot_memory_limit_bytes / 1000000);
+  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "snapshot-memory-limit-mb", 0, &snapshot_mb));
+  o->snapshot_memory_limit_bytes = static_cast<size_t>(snapshot_mb) * 1000000;
   PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-width", 1, &o->mlp_width));
   PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-rows", 1, &o->mlp_rows));
   PIPEPLAN_ASSIGN_OR_RETURN(double lr, f.GetDouble("mlp-learning-rate", o->mlp_learning_rate));

@@ -48,6 +48,8 @@ const common::FlagSet& TrainingFlags() {
         .Value("max-steps", "N", "steps to train (0: until stopped)")
         .Value("checkpoint-dir", "DIR", "where checkpoints go (none without it)")
         .Value("checkpoint-every", "N", "steps between checkpoints")
+        .Value("snapshot-every", "N",
+               "steps between in-memory peer snapshots (1: every step; 0: off)")
         .Value("dtype", "NAME", "float32 (default) or float64")
         .Switch("skip-nonfinite-steps", "skip a step whose loss is NaN/inf instead of failing");
     return f;
@@ -95,6 +97,10 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
   if (flags.Has("checkpoint-dir")) spec.set_checkpoint_dir(Absolute(*flags.Get("checkpoint-dir")));
   PIPEPLAN_ASSIGN_OR_RETURN(int64_t every, flags.GetInt64("checkpoint-every", 0));
   spec.set_checkpoint_every(every);
+  if (flags.Has("snapshot-every")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(int64_t snapshot_every, flags.GetInt64("snapshot-every", 1));
+    spec.set_snapshot_every(snapshot_every);
+  }
   spec.set_skip_nonfinite_steps(flags.Has("skip-nonfinite-steps"));
   spec.set_dtype(flags.Get("dtype").value_or("float32"));
   return spec;

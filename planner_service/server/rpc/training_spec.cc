@@ -49,6 +49,9 @@ absl::Status CheckNumbers(const v1::TrainingSpec& spec) {
   if (spec.checkpoint_every() < 0) {
     return Bad("checkpoint_every", absl::StrCat("must be >= 0, got ", spec.checkpoint_every()));
   }
+  if (spec.has_snapshot_every() && spec.snapshot_every() < 0) {
+    return Bad("snapshot_every", absl::StrCat("must be >= 0, got ", spec.snapshot_every()));
+  }
   if (spec.checkpoint_every() > 0 && spec.checkpoint_dir().empty()) {
     return Bad("checkpoint_dir", "is required with checkpoint_every");
   }

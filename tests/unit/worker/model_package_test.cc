@@ -188,14 +188,35 @@ TEST(Checkpoint, ManifestRoundTripAndLatestComplete) {
   EXPECT_EQ(read->optimizer, "adamw");
   ASSERT_EQ(read->shards.size(), 2u);
   EXPECT_EQ(read->shards[0].parameters, (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(read->shards[1].file, "shard_1.pt");
+  EXPECT_EQ(read->shards[1].file, "shard_1.bin");
+  EXPECT_EQ(read->format_version, 2);
 
-  auto bytes = ReadFileBytes(CheckpointDir(root, 40) + "/shard_0.pt");
+  auto bytes = ReadFileBytes(CheckpointDir(root, 40) + "/shard_0.bin");
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ(bytes->size(), shard.size());
   for (const auto& e : fs::directory_iterator(CheckpointDir(root, 40))) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
   }
+}
+
+// Format 1 manifests (torch.save'd shards) still read; a newer format is
+// FAILED_PRECONDITION naming it, so a worker never trains from state it
+// cannot read.
+TEST(Checkpoint, ManifestFormatVersions) {
+  TempDir dir;
+  const std::string old_dir = dir.path() + "/v1", new_dir = dir.path() + "/v9";
+  const std::string v1 = R"({"format": "pipeplan-checkpoint/1", "step": 20, "optimizer": "sgd",
+      "shards": [{"file": "shard_0.pt", "rank": 0, "parameters": ["w"]}]})";
+  const std::string v9 = R"({"format": "pipeplan-checkpoint/9", "step": 20, "layout": "new"})";
+  ASSERT_TRUE(WriteFileAtomically(old_dir + "/MANIFEST.json", std::as_bytes(std::span(v1))).ok());
+  ASSERT_TRUE(WriteFileAtomically(new_dir + "/MANIFEST.json", std::as_bytes(std::span(v9))).ok());
+  auto old = ReadCheckpointManifest(old_dir);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->format_version, 1);
+  EXPECT_EQ(old->shards.at(0).file, "shard_0.pt");
+  auto newer = ReadCheckpointManifest(new_dir);
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(newer.status().message()), HasSubstr("pipeplan-checkpoint/9"));
 }
 
 // Runs `body(rank, transport)` on `n` threads over one MemoryHub.
@@ -321,11 +342,11 @@ TEST(StateTransfer, MovesEveryNameToItsNewOwners) {
 
 TEST(StateTransfer, ErrorsNameTheParameter) {
   OnRanks(1, [&](int, Transport& t) {
-    auto s = MoveState(t, {{"a", Blob("A")}}, {{"a", {0}}}, {{"a", {0}}, {"new", {0}}}, 0,
+    auto s = MoveState(t, NamedState{{"a", Blob("A")}}, {{"a", {0}}}, {{"a", {0}}, {"new", {0}}}, 0,
                        absl::Seconds(1));
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(s.status().message()), HasSubstr("\"new\""));
-    s = MoveState(t, {}, {{"a", {0}}}, {{"a", {0}}}, 0, absl::Seconds(1));
+    s = MoveState(t, NamedState{}, {{"a", {0}}}, {{"a", {0}}}, 0, absl::Seconds(1));
     EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   });
 }

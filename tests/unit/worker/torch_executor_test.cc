@@ -715,6 +715,24 @@ TEST_F(TorchExecutorTest, StateMovesBetweenOneReplicaAndTwo) {
   }
 }
 
+// `checkpoint` rewritten in format 1 (torch.save'd shards, before issue 26)
+// still loads, to the same numbers, on one rank.
+void ExpectFormat1Resumes(const std::string& checkpoint, const std::string& v1,
+                          const std::string& data, const std::vector<double>& want, int steps) {
+  ASSERT_EQ(
+      Shell(std::string(kPython) + " " + Source("tests/unit/worker/checkpoint_to_format1.py") +
+            " " + checkpoint + " " + v1),
+      std::nullopt);
+  Hub hub(1);
+  auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 1)), ScheduleKind::kGPipe,
+                          1, data, CnnOptimizer()},
+                         hub.transports());
+  ASSERT_NE(job, nullptr);
+  auto meta = job->executors[0]->LoadCheckpoint(v1);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ExpectLossesMatch(job->Run(meta->step, steps - meta->step), want, steps / 2);
+}
+
 TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
   const std::string data = "tensors:" + DataFile("cnn");
   const std::vector<double> want = Reference("cnn", data, CnnOptimizer(), kSteps);
@@ -740,7 +758,7 @@ TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
   }
   auto latest = LatestCheckpoint(root);
   ASSERT_TRUE(latest.ok() && latest->has_value());
-  EXPECT_TRUE(fs::exists(**latest + "/shard_1.pt"));
+  EXPECT_TRUE(fs::exists(**latest + "/shard_1.bin"));
   // Resume on one rank holding the whole model.
   Hub hub(1);
   auto job = Job::Create({"cnn", Stages("cnn", EvenSplit(NumNodes("cnn"), 1)), ScheduleKind::kGPipe,
@@ -753,6 +771,8 @@ TEST_F(TorchExecutorTest, CheckpointLoadsUnderAnotherSplit) {
   EXPECT_EQ(meta->plan_version, 1);
   EXPECT_EQ(meta->data_position, kSteps / 2 * kBatch);
   ExpectLossesMatch(job->Run(meta->step, kSteps - meta->step), want, kSteps / 2);
+
+  ExpectFormat1Resumes(**latest, root + "/format1", data, want, kSteps);
 
   // A checkpoint without its MANIFEST is never loaded.
   fs::copy(**latest, root + "/partial");

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "pipeplan/worker/env/clock.h"
@@ -47,10 +48,22 @@ struct ActivePlan {
   // Rows of the global batch one step trains (samples/s); 0 when unknown.
   int64_t samples_per_step = 0;
 
+  // Called once before the transport goes away (the training session's
+  // snapshot traffic on it settles: TrainingSession::ReleaseTransport).
+  std::function<void()> on_disconnect;
+
+  ActivePlan() = default;
+  ActivePlan(const ActivePlan&) = delete;
+  ActivePlan& operator=(const ActivePlan&) = delete;
+  ~ActivePlan() {
+    if (on_disconnect) on_disconnect();
+  }
+
   // Connected to its peers: can vote at a step boundary and run steps.
   bool connected() const { return transport != nullptr; }
   // Drops the transports (the groups first: they point into `transport`).
   void Disconnect() {
+    if (on_disconnect) std::exchange(on_disconnect, nullptr)();
     pipeline.reset();
     replica_group.reset();
     transport.reset();

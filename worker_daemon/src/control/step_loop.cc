@@ -14,6 +14,15 @@
 #include "pipeplan/worker/report/step_report.h"
 
 namespace pipeplan::worker {
+namespace {
+
+// The training session's snapshot traffic on `a`'s transport settles before
+// the transport goes away (however the version is dropped).
+void ReleaseOnDisconnect(ActivePlan& a, TrainingSession* training) {
+  a.on_disconnect = [training, t = a.transport.get()] { training->ReleaseTransport(t); };
+}
+
+}  // namespace
 
 StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlState& state,
                    const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
@@ -201,6 +210,7 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
       BuildActivePlan(planner_, connect_, options_, version, training_, clock_);
   if (next.ok() && training_ && (*next)->rank >= 0) {
     ActivePlan& a = **next;
+    ReleaseOnDisconnect(a, training_);
     const bool held = previous && previous->executor;
     const ExecutorPlace place{.rank = a.rank,
                               .replica = a.replica,
@@ -301,6 +311,7 @@ absl::Status StepLoop::RunOneStep() {
                     report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
   last_version_ = active_->version;
+  if (training_) PIPEPLAN_RETURN_IF_ERROR(training_->AfterStep(*active_->executor, step_));
   // Replicas hold the same state: replica 0 alone writes checkpoints.
   if (!training_ || active_->replica != 0) return absl::OkStatus();
   absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);

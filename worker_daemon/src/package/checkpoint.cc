@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kFormat[] = "pipeplan-checkpoint/1";
+constexpr char kFormatPrefix[] = "pipeplan-checkpoint/";
 constexpr char kStepPrefix[] = "step_";
 
 // A full disk is RESOURCE_EXHAUSTED (space may come back); anything else
@@ -59,7 +59,7 @@ std::string CheckpointDir(const std::string& root, int64_t step) {
   return absl::StrFormat("%s/%s%08d", root, kStepPrefix, step);
 }
 
-std::string ShardFileName(int rank) { return absl::StrCat("shard_", rank, ".pt"); }
+std::string ShardFileName(int rank) { return absl::StrCat("shard_", rank, ".bin"); }
 
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& root) {
   std::error_code ec;
@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<char>> ReadFileBytes(const std::string& path) {
 
 absl::Status WriteCheckpointManifest(const std::string& dir, const CheckpointManifest& manifest) {
   v1::CheckpointManifest m;
-  m.set_format(kFormat);
+  m.set_format(absl::StrCat(kFormatPrefix, manifest.format_version));
   m.set_step(manifest.meta.step);
   m.set_plan_version(manifest.meta.plan_version);
   m.set_data_position(manifest.meta.data_position);
@@ -143,10 +143,22 @@ absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir
   }
   PIPEPLAN_ASSIGN_OR_RETURN(const std::string text, std::move(read));
   v1::CheckpointManifest m;
-  if (!google::protobuf::util::JsonStringToMessage(text, &m).ok() || m.format() != kFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a ", kFormat, " manifest"));
+  google::protobuf::util::JsonParseOptions lenient;
+  lenient.ignore_unknown_fields = true;  // a newer format may add fields
+  if (!google::protobuf::util::JsonStringToMessage(text, &m, lenient).ok() ||
+      m.format().rfind(kFormatPrefix, 0) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a checkpoint manifest (", kFormatPrefix, "N)"));
+  }
+  int version = 0;
+  if (!absl::SimpleAtoi(m.format().substr(sizeof(kFormatPrefix) - 1), &version) || version < 1 ||
+      version > kCheckpointFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", dir, " has format ", m.format(), "; this worker reads ",
+                     kFormatPrefix, "1 to ", kFormatPrefix, kCheckpointFormatVersion));
   }
   CheckpointManifest out;
+  out.format_version = version;
   out.meta = {m.step(), m.plan_version(), m.data_position()};
   out.package_digest = m.package_digest();
   out.optimizer = m.optimizer();

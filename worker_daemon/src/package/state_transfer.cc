@@ -19,8 +19,9 @@ struct Hop {
 
 // Every (name, new owner) whose source is another rank and that involves
 // this rank.
-absl::StatusOr<std::vector<Hop>> Plan(int rank, const NamedState& mine, const ParameterOwners& from,
-                                      const ParameterOwners& to, NamedState& local) {
+absl::StatusOr<std::vector<Hop>> Plan(int rank, const NamedStateView& mine,
+                                      const ParameterOwners& from, const ParameterOwners& to,
+                                      NamedState& local) {
   std::vector<Hop> hops;
   uint64_t index = 0;
   for (const auto& [name, owners] : to) {
@@ -37,7 +38,10 @@ absl::StatusOr<std::vector<Hop>> Plan(int rank, const NamedState& mine, const Pa
     for (int dest : owners) {
       ++index;
       if (dest == source) {
-        if (dest == rank) local[name] = mine.at(name);
+        if (dest == rank) {
+          const std::span<const std::byte> blob = mine.at(name);
+          local[name].assign(blob.begin(), blob.end());
+        }
       } else if (dest == rank || source == rank) {
         hops.push_back({name, source, dest, index});
       }
@@ -54,7 +58,19 @@ absl::Status WaitAll(std::vector<std::unique_ptr<PendingOp>>& ops, absl::Duratio
 
 }  // namespace
 
+NamedStateView ViewsOf(const NamedState& state) {
+  NamedStateView out;
+  for (const auto& [name, blob] : state) out[name] = blob;
+  return out;
+}
+
 absl::StatusOr<NamedState> MoveState(Transport& transport, const NamedState& mine,
+                                     const ParameterOwners& from, const ParameterOwners& to,
+                                     uint64_t epoch, absl::Duration timeout) {
+  return MoveState(transport, ViewsOf(mine), from, to, epoch, timeout);
+}
+
+absl::StatusOr<NamedState> MoveState(Transport& transport, const NamedStateView& mine,
                                      const ParameterOwners& from, const ParameterOwners& to,
                                      uint64_t epoch, absl::Duration timeout) {
   const int rank = transport.rank();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "device_stats.h"
+#include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/torch/torch_executor.h"
 #include "torch_data.h"
 
@@ -123,6 +125,26 @@ inline torch::Tensor ToDevice(const TorchExecutor::Impl& impl, const torch::Tens
 // Drops the step's tensors and gradients (torch_executor.cc): after the
 // update, and when a step fails.
 void ClearStep(TorchExecutor::Impl& impl);
+
+// One parameter's optimizer state, read from a record or a format-1 shard:
+// "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (adam, adamw; with `step`) or
+// "momentum_buffer" (sgd); none before the first update. The tensors may
+// view a buffer: the state gets copies on the parameter's device.
+struct OptimizerFields {
+  std::map<std::string, torch::Tensor> tensors;
+  std::optional<int64_t> step;
+};
+absl::Status SetOptimizerFields(TorchExecutor::Impl& impl, const torch::Tensor& p,
+                                const OptimizerFields& fields, const std::string& where);
+
+// Overwrites parameter `name` and its optimizer state from a tensor record
+// (torch_state.cc). INVALID_ARGUMENT naming `source` and the parameter when
+// the record does not fit it.
+absl::Status ImportRecord(TorchExecutor::Impl& impl, const std::string& name,
+                          std::span<const std::byte> record, const std::string& source);
+// This rank's parameters (only those it is the lowest owner of with
+// `primary_only`: a checkpoint shard's) as records in `pack`.
+absl::Status ExportRecords(const TorchExecutor::Impl& impl, bool primary_only, StatePack& pack);
 
 // The optimizer the options name, over `params` in name order.
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(

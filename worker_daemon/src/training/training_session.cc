@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compile_queue.h"
+#include "peer_snapshots.h"
 #include "pipeplan/client/model_package.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/env/event_log.h"
@@ -104,6 +105,10 @@ class TorchTraining final : public TrainingSession {
                                  const StagePlan* previous_plan, int64_t step) override;
   absl::Status MaybeCheckpoint(Executor& executor, int64_t plan_version, int64_t steps) override;
   absl::Status CheckpointNow(Executor& executor, int64_t plan_version, int64_t steps) override;
+  absl::Status AfterStep(Executor& executor, int64_t steps) override {
+    return snapshots_.AfterStep(static_cast<TorchExecutor&>(executor), steps);
+  }
+  void ReleaseTransport(const Transport* transport) override { snapshots_.Release(transport); }
 
  private:
   // The compile of `plan`'s stages (no Python yet): FAILED_PRECONDITION as
@@ -121,6 +126,11 @@ class TorchTraining final : public TrainingSession {
       const StagePlan& plan);
   absl::StatusOr<int64_t> ResumeFromCheckpoint(TorchExecutor& executor, Transport& transport,
                                                int rank, const char* why);
+  // Some state has no live holder (a lost rank, a dropped step): every rank
+  // rolls back to the newest peer snapshot that covers the model, else to
+  // the newest checkpoint (whichever is newer).
+  absl::StatusOr<int64_t> ResumeLost(const StagePlan& plan, TorchExecutor& executor,
+                                     Transport& world, int rank, const char* why);
   absl::Status WriteCheckpointAt(Executor& executor, int64_t plan_version, int64_t steps);
 
   const WorkerOptions& options_;
@@ -130,6 +140,7 @@ class TorchTraining final : public TrainingSession {
   ModelPackage package_;
   std::map<int64_t, std::string> compiled_;  // plan version -> compiled stages dir
   SwitchCost cost_;
+  PeerSnapshots snapshots_{options_, spec_};
   // Last: its jobs use the members above until it is destroyed.
   CompileQueue compiles_;
 };
@@ -275,6 +286,11 @@ absl::StatusOr<int64_t> TorchTraining::Resume(const StagePlan& plan, const Execu
   absl::StatusOr<int64_t> resumed =
       MoveOrLoadState(plan, place, world, executor, previous, previous_plan, step);
   cost_.state_move_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!resumed.ok()) return resumed;
+  // The version's first peer snapshot: a loss right after the switch rolls
+  // back no further than here.
+  PIPEPLAN_RETURN_IF_ERROR(
+      snapshots_.StartVersion(plan, world, static_cast<TorchExecutor&>(executor), *resumed));
   return resumed;
 }
 
@@ -286,7 +302,7 @@ absl::StatusOr<int64_t> TorchTraining::MoveOrLoadState(const StagePlan& plan,
   auto& torch = static_cast<TorchExecutor&>(executor);
   const int64_t mine = previous ? previous_plan->version : 0;
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t source, world.AllReduceMax(mine, options_.comm_timeout));
-  if (source == 0) return ResumeFromCheckpoint(torch, world, place.rank, "start");
+  if (source == 0) return ResumeLost(plan, torch, world, place.rank, "start");
   // A plan switch: the previous version's holders send each piece of state
   // to its holders in this version (in every replica), over this version's
   // transport.
@@ -317,15 +333,15 @@ absl::StatusOr<int64_t> TorchTraining::MoveOrLoadState(const StagePlan& plan,
   }
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t any_lost,
                             world.AllReduceMax(lost ? 1 : 0, options_.comm_timeout));
-  if (any_lost != 0) return ResumeFromCheckpoint(torch, world, place.rank, "lost_state");
+  if (any_lost != 0) return ResumeLost(plan, torch, world, place.rank, "lost_state");
   PIPEPLAN_ASSIGN_OR_RETURN(const ParameterOwners from, SourcesIn(plan, before));
-  NamedState local;
+  StatePack local;
   if (mine == source) {
-    PIPEPLAN_ASSIGN_OR_RETURN(local, static_cast<TorchExecutor*>(previous)->ExportState());
+    PIPEPLAN_RETURN_IF_ERROR(static_cast<TorchExecutor*>(previous)->ExportPack(local));
   }
-  PIPEPLAN_ASSIGN_OR_RETURN(NamedState moved,
-                            MoveState(world, local, from, InEveryReplica(plan, torch.owners()),
-                                      static_cast<uint64_t>(plan.version), options_.comm_timeout));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      NamedState moved, MoveState(world, local.views, from, InEveryReplica(plan, torch.owners()),
+                                  static_cast<uint64_t>(plan.version), options_.comm_timeout));
   absl::Status imported = torch.ImportState(moved, /*complete=*/true);
   if (!imported.ok()) return FinalIfTrainingError(imported);
   PIPEPLAN_ASSIGN_OR_RETURN(const int64_t agreed, world.AllReduceMax(step, options_.comm_timeout));
@@ -333,6 +349,30 @@ absl::StatusOr<int64_t> TorchTraining::MoveOrLoadState(const StagePlan& plan,
                     " plan_version=", plan.version, " from=peers source_version=", source,
                     " step=", agreed));
   return agreed;
+}
+
+absl::StatusOr<int64_t> TorchTraining::ResumeLost(const StagePlan& plan, TorchExecutor& executor,
+                                                  Transport& world, int rank, const char* why) {
+  // The newest checkpoint's step: a snapshot older than it is not used.
+  int64_t checkpoint_step = 0;
+  if (!spec_.checkpoint_dir().empty()) {
+    PIPEPLAN_ASSIGN_OR_RETURN(std::optional<std::string> latest,
+                              LatestCheckpoint(spec_.checkpoint_dir()));
+    if (latest) {
+      absl::StatusOr<CheckpointManifest> m = ReadCheckpointManifest(*latest);
+      if (!m.ok()) return FinalIfTrainingError(m.status());
+      checkpoint_step = m->meta.step;
+    }
+  }
+  absl::StatusOr<std::optional<int64_t>> restored =
+      snapshots_.Restore(world, executor, InEveryReplica(plan, executor.owners()), checkpoint_step,
+                         static_cast<uint64_t>(plan.version) | (uint64_t{1} << 22));
+  if (!restored.ok()) return FinalIfTrainingError(restored.status());
+  if (!*restored) return ResumeFromCheckpoint(executor, world, rank, why);
+  Emit(absl::StrCat("event=resume job=", options_.job_id, " worker=", options_.worker_id,
+                    " plan_version=", plan.version, " from=snapshot why=", why,
+                    " step=", **restored));
+  return **restored;
 }
 
 // The newest complete checkpoint, if any, on every rank (step 0 without

@@ -62,6 +62,10 @@ struct WorkerOptions {
   // cuBLAS's fixed workspace), so a GPU run repeats bit for bit and matches
   // a reference trainer run the same way; slower on some operators.
   bool deterministic = false;
+  // --snapshot-memory-limit-mb: host memory for in-memory peer snapshots
+  // (this rank's own two and the two it holds for a peer;
+  // docs/snapshots.md). A round that would pass it is skipped.
+  size_t snapshot_memory_limit_bytes = size_t{8192} * 1000 * 1000;
 };
 
 }  // namespace pipeplan::worker

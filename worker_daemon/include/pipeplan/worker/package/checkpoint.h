@@ -1,8 +1,14 @@
 // Checkpoint directories: layout, the MANIFEST that marks one complete, and
 // atomic file writes (docs/model-package.md, "Checkpoints").
 //
-//   <root>/step_<8-digit step>/shard_<rank>.pt   one per rank (torch.save format)
+//   <root>/step_<8-digit step>/shard_<rank>.bin  one per rank (a state pack)
 //   <root>/step_<8-digit step>/MANIFEST.json     written last, by rank 0
+//
+// Format 2 (MANIFEST "format": "pipeplan-checkpoint/2") stores each shard as
+// a state pack (state_pack.h: raw tensor bytes, written with one write and
+// read with one sized read). Format 1 shards (shard_<rank>.pt, torch.save
+// dicts) still load; a manifest of any other format is FAILED_PRECONDITION
+// naming it.
 //
 // A directory without MANIFEST.json is a checkpoint cut short (a crash while
 // writing) and is never loaded. Torch-free: the shards themselves are written
@@ -35,7 +41,11 @@ struct CheckpointShardInfo {
   std::vector<std::string> parameters;  // canonical names the shard holds
 };
 
+inline constexpr int kCheckpointFormatVersion = 2;
+
 struct CheckpointManifest {
+  // 1: torch.save'd shards; 2: state packs. Written: always the newest.
+  int format_version = kCheckpointFormatVersion;
   CheckpointMeta meta;
   std::string package_digest;
   std::string optimizer;  // "sgd", "adam", "adamw"
@@ -46,6 +56,7 @@ inline constexpr char kCheckpointManifestFile[] = "MANIFEST.json";
 
 // <root>/step_00000030.
 std::string CheckpointDir(const std::string& root, int64_t step);
+// shard_<rank>.bin (format 2).
 std::string ShardFileName(int rank);
 
 // The complete checkpoint (one with a MANIFEST) of the highest step under
@@ -55,7 +66,9 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& r
 // MANIFEST.json of `dir`, written atomically. The caller makes sure every
 // listed shard is written first (TorchExecutor::WriteCheckpoint: a barrier).
 absl::Status WriteCheckpointManifest(const std::string& dir, const CheckpointManifest& manifest);
-// NOT_FOUND when `dir` has no MANIFEST (an incomplete checkpoint).
+// NOT_FOUND when `dir` has no MANIFEST (an incomplete checkpoint);
+// FAILED_PRECONDITION naming the format when it is neither format 1 nor 2;
+// INVALID_ARGUMENT when it is not a manifest at all.
 absl::StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir);
 
 // Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it to

@@ -1,7 +1,9 @@
 // Moves per-parameter training state to its new owners at a plan switch.
 //
 // State is opaque bytes per canonical parameter name (the parameter and its
-// optimizer state, as TorchExecutor::ExportState writes them). Under the old
+// optimizer state as a tensor record, tensor_record.h). Every record crosses
+// the wire as it is, from the memory it lies in (a pack's view): no copy,
+// no pickling, all of a rank's sends and receives in flight at once. Under the old
 // plan a name is held by `from[name]` (several ranks for a tied parameter,
 // whose copies are identical), under the new one by `to[name]`. The lowest
 // old owner sends the bytes to every new owner, so tied copies stay
@@ -21,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pipeplan/client/model_package.h"
+#include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/transport/transport.h"
 
 namespace pipeplan::worker {
@@ -32,9 +35,15 @@ using NamedState = std::map<std::string, std::vector<std::byte>>;
 // INVALID_ARGUMENT when a name of `to` has no owner in `from`;
 // FAILED_PRECONDITION when this rank should send a name `mine` lacks;
 // transport errors as they come.
+absl::StatusOr<NamedState> MoveState(Transport& transport, const NamedStateView& mine,
+                                     const ParameterOwners& from, const ParameterOwners& to,
+                                     uint64_t epoch, absl::Duration timeout);
 absl::StatusOr<NamedState> MoveState(Transport& transport, const NamedState& mine,
                                      const ParameterOwners& from, const ParameterOwners& to,
                                      uint64_t epoch, absl::Duration timeout);
+
+// Views of `state`'s blobs.
+NamedStateView ViewsOf(const NamedState& state);
 
 }  // namespace pipeplan::worker
 

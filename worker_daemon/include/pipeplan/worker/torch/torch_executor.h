@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "pipeplan/client/model_package.h"
 #include "pipeplan/worker/package/checkpoint.h"
+#include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/runtime/executor.h"
 #include "pipeplan/worker/transport/transport.h"
@@ -140,26 +141,36 @@ class TorchExecutor final : public Executor {
   // Canonical parameter name -> the ranks holding it under this executor's plan.
   const ParameterOwners& owners() const;
 
-  // This rank's parameters and optimizer state, one blob per canonical name
-  // (a torch.save-compatible dict {"param", "optimizer", "state"}). Between
+  // This rank's parameters and optimizer state, one tensor record per
+  // canonical name (package/tensor_record.h: the parameter and its
+  // optimizer state as raw bytes, labelled with the optimizer). Between
   // steps only.
   absl::StatusOr<NamedState> ExportState() const;
+  // The same records in one state pack, built in place in `into` (its memory
+  // reused when the size is unchanged): a peer snapshot's export. Tensors
+  // on a GPU are copied to the pack's host memory.
+  absl::Status ExportPack(StatePack& into) const;
+  // The size ExportPack's pack will have (no copy).
+  absl::StatusOr<size_t> PackBytes() const;
   // Overwrites the named parameters (values copied into the existing
   // tensors) and their optimizer state. INVALID_ARGUMENT for a name this
   // rank does not hold, a shape/dtype mismatch or another optimizer's state;
   // FAILED_PRECONDITION when a name this rank holds is missing (`complete`).
+  absl::Status ImportState(const NamedStateView& state, bool complete = true);
   absl::Status ImportState(const NamedState& state, bool complete = true);
 
   // Writes this rank's shard (the parameters it is the lowest owner of, with
-  // their optimizer state, and `meta`) to <dir>/shard_<rank>.pt atomically.
+  // their optimizer state) to <dir>/shard_<rank>.bin atomically: one state
+  // pack, one write.
   absl::Status WriteCheckpointShard(const std::string& dir, const CheckpointMeta& meta) const;
   // Every rank writes its shard; after a barrier over the transport rank 0
   // writes MANIFEST.json. All ranks return the same status.
   absl::Status WriteCheckpoint(const std::string& dir, const CheckpointMeta& meta);
   // Loads the parameters this rank holds from the shards of a complete
-  // checkpoint (written under any plan) and returns its meta. NOT_FOUND for
-  // an incomplete checkpoint or a parameter in no shard; INVALID_ARGUMENT
-  // for another package or optimizer.
+  // checkpoint (written under any plan, format 1 or 2) and returns its
+  // meta. NOT_FOUND for an incomplete checkpoint or a parameter in no shard;
+  // INVALID_ARGUMENT for another package or optimizer; FAILED_PRECONDITION
+  // naming the format for a manifest of a format this worker cannot read.
   absl::StatusOr<CheckpointMeta> LoadCheckpoint(const std::string& dir);
 
   // The implementation's state, defined in src/torch_executor_impl.h (its

@@ -1,8 +1,10 @@
 // What `--executor torch` adds to the worker's loop: the job's training spec,
 // the model package, stage compilation for each plan version, the torch
 // executor of this rank, state that survives a plan switch (moved over the
-// new version's transport, keyed by parameter name) and checkpoints (resume
-// from the newest complete one; write every `checkpoint_every` steps).
+// new version's transport, keyed by parameter name), in-memory peer
+// snapshots (a lost rank's state comes from the peer that holds it) and
+// checkpoints (resume from the newest complete one; write every
+// `checkpoint_every` steps).
 //
 // A training error that a restart cannot fix (a package or data that does not
 // fit, a non-finite loss) carries the JobFailed payload: the worker reports it
@@ -93,6 +95,19 @@ class TrainingSession {
   // (called like MaybeCheckpoint, at the boundary where a rank leaves, so
   // the ranks that stay resume from it and lose no step).
   virtual absl::Status CheckpointNow(Executor& executor, int64_t plan_version, int64_t steps) = 0;
+
+  // After `steps` completed steps, on every device of the version (all
+  // replicas): an in-memory peer snapshot round when the spec asks for one
+  // at this step (docs/snapshots.md). Transport errors (a peer gone) as they
+  // come: the step loop drops the version as after a failed step.
+  virtual absl::Status AfterStep(Executor& executor, int64_t steps) {
+    (void)executor;
+    (void)steps;
+    return absl::OkStatus();
+  }
+  // `transport` (a version's, passed to Resume) is about to go away: the
+  // snapshot traffic on it settles and ends.
+  virtual void ReleaseTransport(const Transport* transport) { (void)transport; }
 };
 
 // Reads the job (GetJob): FAILED_PRECONDITION (a job failure) when it has no

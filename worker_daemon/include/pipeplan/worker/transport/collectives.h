@@ -27,6 +27,8 @@ enum class TagPurpose : uint64_t {
   kStateSize = 3,
   kStateData = 4,
   kRingSum = 5,
+  kSnapshotSize = 6,
+  kSnapshotData = 7,
 };
 
 // Tags the executor uses: at or above 1 << 62, so they never meet the
