@@ -1,5 +1,6 @@
 #include "job_table.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -39,8 +40,40 @@ std::string FormatTraining(const v1::TrainingSpec& t) {
       "\n");
 }
 
+// The replica whose devices include `device` at `rank` (0 when none does).
+int ReplicaOf(const v1::Plan& plan, int rank, const std::string& device) {
+  for (int q = 0; q < plan.replicas_size(); ++q) {
+    const auto& ids = plan.replicas(q).rank_device_ids();
+    if (rank >= 0 && rank < ids.size() && ids[rank] == device) return q;
+  }
+  return 0;
+}
+
+// The per-rank rows; with data-parallel replicas one row per (rank,
+// replica), each with its own worker and device.
+std::string RankRows(const v1::JobObservation& o, const v1::Plan& plan) {
+  const bool replicas = plan.replicas_size() > 1;
+  std::string out = absl::StrFormat("    %4s%s %-20s %-10s %10s %10s %10s %7s %12s\n", "RANK",
+                                    replicas ? " REPLICA" : "", "WORKER", "DEVICE", "STEP",
+                                    "COMPUTE", "COMM", "BUBBLE", "PEAK MEM");
+  for (const v1::RankObservation& r : o.ranks()) {
+    const std::string replica =
+        replicas ? absl::StrFormat(" %7d", ReplicaOf(plan, r.rank(), r.device_id())) : "";
+    absl::StrAppendFormat(&out, "    %4d%s %-20s %-10s %10s %10s %10s %6.1f%% %12.4g\n", r.rank(),
+                          replica, r.worker_id(), r.device_id(), HumanSeconds(r.step_seconds()),
+                          HumanSeconds(r.compute_seconds()), HumanSeconds(r.comm_seconds()),
+                          100 * r.bubble_ratio(), r.peak_memory_bytes());
+  }
+  return out;
+}
+
 // Measured against predicted (GetJob's observation), per job and per rank.
-std::string FormatObservation(const v1::JobObservation& o) {
+std::string FormatObservation(const v1::JobObservation& o, const v1::Plan& plan) {
+  if (o.steps() == 0) {
+    // Nothing measured yet: no figures that read as a perfect prediction.
+    return absl::StrFormat("  version %d: no step measured yet (planned step %s)\n",
+                           o.plan_version(), HumanSeconds(o.planned_step_seconds()));
+  }
   std::string out = absl::StrFormat(
       "  version %d measured over %d steps: step %s, bubble %.1f%%\n"
       "    predicted (calibrated, as run) step %s, bubble %.1f%%; error %.1f%% "
@@ -49,16 +82,7 @@ std::string FormatObservation(const v1::JobObservation& o) {
       100 * o.measured_bubble_ratio(), HumanSeconds(o.predicted_step_seconds()),
       100 * o.predicted_bubble_ratio(), 100 * o.prediction_error_ratio(),
       HumanSeconds(o.planned_step_seconds()));
-  if (o.ranks_size() > 0) {
-    absl::StrAppendFormat(&out, "    %4s %-20s %-10s %10s %10s %10s %7s %12s\n", "RANK", "WORKER",
-                          "DEVICE", "STEP", "COMPUTE", "COMM", "BUBBLE", "PEAK MEM");
-  }
-  for (const v1::RankObservation& r : o.ranks()) {
-    absl::StrAppendFormat(&out, "    %4d %-20s %-10s %10s %10s %10s %6.1f%% %12.4g\n", r.rank(),
-                          r.worker_id(), r.device_id(), HumanSeconds(r.step_seconds()),
-                          HumanSeconds(r.compute_seconds()), HumanSeconds(r.comm_seconds()),
-                          100 * r.bubble_ratio(), r.peak_memory_bytes());
-  }
+  if (o.ranks_size() > 0) absl::StrAppend(&out, RankRows(o, plan));
   for (const v1::LinkFit& l : o.links()) {
     absl::StrAppendFormat(&out,
                           "    link %s: latency %s, bandwidth %.4g B/s, tail %s (%d transfers)\n",
@@ -94,6 +118,14 @@ std::string JobStateName(v1::JobState s) {
   }
 }
 
+std::string JobStateText(const v1::Job& job) {
+  const std::string state = JobStateName(job.state());
+  const std::string& message = job.failure_message();
+  if (message.empty()) return state;
+  if (message == state || absl::StartsWith(message, state + ":")) return message;
+  return absl::StrCat(state, ": ", message);
+}
+
 std::string FormatJobList(const v1::ListJobsResponse& jobs) {
   std::string out = absl::StrFormat("%-22s %-20s %-10s %8s %8s %6s  %s\n", "ID", "NAME", "STATE",
                                     "VERSION", "WORKERS", "LOST", "CREATED");
@@ -108,11 +140,10 @@ std::string FormatJobList(const v1::ListJobsResponse& jobs) {
 }
 
 std::string FormatJob(const v1::Job& job) {
-  std::string out = absl::StrCat(
-      "job ", job.id(), job.name().empty() ? "" : " (" + job.name() + ")", "\n  state ",
-      JobStateName(job.state()), job.failure_message().empty() ? "" : ": " + job.failure_message(),
-      "\n  plan version ", job.plan_version(), "\n  created ",
-      FormatTime(job.create_time_unix_ms()), "\n");
+  std::string out =
+      absl::StrCat("job ", job.id(), job.name().empty() ? "" : " (" + job.name() + ")",
+                   "\n  state ", JobStateText(job), "\n  plan version ", job.plan_version(),
+                   "\n  created ", FormatTime(job.create_time_unix_ms()), "\n");
   if (job.has_training()) absl::StrAppend(&out, FormatTraining(job.training()));
   absl::StrAppend(&out, "  workers ", job.num_workers(), "\n");
   for (const v1::WorkerStatus& w : job.workers()) {
@@ -120,19 +151,21 @@ std::string FormatJob(const v1::Job& job) {
                           w.info().worker_id(), w.info().device_id(), w.rank(),
                           WorkerStateName(w.state()), w.info().host(), w.last_step());
   }
-  if (job.has_observation()) absl::StrAppend(&out, FormatObservation(job.observation()));
+  if (job.has_observation())
+    absl::StrAppend(&out, FormatObservation(job.observation(), job.plan()));
   absl::StrAppend(&out, "\n", FormatPlanTable(job.plan()));
   return out;
 }
 
 std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions) {
-  std::string out = absl::StrFormat("%8s %6s %-22s %12s %12s %8s  %s\n", "VERSION", "RANKS",
-                                    "SCHEDULE", "MICROBATCHES", "STEP", "BUBBLE", "REASON");
+  std::string out =
+      absl::StrFormat("%8s %6s %8s %-22s %12s %12s %8s  %s\n", "VERSION", "RANKS", "REPLICAS",
+                      "SCHEDULE", "MICROBATCHES", "STEP", "BUBBLE", "REASON");
   for (const v1::VersionedPlan& v : versions) {
-    absl::StrAppendFormat(&out, "%8d %6d %-22s %12d %12s %7.1f%%  %s\n", v.version(),
-                          PlanRanks(v.plan()), ScheduleDisplayName(v.plan().schedule()),
-                          v.plan().microbatches(), HumanSeconds(v.plan().step_seconds()),
-                          100 * v.plan().bubble_ratio(), v.reason());
+    absl::StrAppendFormat(
+        &out, "%8d %6d %8d %-22s %12d %12s %7.1f%%  %s\n", v.version(), PlanRanks(v.plan()),
+        PlanReplicas(v.plan()), ScheduleDisplayName(v.plan().schedule()), v.plan().microbatches(),
+        HumanSeconds(v.plan().step_seconds()), 100 * v.plan().bubble_ratio(), v.reason());
   }
   return out;
 }
@@ -143,9 +176,10 @@ std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions) {
   for (const v1::VersionedPlan& v : versions) {
     absl::StrAppendFormat(
         &out,
-        "%s\n  {\"version\": %d, \"ranks\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
-        "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, \"reason\": %s}",
-        sep, v.version(), PlanRanks(v.plan()), v.plan().chunks_per_rank(),
+        "%s\n  {\"version\": %d, \"ranks\": %d, \"replicas\": %d, \"chunks_per_rank\": %d, "
+        "\"schedule\": \"%s\", \"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, "
+        "\"reason\": %s}",
+        sep, v.version(), PlanRanks(v.plan()), PlanReplicas(v.plan()), v.plan().chunks_per_rank(),
         ScheduleDisplayName(v.plan().schedule()), v.plan().microbatches(),
         JsonNumber(v.plan().step_seconds()), JsonNumber(v.plan().bubble_ratio()),
         JsonString(v.reason()));

@@ -20,6 +20,9 @@ std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions);
 std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions);
 // "pending", "running", "completed", "failed", "cancelled".
 std::string JobStateName(v1::JobState state);
+// The state with its message: "running", "failed: REASON", "cancelled:
+// REASON" (the planner's message already starts with "cancelled").
+std::string JobStateText(const v1::Job& job);
 
 }  // namespace pipeplan::cli
 
