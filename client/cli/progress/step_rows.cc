@@ -51,11 +51,11 @@ absl::StatusOr<std::map<int64_t, StepRow>> LastSteps(client::PlannerClient& c,
   const int wanted = static_cast<int>(std::min<int64_t>(kMaxReports, (steps + 1) * per_step));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::ListStepReportsResponse reports, c.ListStepReports(job, wanted));
   std::map<int64_t, StepRow> rows = StepRows(reports);
-  while (static_cast<int>(rows.size()) > steps) rows.erase(rows.begin());
   PIPEPLAN_RETURN_IF_ERROR(SetExpectedReports(c, job, &rows));
   // A cut answer may have left out the oldest step's first reports.
   const bool cut = reports.reports_size() >= wanted;
   if (cut && !rows.empty() && !rows.begin()->second.complete()) rows.erase(rows.begin());
+  while (static_cast<int>(rows.size()) > steps) rows.erase(rows.begin());
   return rows;
 }
 
