@@ -125,6 +125,13 @@ class BadFlagTest(unittest.TestCase):
         self.assert_usage(run(WORKER, "--planner", "127.0.0.1", "--job", "j", "--worker-id",
                               "w", "--device", "d"), "--planner")
 
+    def test_a_folder_given_as_a_file_says_so(self):
+        # `plan --graph DIR` said "Unexpected end of string".
+        r = run(CLI, "plan", "--graph", DATA, "--cluster", DATA + "/cluster_8xa100.json")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn(DATA + " is a directory", r.stderr)
+
     def test_every_replica_down_shows_each_ones_error(self):
         ports = []
         for _ in range(2):  # ports nobody listens on: bound, then closed
