@@ -8,7 +8,9 @@ the same seed) to 1e-9 relative. The models: torchvision's ResNet-18 (BatchNorm)
 MobileNetV3-Small (BatchNorm, a Dropout in its classifier) and a small
 VisionTransformer (dropout 0.1 in every block), at 32x32 with random weights,
 and a small MLP with nn.Dropout; the MLP's job is run twice and repeats exactly.
-BatchNorm under microbatching (docs/models.md): each microbatch's forward
+Killed and restarted from a checkpoint, the dropout MLP's workers continue the
+same stream (every step, re-run ones too, as the reference). BatchNorm under
+microbatching (docs/models.md): each microbatch's forward
 normalizes with that microbatch's statistics and updates the running ones once,
 so after a step of M microbatches they are M momentum updates, as the
 reference's; test_batchnorm_running_statistics checks that statement.
@@ -19,7 +21,9 @@ them; skipped without). Slow: about 2 minutes on two busy cores.
 
 import json
 import os
+import re
 import subprocess
+import time
 
 import pytest
 import torch
@@ -102,47 +106,69 @@ def cli(planner, *argv):
     return r.stdout
 
 
-def train_job(planner, paths, tmp):
-    """Creates the job, runs its two workers to the end; {step: loss}."""
+def create_job(planner, paths, tmp, steps=STEPS, extra=()):
     cluster = os.path.join(tmp, "cluster.json")
     with open(cluster, "w") as f:
         json.dump(CLUSTER, f)
-    job = json.loads(cli(planner, "jobs", "create", "--graph", paths["graph"], "--cluster",
-                         cluster, "--ranks", "2", "--schedule", "1F1B", "--microbatches",
-                         str(MICROBATCHES), "--method", "dp", "--model-package",
-                         paths["package"], "--data", "tensors:" + paths["data"],
-                         "--batch-size", str(BATCH), "--optimizer", "adamw", "--lr", "1e-3",
-                         "--max-steps", str(STEPS), "--dtype", "float64", "--seed", str(SEED),
-                         "-o", "json"))["id"]
+    return json.loads(cli(planner, "jobs", "create", "--graph", paths["graph"], "--cluster",
+                          cluster, "--ranks", "2", "--schedule", "1F1B", "--microbatches",
+                          str(MICROBATCHES), "--method", "dp", "--model-package",
+                          paths["package"], "--data", "tensors:" + paths["data"],
+                          "--batch-size", str(BATCH), "--optimizer", "adamw", "--lr", "1e-3",
+                          "--max-steps", str(steps), "--dtype", "float64", "--seed", str(SEED),
+                          *extra, "-o", "json"))["id"]
+
+
+def start_workers(planner, job, tmp, tag=""):
     workers = []
     for r in range(2):
-        log = open(os.path.join(tmp, "%s-w%d.log" % (job, r)), "w+")
+        log = open(os.path.join(tmp, "%s-w%d%s.log" % (job, r, tag)), "w+")
         workers.append((subprocess.Popen(
             [WORKER, "--planner", planner.address, "--job", job, "--worker-id", "w%d" % r,
              "--device", "cpu%d" % r, "--transport", "gloo", "--listen-host", "127.0.0.1",
              "--executor", "torch", "--stage-cache", os.path.join(tmp, "stages"),
              "--comm-timeout-seconds", "120", "--connect-timeout-seconds", "60"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log))
+    return workers
+
+
+def finish(workers, kill=False):
+    """Waits for the workers (kills them first with `kill`); their exit codes."""
+    codes = []
     try:
         for proc, log in workers:
+            if kill:
+                proc.kill()
             code = proc.wait(timeout=400)
             log.seek(0)
-            assert code == 0, log.read()[-4000:]
+            assert kill or code == 0, log.read()[-4000:]
+            codes.append(code)
     finally:
         for proc, log in workers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             log.close()
+    return codes
+
+
+def reported(planner, job):
     rows = json.loads(cli(planner, "jobs", "reports", job, "-o", "json"))
     return {row["step"]: row["loss"] for row in rows}
 
 
-def reference(paths):
+def train_job(planner, paths, tmp):
+    """Creates the job, runs its two workers to the end; {step: loss}."""
+    job = create_job(planner, paths, tmp)
+    finish(start_workers(planner, job, tmp))
+    return reported(planner, job)
+
+
+def reference(paths, steps=STEPS):
     package = pp.load_package(paths["package"])
     data = pipeplan_data.open_data("tensors:" + paths["data"], package.manifest,
                                    "cross_entropy")
-    out = ref.train(package, data, "cross_entropy", "adamw", 1e-3, BATCH, MICROBATCHES, STEPS,
+    out = ref.train(package, data, "cross_entropy", "adamw", 1e-3, BATCH, MICROBATCHES, steps,
                     dtype=torch.float64, seed=SEED)
     return {row["step"]: row["loss"] for row in out}
 
@@ -165,6 +191,32 @@ def test_two_ranks_train_as_one_process(name, planner, tmp_path):
         other = ref.train(package, data, "cross_entropy", "adamw", 1e-3, BATCH, MICROBATCHES,
                           STEPS, dtype=torch.float64, seed=SEED + 1)
         assert other[0]["loss"] != pytest.approx(want[0], rel=1e-9)
+
+
+@needs_binaries
+def test_a_restart_from_a_checkpoint_continues_the_stream(planner, tmp_path):
+    """Both workers killed (-9) part-way, restarted: they resume from the newest
+    checkpoint and the masks of every step, re-run ones too, are the reference's."""
+    steps, every = 200, 20
+    tmp = str(tmp_path)
+    paths = export("dropout_mlp", tmp)
+    job = create_job(planner, paths, tmp, steps, ("--checkpoint-dir", os.path.join(tmp, "ckpt"),
+                                                  "--checkpoint-every", str(every)))
+    workers = start_workers(planner, job, tmp)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and max(reported(planner, job), default=-1) < every + 5:
+        time.sleep(0.1)
+    finish(workers, kill=True)
+    before = reported(planner, job)
+    assert every + 5 <= max(before) < steps - 1, "killed too late to restart: %d" % max(before)
+    finish(start_workers(planner, job, tmp, "-restarted"))
+    with open(os.path.join(tmp, "%s-w0-restarted.log" % job)) as f:
+        resumed = [int(m) for m in re.findall(r"event=resume .* step=(\d+)", f.read())]
+    assert resumed and resumed[0] > 0 and resumed[0] % every == 0, resumed  # not from step 0
+    got, want = reported(planner, job), reference(paths, steps)
+    assert sorted(got) == list(range(steps))
+    for step in range(steps):
+        assert got[step] == pytest.approx(want[step], rel=1e-9), step
 
 
 def test_batchnorm_running_statistics():
