@@ -184,16 +184,23 @@ const FlagSpec* FlagSet::FindShort(char letter) const {
 }
 
 std::string FlagSet::Suggestion(std::string_view name) const {
-  const FlagSpec* best = nullptr;
+  std::vector<std::string> names;
+  for (const FlagSpec& f : flags_) names.push_back(f.name);
+  const std::string best = ClosestName(name, names);
+  return best.empty() ? "" : absl::StrCat("; did you mean --", best, "?");
+}
+
+std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
   size_t best_distance = 3;  // suggest only close names
-  for (const FlagSpec& f : flags_) {
-    const size_t d = EditDistance(name, f.name);
-    if (d < best_distance && d < f.name.size()) {
-      best = &f;
+  for (const std::string& c : candidates) {
+    const size_t d = EditDistance(name, c);
+    if (d < best_distance && d < c.size()) {
+      best = &c;
       best_distance = d;
     }
   }
-  return best ? absl::StrCat("; did you mean --", best->name, "?") : "";
+  return best ? *best : "";
 }
 
 absl::Status FlagSet::ReadFlag(const std::vector<std::string>& args, size_t* i, ParsedFlags* out,

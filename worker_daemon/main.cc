@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
+#include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/torch_device.h"
 #include "pipeplan/common/version.h"
@@ -174,6 +175,9 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
     return UsageError(absl::StrCat("unexpected argument \"", f.positionals()[0], "\""));
   }
   o->planner.address = f.Get("planner").value_or(o->planner.address);
+  if (f.Has("planner")) {
+    PIPEPLAN_RETURN_IF_ERROR(pipeplan::common::CheckHostPortList("planner", o->planner.address));
+  }
   o->job_id = f.Get("job").value_or("");
   o->worker_id = f.Get("worker-id").value_or("");
   o->device_id = f.Get("device").value_or("");

@@ -83,6 +83,18 @@ std::string CommandHelp(const Command& c) {
   return out;
 }
 
+// "unknown command", with the closest command or group when one is close.
+std::string UnknownCommand(const std::string& words) {
+  std::vector<std::string> names;
+  for (const Command& c : AllCommands()) {
+    names.push_back(c.words);
+    if (!GroupOf(c.words).empty()) names.push_back(GroupOf(c.words));
+  }
+  const std::string best = common::ClosestName(words, names);
+  return absl::StrCat("unknown command \"", words, "\"",
+                      best.empty() ? "" : absl::StrCat("; did you mean \"", best, "\"?"));
+}
+
 int Usage(absl::string_view message, absl::string_view help_hint) {
   std::cerr << "pipeplan: " << message << "\nrun `pipeplan " << help_hint << "--help` for usage\n";
   return common::kExitUsage;
@@ -98,7 +110,7 @@ int RunHelp(const std::vector<std::string>& words) {
   } else if (IsGroup(joined)) {
     std::cout << GroupHelp(joined);
   } else {
-    return Usage(absl::StrCat("unknown command \"", joined, "\""), "");
+    return Usage(UnknownCommand(joined), "");
   }
   return common::kExitOk;
 }
@@ -127,7 +139,8 @@ int RunCommand(const Command& c, std::vector<std::string> args) {
   }
   absl::StatusOr<GlobalFlags> global = GlobalFlagsFrom(*flags);
   if (!global.ok()) return Usage(global.status().message(), hint);
-  const absl::Status status = c.run(CommandContext{*flags, *global, positionals});
+  const absl::Status status =
+      WithEveryReplicasError(*global, c.run(CommandContext{*flags, *global, positionals}));
   if (common::IsUsageError(status)) return Usage(status.message(), hint);
   if (!status.ok()) {
     std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
@@ -167,8 +180,7 @@ int RunCli(const std::vector<std::string>& args) {
   }
   const Command* command = FindCommand(words);
   if (command == nullptr) {
-    return Usage(absl::StrCat("unknown command \"", words, "\""),
-                 IsGroup(GroupOf(words)) ? GroupOf(words) + " " : "");
+    return Usage(UnknownCommand(words), IsGroup(GroupOf(words)) ? GroupOf(words) + " " : "");
   }
   // Global flags given before the command are parsed again with the
   // command's, so both places work.

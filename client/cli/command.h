@@ -41,6 +41,7 @@ Command SimulateCommand();
 std::vector<Command> JobLifecycleCommands();  // create, list, show, cancel, delete
 std::vector<Command> JobHistoryCommands();    // reports, versions, replan
 Command JobsTraceCommand();                   // jobs trace
+Command JobsWatchCommand();                   // jobs watch
 
 }  // namespace pipeplan::cli
 

@@ -8,6 +8,7 @@ const std::vector<Command>& AllCommands() {
     for (Command& c : JobLifecycleCommands()) all->push_back(std::move(c));
     for (Command& c : JobHistoryCommands()) all->push_back(std::move(c));
     all->push_back(JobsTraceCommand());
+    all->push_back(JobsWatchCommand());
     return all;
   }();
   return *commands;

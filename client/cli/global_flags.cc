@@ -1,8 +1,13 @@
 #include "global_flags.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::cli {
@@ -32,6 +37,9 @@ const common::FlagSet& GlobalFlagSet() {
 absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const common::ParsedFlags& flags) {
   GlobalFlags g;
   g.planner = flags.Get("planner").value_or("");
+  if (flags.Has("planner")) {
+    PIPEPLAN_RETURN_IF_ERROR(common::CheckHostPortList("planner", g.planner));
+  }
   g.tls_ca = flags.Get("tls-ca").value_or("");
   g.tls_cert = flags.Get("tls-cert").value_or("");
   g.tls_key = flags.Get("tls-key").value_or("");
@@ -62,6 +70,25 @@ absl::StatusOr<std::unique_ptr<client::PlannerClient>> Connect(const GlobalFlags
   o.token_file = g.token_file;
   o.timeout = absl::Seconds(g.timeout_seconds);
   return client::PlannerClient::Connect(o);
+}
+
+absl::Status WithEveryReplicasError(const GlobalFlags& global, const absl::Status& error) {
+  const bool down = error.code() == absl::StatusCode::kUnavailable ||
+                    error.code() == absl::StatusCode::kDeadlineExceeded;
+  if (!down || global.planner.find(',') == std::string::npos) return error;
+  std::string reasons;
+  for (absl::string_view part : absl::StrSplit(global.planner, ',', absl::SkipWhitespace())) {
+    GlobalFlags one = global;
+    one.planner = std::string(absl::StripAsciiWhitespace(part));
+    one.timeout_seconds = std::min(global.timeout_seconds, 5.0);
+    absl::StatusOr<std::unique_ptr<client::PlannerClient>> c = Connect(one);
+    absl::Status s = c.ok() ? (*c)->ListJobs().status() : c.status();
+    absl::StrAppend(&reasons, "\n  ", one.planner, ": ",
+                    s.ok() ? "answers now" : absl::StatusCodeToString(s.code()), s.ok() ? "" : ": ",
+                    s.message());
+  }
+  return absl::Status(error.code(),
+                      absl::StrCat("no planner replica answered; each one:", reasons));
 }
 
 }  // namespace pipeplan::cli

@@ -34,6 +34,11 @@ absl::StatusOr<GlobalFlags> GlobalFlagsFrom(const common::ParsedFlags& flags);
 // A client for --planner; a usage error when --planner is missing.
 absl::StatusOr<std::unique_ptr<client::PlannerClient>> Connect(const GlobalFlags& global);
 
+// `error` (UNAVAILABLE or DEADLINE_EXCEEDED from a call over several
+// --planner replicas, where gRPC keeps only the last one's reason) with each
+// replica's own reason, asked of each alone; other errors as they are.
+absl::Status WithEveryReplicasError(const GlobalFlags& global, const absl::Status& error);
+
 }  // namespace pipeplan::cli
 
 #endif  // PIPEPLAN_CLIENT_CLI_GLOBAL_FLAGS_H_

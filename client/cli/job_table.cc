@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -41,8 +42,40 @@ std::string FormatTraining(const v1::TrainingSpec& t) {
       "\n");
 }
 
+// The replica whose devices include `device` at `rank` (0 when none does).
+int ReplicaOf(const v1::Plan& plan, int rank, const std::string& device) {
+  for (int q = 0; q < plan.replicas_size(); ++q) {
+    const auto& ids = plan.replicas(q).rank_device_ids();
+    if (rank >= 0 && rank < ids.size() && ids[rank] == device) return q;
+  }
+  return 0;
+}
+
+// The per-rank rows; with data-parallel replicas one row per (rank,
+// replica), each with its own worker and device.
+std::string RankRows(const v1::JobObservation& o, const v1::Plan& plan) {
+  const bool replicas = plan.replicas_size() > 1;
+  std::string out = absl::StrFormat("    %4s%s %-20s %-10s %10s %10s %10s %7s %12s\n", "RANK",
+                                    replicas ? " REPLICA" : "", "WORKER", "DEVICE", "STEP",
+                                    "COMPUTE", "COMM", "BUBBLE", "PEAK MEM");
+  for (const v1::RankObservation& r : o.ranks()) {
+    const std::string replica =
+        replicas ? absl::StrFormat(" %7d", ReplicaOf(plan, r.rank(), r.device_id())) : "";
+    absl::StrAppendFormat(&out, "    %4d%s %-20s %-10s %10s %10s %10s %6.1f%% %12.4g\n", r.rank(),
+                          replica, r.worker_id(), r.device_id(), HumanSeconds(r.step_seconds()),
+                          HumanSeconds(r.compute_seconds()), HumanSeconds(r.comm_seconds()),
+                          100 * r.bubble_ratio(), r.peak_memory_bytes());
+  }
+  return out;
+}
+
 // Measured against predicted (GetJob's observation), per job and per rank.
-std::string FormatObservation(const v1::JobObservation& o) {
+std::string FormatObservation(const v1::JobObservation& o, const v1::Plan& plan) {
+  if (o.steps() == 0) {
+    // Nothing measured yet: no figures that read as a perfect prediction.
+    return absl::StrFormat("  version %d: no step measured yet (planned step %s)\n",
+                           o.plan_version(), HumanSeconds(o.planned_step_seconds()));
+  }
   std::string out = absl::StrFormat(
       "  version %d measured over %d steps: step %s, bubble %.1f%%\n"
       "    predicted (calibrated, as run) step %s, bubble %.1f%%; error %.1f%% "
@@ -51,16 +84,7 @@ std::string FormatObservation(const v1::JobObservation& o) {
       100 * o.measured_bubble_ratio(), HumanSeconds(o.predicted_step_seconds()),
       100 * o.predicted_bubble_ratio(), 100 * o.prediction_error_ratio(),
       HumanSeconds(o.planned_step_seconds()));
-  if (o.ranks_size() > 0) {
-    absl::StrAppendFormat(&out, "    %4s %-20s %-10s %10s %10s %10s %7s %12s\n", "RANK", "WORKER",
-                          "DEVICE", "STEP", "COMPUTE", "COMM", "BUBBLE", "PEAK MEM");
-  }
-  for (const v1::RankObservation& r : o.ranks()) {
-    absl::StrAppendFormat(&out, "    %4d %-20s %-10s %10s %10s %10s %6.1f%% %12.4g\n", r.rank(),
-                          r.worker_id(), r.device_id(), HumanSeconds(r.step_seconds()),
-                          HumanSeconds(r.compute_seconds()), HumanSeconds(r.comm_seconds()),
-                          100 * r.bubble_ratio(), r.peak_memory_bytes());
-  }
+  if (o.ranks_size() > 0) absl::StrAppend(&out, RankRows(o, plan));
   for (const v1::LinkFit& l : o.links()) {
     absl::StrAppendFormat(&out,
                           "    link %s: latency %s, bandwidth %.4g B/s, tail %s (%d transfers)\n",
@@ -96,6 +120,14 @@ std::string JobStateName(v1::JobState s) {
   }
 }
 
+std::string JobStateText(const v1::Job& job) {
+  const std::string state = JobStateName(job.state());
+  const std::string& message = job.failure_message();
+  if (message.empty()) return state;
+  if (message == state || absl::StartsWith(message, state + ":")) return message;
+  return absl::StrCat(state, ": ", message);
+}
+
 std::string FormatJobList(const v1::ListJobsResponse& jobs) {
   std::string out = absl::StrFormat("%-22s %-20s %-10s %8s %8s %6s  %s\n", "ID", "NAME", "STATE",
                                     "VERSION", "WORKERS", "LOST", "CREATED");
@@ -110,11 +142,10 @@ std::string FormatJobList(const v1::ListJobsResponse& jobs) {
 }
 
 std::string FormatJob(const v1::Job& job) {
-  std::string out = absl::StrCat(
-      "job ", job.id(), job.name().empty() ? "" : " (" + job.name() + ")", "\n  state ",
-      JobStateName(job.state()), job.failure_message().empty() ? "" : ": " + job.failure_message(),
-      "\n  plan version ", job.plan_version(), "\n  created ",
-      FormatTime(job.create_time_unix_ms()), "\n");
+  std::string out =
+      absl::StrCat("job ", job.id(), job.name().empty() ? "" : " (" + job.name() + ")",
+                   "\n  state ", JobStateText(job), "\n  plan version ", job.plan_version(),
+                   "\n  created ", FormatTime(job.create_time_unix_ms()), "\n");
   if (job.has_training()) absl::StrAppend(&out, FormatTraining(job.training()));
   absl::StrAppend(&out, "  workers ", job.num_workers(), "\n");
   for (const v1::WorkerStatus& w : job.workers()) {
@@ -122,7 +153,8 @@ std::string FormatJob(const v1::Job& job) {
                           w.info().worker_id(), w.info().device_id(), w.rank(),
                           WorkerStateName(w.state()), w.info().host(), w.last_step());
   }
-  if (job.has_observation()) absl::StrAppend(&out, FormatObservation(job.observation()));
+  if (job.has_observation())
+    absl::StrAppend(&out, FormatObservation(job.observation(), job.plan()));
   absl::StrAppend(&out, "\n", FormatPlanTable(job.plan()));
   return out;
 }
@@ -185,16 +217,17 @@ std::string PercentOrDash(bool known, double ratio) {
 }  // namespace
 
 std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job) {
-  std::string out = absl::StrFormat("%7s %5s %-16s %4s %10s %10s %10s %10s %10s %7s %15s  %s\n",
-                                    "VERSION", "RANKS", "SCHEDULE", "MB", "PLANNED", "PREDICTED",
+  std::string out = absl::StrFormat("%7s %5s %8s %-16s %4s %10s %10s %10s %10s %10s %7s %15s  %s\n",
+                                    "VERSION", "RANKS", "REPLICAS", "SCHEDULE", "MB", "PLANNED", "PREDICTED",
                                     "P50", "P90", "MEASURED", "ERROR", "GAIN PRED/MEAS", "REASON");
   for (const VersionRow& r : VersionRows(versions, job)) {
     const v1::Plan& plan = r.v->plan();
     const std::string gain = r.has_gain ? absl::StrCat(PercentOrDash(true, r.predicted_gain), "/",
                                                        PercentOrDash(true, r.measured_gain))
                                         : "-";
-    absl::StrAppendFormat(&out, "%7d %5d %-16s %4d %10s %10s %10s %10s %10s %7s %15s  %s\n",
-                          r.v->version(), PlanRanks(plan), ScheduleDisplayName(plan.schedule()),
+    absl::StrAppendFormat(&out, "%7d %5d %8d %-16s %4d %10s %10s %10s %10s %10s %7s %15s  %s\n",
+                          r.v->version(), PlanRanks(plan), PlanReplicas(plan),
+                          ScheduleDisplayName(plan.schedule()),
                           plan.microbatches(), HumanSeconds(plan.step_seconds()),
                           SecondsOrDash(r.predicted), SecondsOrDash(r.p50), SecondsOrDash(r.p90),
                           SecondsOrDash(r.measured), PercentOrDash(r.error >= 0, r.error), gain,
@@ -210,14 +243,14 @@ std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions, const v
     const v1::VersionedPlan& v = *r.v;
     absl::StrAppendFormat(
         &out,
-        "%s\n  {\"version\": %d, \"ranks\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
+        "%s\n  {\"version\": %d, \"ranks\": %d, \"replicas\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
         "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, "
         "\"predicted_step_seconds\": %s, \"predicted_p50_step_seconds\": %s, "
         "\"predicted_p90_step_seconds\": %s, \"calibrated_on_version\": %d, "
         "\"measured_step_seconds\": %s, \"prediction_error_ratio\": %s, "
         "\"predicted_gain_ratio\": %s, \"measured_gain_ratio\": %s, \"trigger\": %s, "
         "\"reason\": %s}",
-        sep, v.version(), PlanRanks(v.plan()), v.plan().chunks_per_rank(),
+        sep, v.version(), PlanRanks(v.plan()), PlanReplicas(v.plan()), v.plan().chunks_per_rank(),
         ScheduleDisplayName(v.plan().schedule()), v.plan().microbatches(),
         JsonNumber(v.plan().step_seconds()), JsonNumber(v.plan().bubble_ratio()),
         JsonNumber(r.predicted), JsonNumber(r.p50), JsonNumber(r.p90),

@@ -25,6 +25,9 @@ std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const
 std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job);
 // "pending", "running", "completed", "failed", "cancelled".
 std::string JobStateName(v1::JobState state);
+// The state with its message: "running", "failed: REASON", "cancelled:
+// REASON" (the planner's message already starts with "cancelled").
+std::string JobStateText(const v1::Job& job);
 
 }  // namespace pipeplan::cli
 

@@ -38,7 +38,12 @@ absl::Status JobsCreate(const CommandContext& ctx) {
 absl::Status JobsList(const CommandContext& ctx) {
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
   PIPEPLAN_ASSIGN_OR_RETURN(v1::ListJobsResponse jobs, c->ListJobs());
-  std::cout << (Json(ctx) ? ToJson(jobs) + "\n" : FormatJobList(jobs));
+  // Protobuf's JSON leaves an empty list out ("{}"); scripts read .jobs.
+  if (Json(ctx)) {
+    std::cout << (jobs.jobs().empty() ? "{\"jobs\": []}" : ToJson(jobs)) << "\n";
+  } else {
+    std::cout << FormatJobList(jobs);
+  }
   return absl::OkStatus();
 }
 
@@ -69,8 +74,7 @@ absl::Status JobsCancel(const CommandContext& ctx) {
   if (Json(ctx)) {
     std::cout << ToJson(job) << "\n";
   } else {
-    std::cout << "job " << job.id() << " " << JobStateName(job.state())
-              << (job.failure_message().empty() ? "" : " (" + job.failure_message() + ")") << "\n";
+    std::cout << "job " << job.id() << " " << JobStateText(job) << "\n";
   }
   return absl::OkStatus();
 }

@@ -13,46 +13,17 @@
 #include "job_table.h"
 #include "json_text.h"
 #include "pipeplan/client/planner_client.h"
+#include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "plan_table.h"
+#include "progress/step_rows.h"
 #include "request_flags.h"
 
 namespace pipeplan::cli {
 namespace {
 
 bool Json(const CommandContext& ctx) { return ctx.global.output == Output::kJson; }
-
-// One entry per step: a re-run step (after a restart from a checkpoint)
-// replaces the earlier run's entry. step_seconds, optimizer_seconds and the
-// peak memory are the largest over the ranks; the memory's source says what
-// that rank measured ("cuda_allocator" or "estimate").
-struct StepRow {
-  int64_t plan_version = 0;
-  double step_seconds = 0;
-  double optimizer_seconds = 0;
-  double peak_memory_bytes = 0;
-  std::string peak_memory_source;
-  std::optional<double> loss;
-  int reports = 0;
-};
-
-std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) {
-  std::map<int64_t, StepRow> rows;
-  for (const v1::ReportStepRequest& r : reports.reports()) {  // oldest first
-    StepRow& row = rows[r.step()];
-    if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
-    row.step_seconds = std::max(row.step_seconds, r.step_seconds());
-    row.optimizer_seconds = std::max(row.optimizer_seconds, r.optimizer_seconds());
-    if (r.peak_memory_bytes() >= row.peak_memory_bytes) {
-      row.peak_memory_bytes = r.peak_memory_bytes();
-      row.peak_memory_source = r.peak_memory_source();
-    }
-    if (r.has_loss()) row.loss = r.loss();
-    ++row.reports;
-  }
-  return rows;
-}
 
 // The shortest text that reads back as the same double: float64 runs are
 // compared with the reference to 1e-9 and better.
@@ -66,13 +37,15 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
   std::string out = "[";
   const char* sep = "";
   for (const auto& [step, row] : rows) {
-    absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
-                    ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
-                    ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
-                    ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
-                    ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
-                    ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
-                    ", \"reports\": ", row.reports, "}");
+    absl::StrAppend(
+        &out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
+        ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
+        ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
+        ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
+        ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
+        ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
+        ", \"reports\": ", row.reports, ", \"expected_reports\": ", row.expected_reports,
+        ", \"complete\": ", row.reports >= row.expected_reports ? "true" : "false", "}");
     sep = ",";
   }
   absl::StrAppend(&out, rows.empty() ? "]\n" : "\n]\n");
@@ -80,23 +53,28 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
 }
 
 std::string StepRowsTable(const std::map<int64_t, StepRow>& rows) {
-  std::string out = absl::StrFormat("%8s %8s %14s %12s %12s %12s %s\n", "STEP", "VERSION", "LOSS",
-                                    "SECONDS", "OPTIMIZER", "PEAK MEM", "MEASURED BY");
+  std::string out =
+      absl::StrFormat("%8s %8s %14s %12s %12s %12s %8s %s\n", "STEP", "VERSION", "LOSS", "SECONDS",
+                      "OPTIMIZER", "PEAK MEM", "REPORTS", "MEASURED BY");
   for (const auto& [step, row] : rows) {
-    absl::StrAppendFormat(&out, "%8d %8d %14s %12.6f %12.6f %12.4g %s\n", step, row.plan_version,
-                          row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
-                          row.optimizer_seconds, row.peak_memory_bytes,
-                          row.peak_memory_source.empty() ? "-" : row.peak_memory_source);
+    // A step some ranks have not reported (yet) says so: its seconds are
+    // the reported ranks' only.
+    const bool partial = row.reports < row.expected_reports;
+    absl::StrAppendFormat(
+        &out, "%8d %8d %14s %12.6f %12.6f %12.4g %8s %s\n", step, row.plan_version,
+        row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
+        row.optimizer_seconds, row.peak_memory_bytes,
+        absl::StrCat(row.reports, "/", row.expected_reports),
+        partial ? "(partial)" : (row.peak_memory_source.empty() ? "-" : row.peak_memory_source));
   }
   return out;
 }
 
 absl::Status JobsReports(const CommandContext& ctx) {
-  PIPEPLAN_ASSIGN_OR_RETURN(int limit, ctx.flags.GetInt("limit", 10'000));
+  PIPEPLAN_ASSIGN_OR_RETURN(int limit, ctx.flags.GetInt("limit", kMaxReports));
+  if (limit < 1) return common::UsageError("--limit wants a positive number of steps");
   PIPEPLAN_ASSIGN_OR_RETURN(auto c, Connect(ctx.global));
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::ListStepReportsResponse reports,
-                            c->ListStepReports(ctx.args[0], limit));
-  const std::map<int64_t, StepRow> rows = StepRows(reports);
+  PIPEPLAN_ASSIGN_OR_RETURN(auto rows, LastSteps(*c, ctx.args[0], limit));
   std::cout << (Json(ctx) ? StepRowsJson(rows) : StepRowsTable(rows));
   return absl::OkStatus();
 }
@@ -144,7 +122,9 @@ std::vector<Command> JobHistoryCommands() {
   reports.arguments = "JOB";
   reports.num_arguments = 1;
   reports.summary = "per step: plan version, loss, step seconds";
-  reports.flags.Value("limit", "N", "most recent step reports to read (10000)");
+  reports.flags.Value("limit", "N",
+                      "the most recent N steps (all the planner keeps, up to 10000\n"
+                      "reports); a step not every rank reported reads partial");
   reports.run = JobsReports;
 
   Command& versions = out[1];

@@ -45,6 +45,8 @@ int PlanRanks(const v1::Plan& plan) {
   return static_cast<int>(devices.size());
 }
 
+int PlanReplicas(const v1::Plan& plan) { return std::max(1, plan.replicas_size()); }
+
 namespace {
 
 std::string StageRows(const v1::Plan& plan) {

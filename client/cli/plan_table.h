@@ -15,6 +15,8 @@ std::string FormatPlanTable(const v1::Plan& plan);
 std::string ScheduleDisplayName(v1::Schedule schedule);
 // Pipeline ranks of a plan: the devices its stages run on.
 int PlanRanks(const v1::Plan& plan);
+// Data-parallel replicas of a plan (1 when it lists none).
+int PlanReplicas(const v1::Plan& plan);
 // `plan --explain`: the best plan of every (ranks, replicas) the planner
 // scored, in the planner's order (best first by the search's objective),
 // with that objective: the step time when the request fixed a global batch

@@ -51,6 +51,9 @@ const common::FlagSet& TrainingFlags() {
         .Value("snapshot-every", "N",
                "steps between in-memory peer snapshots (1: every step; 0: off)")
         .Value("dtype", "NAME", "float32 (default) or float64")
+        .Value("seed", "N",
+               "seeds random operators such as dropout (0); the reference\n"
+               "trainer's --seed")
         .Switch("skip-nonfinite-steps", "skip a step whose loss is NaN/inf instead of failing");
     return f;
   }();
@@ -103,6 +106,8 @@ absl::StatusOr<std::optional<v1::TrainingSpec>> TrainingSpecFromFlags(
   }
   spec.set_skip_nonfinite_steps(flags.Has("skip-nonfinite-steps"));
   spec.set_dtype(flags.Get("dtype").value_or("float32"));
+  PIPEPLAN_ASSIGN_OR_RETURN(int64_t seed, flags.GetInt64("seed", 0));
+  spec.set_seed(seed);
   return spec;
 }
 

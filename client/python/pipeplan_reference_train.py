@@ -33,6 +33,7 @@ import torch
 
 import pipeplan_data
 from pipeplan import loss as pipeplan_loss
+from pipeplan import rng
 from pipeplan.export import package as pp
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -58,21 +59,28 @@ def make_optimizer(params, name, lr, weight_decay=None, momentum=0.0):
 
 
 def prepare_model(package, dtype=torch.float32):
-    """The package's module with params.pt's values, in training mode, in `dtype`."""
+    """The package's module with params.pt's values, in training mode, in `dtype`;
+    with random operators, each seeded as the pipelined stages seed it
+    (pipeplan.rng)."""
     model = package.module
     with torch.no_grad():
         for name, p in pp.canonical_parameters(model):
             p.copy_(package.params[name])
     model.train()
+    if any(rng.is_random(model, n) for n in model.graph.nodes):
+        model = rng.seed_before_random(model)
     return model.to(dtype)
 
 
 def train_step(model, params, optimizer, loss, inputs, targets, microbatches,
-               clip_grad_norm=None):
-    """One step on a batch; returns the batch's mean loss (a 0-dim tensor)."""
+               clip_grad_norm=None, seed=0, step=0):
+    """One step on a batch; returns the batch's mean loss (a 0-dim tensor).
+    Random operators draw from (seed, step, microbatch) as in a pipelined job."""
     optimizer.zero_grad(set_to_none=True)
     total = None
-    for mb_inputs, mb_targets in pipeplan_data.microbatches(inputs, targets, microbatches):
+    batches = pipeplan_data.microbatches(inputs, targets, microbatches)
+    for m, (mb_inputs, mb_targets) in enumerate(batches):
+        rng.set_base(model, seed, step, m)
         term = pipeplan_loss.compute(loss, model(*mb_inputs), mb_targets) / microbatches
         term.backward()
         total = term.detach() if total is None else total + term.detach()
@@ -105,7 +113,7 @@ def use_device(device):
 
 def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
           start_step=0, weight_decay=None, momentum=0.0, clip_grad_norm=None,
-          dtype=torch.float32, device="cpu"):
+          dtype=torch.float32, device="cpu", seed=0):
     """Trains and returns [{"step", "loss"}]; stops at a non-finite loss (the list then
     ends with it)."""
     if batch_size < 1 or microbatches < 1 or batch_size % microbatches:
@@ -121,7 +129,7 @@ def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
     for step in range(start_step, start_step + steps):
         inputs, targets = data.batch(step, batch_size)
         value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype, dev),
-                           targets.to(dev), microbatches, clip_grad_norm).item()
+                           targets.to(dev), microbatches, clip_grad_norm, seed, step).item()
         out.append({"step": step, "loss": value})
         if not math.isfinite(value):
             break
@@ -163,6 +171,8 @@ def main(argv=None):
                         help="index of the first step (its data rows)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (cpu)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the job's seed (jobs create --seed): random operators' draws")
     parser.add_argument("--out", required=True, help="losses JSON")
     args = parser.parse_args(argv)
     try:
@@ -172,7 +182,7 @@ def main(argv=None):
         losses = train(package, data, loss, args.optimizer, args.lr, args.batch_size,
                        args.microbatches, args.steps, args.start_step, args.weight_decay,
                        args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype),
-                       args.device)
+                       args.device, args.seed)
     except (TrainError, pp.PackageError, pipeplan_data.DataError) as e:
         print("pipeplan_reference_train: %s" % e, file=sys.stderr)
         return 2

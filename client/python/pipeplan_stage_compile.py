@@ -41,6 +41,7 @@ import warnings
 import torch
 import torch.fx
 
+from pipeplan import rng
 from pipeplan.export import package as pp
 
 FORMAT = "pipeplan-stages/1"
@@ -245,6 +246,7 @@ class _Plan:
 
     def __init__(self, gm, stage_of, num_stages, specs):
         self.gm, self.stage_of, self.num_stages, self.specs = gm, stage_of, num_stages, specs
+        self.index = {n: i for i, n in enumerate(gm.graph.nodes)}  # pipeplan.rng's node index
         last = _last_use(gm, stage_of, num_stages)
         self.inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and n in last]
         self.crossing = []  # boundary b -> [value node]
@@ -296,7 +298,10 @@ def build_stage(plan, s):
         if n.op == "output":
             output = n
         elif n.op not in ("placeholder", "get_attr") and plan.stage_of[n] == s:
-            env[n] = graph.node_copy(n, lookup)
+            if rng.is_random(gm, n):  # seeded as the reference trainer seeds it
+                env[n] = rng.copy_random(graph, n, lookup, plan.index[n])
+            else:
+                env[n] = graph.node_copy(n, lookup)
     if s == plan.num_stages - 1:
         result = (lookup(output.args[0]),)
     else:
@@ -338,6 +343,7 @@ def compile_stages(package, node_stage, microbatch_size):
     stage_of, num_stages = validate(gm, package.manifest["nodes"], node_stage,
                                     microbatch_size)
     _prepare(gm)
+    setattr(gm, rng.ATTRIBUTE, 0)  # a stage with random nodes reads it (pipeplan.rng)
     recorder = _Recorder(gm)
     with torch.no_grad():
         recorder.run(*example_inputs(package.manifest, microbatch_size))

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/flag_set.h"
+#include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/version.h"
 #include "pipeplan/server/base/release_memory.h"
@@ -189,6 +190,10 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   c->store = f.Get("store").value_or(c->store);
   c->metrics_listen = f.Get("metrics-listen").value_or(c->metrics_listen);
   if (c->metrics_listen == "off") c->metrics_listen.clear();
+  PIPEPLAN_RETURN_IF_ERROR(pipeplan::common::CheckHostPort("listen", c->listen));
+  if (!c->metrics_listen.empty()) {
+    PIPEPLAN_RETURN_IF_ERROR(pipeplan::common::CheckHostPort("metrics-listen", c->metrics_listen));
+  }
   c->tls_cert_file = f.Get("tls-cert").value_or("");
   c->tls_key_file = f.Get("tls-key").value_or("");
   c->tls_client_ca_file = f.Get("tls-client-ca").value_or("");

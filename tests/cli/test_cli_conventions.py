@@ -9,6 +9,7 @@ without editing this file.
 """
 
 import re
+import socket
 import subprocess
 import sys
 import unittest
@@ -38,7 +39,7 @@ class HelpTest(unittest.TestCase):
         self.assertEqual(commands(), [
             "plan", "simulate", "jobs create", "jobs list", "jobs show", "jobs cancel",
             "jobs delete", "jobs reports", "jobs versions", "jobs replan",
-             "jobs trace"])
+             "jobs trace", "jobs watch"])
 
     def test_every_command_has_help(self):
         for words in commands() + ["jobs"]:
@@ -104,6 +105,44 @@ class BadFlagTest(unittest.TestCase):
         self.assert_usage(run(CLI, "frob"), "unknown command \"frob\"")
         self.assert_usage(run(CLI, "jobs"), "jobs <subcommand>")
         self.assert_usage(run(CLI, "jobs", "list"), "--planner")
+
+    def test_unknown_commands_get_the_closest_one(self):
+        self.assert_usage(run(CLI, "jobs", "lsit"), 'did you mean "jobs list"?')
+        self.assert_usage(run(CLI, "plna"), 'did you mean "plan"?')
+        self.assert_usage(run(CLI, "help", "simulat"), 'did you mean "simulate"?')
+        self.assertNotIn("did you mean", run(CLI, "frob").stderr)
+
+    def test_addresses_are_checked_before_use(self):
+        # It said the address was in use (exit 3) after a raw gRPC log line.
+        r = run(PLANNER, "--listen", "nonsense")
+        self.assert_usage(r, "--listen")
+        self.assertNotIn("in use", r.stderr)
+        self.assert_usage(run(PLANNER, "--metrics-listen", "127.0.0.1:http"), "--metrics-listen")
+        # A port left out said "Connection refused".
+        r = run(CLI, "--planner", "127.0.0.1", "jobs", "list")
+        self.assert_usage(r, "--planner")
+        self.assertIn("has no port", r.stderr)
+        self.assert_usage(run(WORKER, "--planner", "127.0.0.1", "--job", "j", "--worker-id",
+                              "w", "--device", "d"), "--planner")
+
+    def test_a_folder_given_as_a_file_says_so(self):
+        # `plan --graph DIR` said "Unexpected end of string".
+        r = run(CLI, "plan", "--graph", DATA, "--cluster", DATA + "/cluster_8xa100.json")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn(DATA + " is a directory", r.stderr)
+
+    def test_every_replica_down_shows_each_ones_error(self):
+        ports = []
+        for _ in range(2):  # ports nobody listens on: bound, then closed
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        a, b = ("127.0.0.1:%d" % p for p in ports)
+        r = run(CLI, "--planner", "%s,%s" % (a, b), "--timeout", "5", "jobs", "list")
+        self.assertEqual(r.returncode, 3, r.stderr)  # unavailable
+        self.assertIn(a + ": UNAVAILABLE", r.stderr)  # only B's showed
+        self.assertIn(b + ": UNAVAILABLE", r.stderr)
 
     def test_deprecated_aliases_still_work(self):
         files = ["--graph", DATA + "/chain_small.json", "--cluster", DATA + "/cluster_8xa100.json"]

@@ -296,6 +296,10 @@ void ExpectWorkerStopsWhenJobEnds(bool cancel) {
   }
   EXPECT_EQ(w.Wait(absl::Seconds(20)), 4) << w.Output();
   EXPECT_TRUE(absl::StrContains(w.Output(), "NOT_FOUND")) << w.Output();
+  // It says which: a cancelled job's workers said "was deleted".
+  EXPECT_TRUE(
+      absl::StrContains(w.Output(), cancel ? "was cancelled (cancelled: test)" : "was deleted"))
+      << w.Output();
   EXPECT_TRUE(w.Values("done", "steps").empty()) << w.Output();
   if (cancel) {  // still there, and says why
     auto job = c.client->GetJob(c.job.id());

@@ -45,6 +45,19 @@ def planner(tmp_path_factory):
         yield p
 
 
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    """A model package manifest of GRAPH's nodes: create_job checks the package
+    against the graph, as `jobs create` does (no stage files are needed)."""
+    path = tmp_path_factory.mktemp("pkg") / "chain.ptpkg"
+    path.mkdir()
+    nodes = [n.id for n in pipeplan.wire.graph_message(GRAPH).nodes]
+    (path / "manifest.json").write_text(json.dumps(
+        {"format": "pipeplan-model-package/1", "digest": "d1", "nodes": nodes,
+         "loss": "cross_entropy"}))
+    return str(path)
+
+
 @pytest.fixture
 def client(planner):
     with pipeplan.Client(planner.address, token_file=planner.token_file, timeout=60) as c:
@@ -68,7 +81,7 @@ def test_plan_from_a_path_a_dict_and_messages(client):
     assert (len(gpipe.stages), gpipe.schedule) == (2, plan_pb2.SCHEDULE_GPIPE)
 
 
-def test_bad_requests_raise_typed_errors(client):
+def test_bad_requests_raise_typed_errors(client, package):
     with pytest.raises(pipeplan.InvalidArgument) as e:
         client.plan(GRAPH, CLUSTER, ranks=2, microbatches=-3)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -76,7 +89,7 @@ def test_bad_requests_raise_typed_errors(client):
     assert isinstance(e.value, pipeplan.PipeplanError) and isinstance(e.value, ValueError)
     with pytest.raises(pipeplan.InvalidArgument, match="training.lr"):
         client.create_job("bad", GRAPH, CLUSTER, ranks=2, training={
-            "model_package": "/nonexistent.ptpkg", "optimizer": "sgd", "lr": 0,
+            "model_package": package, "optimizer": "sgd", "lr": 0,
             "data": "synthetic:seed=1", "batch_size": 8})
     with pytest.raises(pipeplan.NotFound) as e:
         client.get_job("no-such-job")
@@ -99,8 +112,17 @@ def test_bearer_token_is_required(planner):
         assert isinstance(right.list_jobs(), list)
 
 
-def test_job_lifecycle_with_training_spec(client):
-    training = {"model_package": "/models/chain.ptpkg", "optimizer": "adam", "lr": 1e-3,
+def test_a_missing_package_creates_no_job(client):
+    before = len(client.list_jobs())
+    with pytest.raises(pipeplan.NotFound, match="manifest.json"):  # it created a job
+        client.create_job("no-package", GRAPH, CLUSTER, training={
+            "model_package": "/nonexistent.ptpkg", "data": "synthetic:seed=1",
+            "batch_size": 8}, **OPTIONS)
+    assert len(client.list_jobs()) == before
+
+
+def test_job_lifecycle_with_training_spec(client, package):
+    training = {"model_package": package, "optimizer": "adam", "lr": 1e-3,
                 "data": "synthetic:seed=7", "batch_size": 32, "max_steps": 3}
     job = client.create_job("py-train", GRAPH, CLUSTER, training=training, **OPTIONS)
     assert job.id and job.name == "py-train"
@@ -109,6 +131,7 @@ def test_job_lifecycle_with_training_spec(client):
     got = client.get_job(job.id)
     assert got.training.optimizer == "adam" and got.training.batch_size == 32
     assert got.training.max_steps == 3
+    assert got.training.package_digest == "d1" and got.training.loss == "cross_entropy"
     assert client.get_plan(job.id).request.options.global_batch == 32
     assert job.id in [j.id for j in client.list_jobs()]
     client.delete_job(job.id)
@@ -142,8 +165,8 @@ def test_watch_sees_a_replan(client):
 
 
 def test_reports_per_step(client):
-    job = client.create_job("py-reports", GRAPH, CLUSTER, ranks=2, schedule="1F1B",
-                            microbatches=4, method="dp")
+    job = client.create_job("py-reports", GRAPH, CLUSTER, ranks=2, replicas=1,
+                            schedule="1F1B", microbatches=4, method="dp")
     devices = [s.device_id for s in job.plan.stages]
     for i, device in enumerate(devices):
         assignment = client.register_worker(job.id, "w%d" % i, device)
@@ -167,8 +190,10 @@ def test_reports_per_step(client):
     client.report_step(job.id, last, 1, 2, 0.6, loss=1.5)
     rows = client.reports(job.id)
     assert rows == [
-        {"step": 0, "plan_version": 1, "loss": 2.5, "step_seconds": 0.75, "reports": 2},
-        {"step": 1, "plan_version": 2, "loss": 1.5, "step_seconds": 0.9, "reports": 2},
+        {"step": 0, "plan_version": 1, "loss": 2.5, "step_seconds": 0.75, "reports": 2,
+         "expected_reports": 2, "complete": True},
+        {"step": 1, "plan_version": 2, "loss": 1.5, "step_seconds": 0.9, "reports": 2,
+         "expected_reports": 2, "complete": True},
     ]
     raw = {(r.worker_id, r.step, r.plan_version): r for r in client.step_reports(job.id)}
     assert sorted(raw, key=lambda k: (k[2], k[1], k[0])) == [
@@ -176,7 +201,12 @@ def test_reports_per_step(client):
     first = raw[("w0", 0, 1)]
     assert first.timings[0].action == "0F0" and not first.HasField("loss")
     assert raw[(last, 0, 1)].peak_memory_bytes == 1e9
-    assert client.reports(job.id, limit=2) == [rows[1]]
+    # limit counts steps, not reports (it counted reports: 2 read as 1 step)
+    assert client.reports(job.id, limit=2) == rows
+    assert client.reports(job.id, limit=1) == [rows[1]]
+    client.report_step(job.id, "w0", 2, 2, 0.4)  # step 2: one of two ranks so far
+    partial = client.reports(job.id, limit=1)
+    assert [(r["step"], r["reports"], r["complete"]) for r in partial] == [(2, 1, False)]
     for i in range(len(devices)):
         finished = client.finish_worker(job.id, "w%d" % i, 2)
     assert finished.state == pb.JOB_COMPLETED

@@ -18,6 +18,7 @@ safe to share between threads; close() (or `with`) releases its channel.
 import grpc
 
 from pipeplan import errors, wire
+from pipeplan.training import training_spec
 from pipeplan.proto import planner_service_pb2 as pb
 from pipeplan.proto import planner_service_pb2_grpc as pb_grpc
 
@@ -27,18 +28,26 @@ _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1),
                     ("grpc.max_send_message_length", -1)]
 
 
-def _read(path):
-    with open(path, "rb") as f:
-        return f.read()
+def _read(path, what="tls file"):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return wire.read_text(what, path).encode()  # raises the typed error
 
 
 def _read_token(path):
     """The first line of the token file, as pipeplan-planner --auth-token-file reads it."""
-    with open(path) as f:
-        token = f.readline().strip()
+    token = wire.read_text("token_file", path).split("\n", 1)[0].strip()
     if not token:
         raise errors.InvalidArgument("token_file %s: the first line is empty" % path)
     return token
+
+
+def _devices(plan):
+    """Devices a step of `plan` reports from: ranks x replicas."""
+    ranks = len({s.device_id for s in plan.stages})
+    return ranks * max(1, len(plan.replicas))
 
 
 class PlanWatch:
@@ -126,36 +135,36 @@ class Client:
 
     # --- planning ---------------------------------------------------------------
 
-    def plan(self, graph, cluster, ranks=None, schedule=None, microbatches=None,
-             global_batch=None, method=None, chunks_per_rank=None, comm_model=None,
-             optimizer_state_multiplier=None, time_limit_seconds=None, relative_gap=None,
-             timeout=None):
+    def plan(self, graph, cluster, timeout=None, **options):
         """Plans `graph` on `cluster` (each the JSON file's dict, a path or a
-        message) and returns the pipeplan.v1.Plan. None leaves an option to the
-        planner: ranks (pipeline devices), schedule ("1F1B", "GPipe",
-        "Interleaved1F1B", "ZBVZeroBubble", ...), microbatches, global_batch,
-        method ("dp", "milp", ...), chunks_per_rank (stages per rank of the
-        interleaved schedules), comm_model ("direct" or "relay"),
-        optimizer_state_multiplier, time_limit_seconds, relative_gap."""
-        request = wire.plan_request(
-            graph, cluster, ranks=ranks, schedule=schedule, microbatches=microbatches,
-            global_batch=global_batch, method=method, chunks_per_rank=chunks_per_rank,
-            comm_model=comm_model, optimizer_state_multiplier=optimizer_state_multiplier,
-            time_limit_seconds=time_limit_seconds, relative_gap=relative_gap)
-        return self._call(self.stub.Plan, request, timeout)
+        message) and returns the pipeplan.v1.Plan. The options are the
+        keywords of pipeplan.options.PLAN, one per `pipeplan plan` flag; None
+        (or leaving one out) leaves it to the planner: ranks, replicas,
+        max_replicas, microbatches, global_batch, schedule ("1F1B", "GPipe",
+        "Interleaved1F1B", "ZBVZeroBubble", ...), chunks_per_rank, method ("dp",
+        "milp", ...), comm_model ("direct", "relay"), optimizer ("sgd",
+        "momentum", "adam", "adamw"), precision ("fp32", "bf16-mixed"),
+        optimizer_state_multiplier, cut_granularity ("node", "module:DEPTH",
+        "layer"), time_limit_seconds, relative_gap. An unknown keyword raises
+        TypeError."""
+        return self._call(self.stub.Plan, wire.plan_request(graph, cluster, **options), timeout)
 
     # --- jobs -------------------------------------------------------------------
 
     def create_job(self, name, graph, cluster, training=None, timeout=None, **options):
         """Creates a job whose version-1 plan is planned from graph, cluster and the
         plan() options; returns the pipeplan.v1.Job. `training` (a dict of
-        TrainingSpec fields, e.g. {"model_package": ..., "optimizer": "adam",
-        "lr": 1e-3, "data": "synthetic:seed=1", "batch_size": 32, "max_steps": 100})
+        pipeplan.options.TRAINING keys, one per `jobs create` training flag, e.g.
+        {"model_package": ..., "optimizer": "adam", "lr": 1e-3, "data":
+        "synthetic:seed=1", "batch_size": 32, "max_steps": 100, "seed": 0})
         makes the workers train the model package; its batch_size becomes the
-        plan's global batch."""
+        plan's global batch. As `jobs create` does, the package is checked
+        against the graph before anything is sent (NotFound for a missing one,
+        InvalidArgument for one of another graph), and the optimizer keyword
+        names the training optimizer when `training` names none."""
         request = pb.CreateJobRequest(name=name,
                                       request=wire.plan_request(graph, cluster, **options))
-        spec = wire.training_spec(training)
+        spec = training_spec(training, request.request.graph, options.get("optimizer"))
         if spec is not None:
             request.training.CopyFrom(spec)
         return self._call(self.stub.CreateJob, request, timeout)
@@ -200,15 +209,23 @@ class Client:
         return list(response.reports)
 
     def reports(self, job_id, limit=10000, timeout=None):
-        """One dict per step, by step, as `pipeplan jobs reports --json` prints:
-        {"step", "plan_version", "loss", "step_seconds", "reports"}. A step run
-        again under a later plan version (after a restart or a plan switch)
-        replaces the earlier run (versions only grow, so this does not depend on
-        the order the planner lists reports in); loss is from the report that
-        carries it (the last stage's rank; None when none did), step_seconds the
-        slowest rank's, reports the number of worker reports folded in."""
+        """The last `limit` steps, one dict per step, as `pipeplan jobs reports
+        --json` prints them: {"step", "plan_version", "loss", "step_seconds",
+        "reports", "expected_reports", "complete"}. A step run again under a
+        later plan version (after a restart or a plan switch) replaces the
+        earlier run (versions only grow, so this does not depend on the order
+        the planner lists reports in); loss is from the report that carries it
+        (the last stage's rank; None when none did), step_seconds the slowest
+        rank's, reports the number of worker reports folded in and
+        expected_reports the devices (ranks x replicas) of its plan version: a
+        step some ranks have not reported is not complete. The planner counts
+        reports, so this asks for enough for `limit` steps and leaves out the
+        oldest step when the answer was cut and that step lacks reports."""
+        per_step = _devices(self.get_plan(job_id, 0, timeout).plan)
+        wanted = min(10000, (limit + 1) * per_step)
+        raw = self.step_reports(job_id, wanted, timeout)
         rows = {}
-        for r in self.step_reports(job_id, limit, timeout):
+        for r in raw:
             row = rows.get(r.step)
             if row is not None and r.plan_version < row["plan_version"]:
                 continue  # an earlier run of a step that ran again
@@ -219,7 +236,19 @@ class Client:
             if r.HasField("loss"):
                 row["loss"] = r.loss
             row["reports"] += 1
-        return [rows[step] for step in sorted(rows)]
+        devices = {}
+        out = []
+        for step in sorted(rows):
+            row = rows[step]
+            version = row["plan_version"]
+            if version not in devices:
+                devices[version] = _devices(self.get_plan(job_id, version, timeout).plan)
+            row["expected_reports"] = devices[version]
+            row["complete"] = row["reports"] >= devices[version]
+            out.append(row)
+        if len(raw) >= wanted and out and not out[0]["complete"]:
+            out = out[1:]  # the cut may have taken its first reports
+        return out[-limit:] if limit > 0 else []
 
     # --- the worker protocol ----------------------------------------------------
 

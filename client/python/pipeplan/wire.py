@@ -3,7 +3,8 @@ file's dict, a path or a message; plan options by name; training specs as dicts;
 and the names of the wire's enums as users write them.
 
 Client-side mistakes raise pipeplan.InvalidArgument naming the argument; a file
-that cannot be read raises the OSError.
+that cannot be read raises pipeplan.NotFound (missing), PermissionDenied or
+FailedPrecondition (a directory), as the CLI's file reader does.
 """
 
 import json
@@ -12,7 +13,8 @@ import os
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from pipeplan.errors import InvalidArgument
+from pipeplan import options as options_table
+from pipeplan.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from pipeplan.proto import cluster_pb2, graph_pb2, plan_pb2, planner_service_pb2
 
 # PyTorch's spelling (torch.distributed.pipelining), as the CLI prints them.
@@ -36,25 +38,22 @@ METHODS = {
     "ideal_dp": plan_pb2.METHOD_IDEAL_DP,
 }
 COMM_MODELS = {"direct": plan_pb2.COMM_DIRECT, "relay": plan_pb2.COMM_RELAY}
+# As the CLI reads --optimizer and --precision for the memory model
+# (memory_model.cc): adamw counts as adam.
+OPTIMIZERS = {"sgd": plan_pb2.OPTIMIZER_SGD, "momentum": plan_pb2.OPTIMIZER_MOMENTUM,
+              "adam": plan_pb2.OPTIMIZER_ADAM, "adamw": plan_pb2.OPTIMIZER_ADAM}
+PRECISIONS = {"fp32": plan_pb2.PRECISION_FP32, "bf16-mixed": plan_pb2.PRECISION_BF16_MIXED,
+              "bf16": plan_pb2.PRECISION_BF16_MIXED}
 
 # The wire's num_stages has always counted ranks (pipeline devices); newer
 # protos name it num_ranks and keep num_stages as a deprecated alias.
 _RANKS_FIELD = ("num_ranks" if "num_ranks" in plan_pb2.PlanOptions.DESCRIPTOR.fields_by_name
                 else "num_stages")
 
-# PlanOptions fields by the keyword the client takes.
-OPTION_FIELDS = {
-    "ranks": _RANKS_FIELD,
-    "microbatches": "microbatches",
-    "global_batch": "global_batch",
-    "chunks_per_rank": "chunks_per_rank",
-    "optimizer_state_multiplier": "optimizer_state_multiplier",
-    "time_limit_seconds": "time_limit_seconds",
-    "relative_gap": "relative_gap",
-    "schedule": "schedule",
-    "method": "method",
-    "comm_model": "comm_model",
-}
+# PlanOptions fields by the keyword the client takes (options.PLAN, the table
+# shared with the CLI's flags).
+OPTION_FIELDS = {o.keyword: (_RANKS_FIELD if o.field == "num_ranks" else o.field)
+                 for o in options_table.PLAN}
 
 
 def _enum(argument, value, names, enum_type):
@@ -96,7 +95,16 @@ def comm_model_value(name):
     return _enum("comm_model", name, COMM_MODELS, plan_pb2.CommModel)
 
 
-_ENUMS = {"schedule": schedule_value, "method": method_value, "comm_model": comm_model_value}
+def optimizer_value(name):
+    return _enum("optimizer", name, OPTIMIZERS, plan_pb2.Optimizer)
+
+
+def precision_value(name):
+    return _enum("precision", name, PRECISIONS, plan_pb2.Precision)
+
+
+_ENUMS = {"schedule": schedule_value, "method": method_value, "comm_model": comm_model_value,
+          "optimizer": optimizer_value, "precision": precision_value}
 
 
 def plan_options(base=None, **values):
@@ -130,8 +138,7 @@ def _message(argument, value, message_type):
         raise InvalidArgument("%s: want a %s, got a %s" % (
             argument, message_type.DESCRIPTOR.full_name, value.DESCRIPTOR.full_name))
     if isinstance(value, (str, os.PathLike)):
-        with open(value) as f:
-            text = f.read()
+        text = read_text(argument, value)
         try:
             return json_format.Parse(text, message_type())
         except json_format.ParseError as e:
@@ -145,6 +152,21 @@ def _message(argument, value, message_type):
                           % (argument, message_type.DESCRIPTOR.full_name, type(value).__name__))
 
 
+def read_text(argument, path):
+    """The file's text; a missing, unreadable or directory path raises the
+    PipeplanError the CLI's file reader gives (NotFound, PermissionDenied,
+    FailedPrecondition), naming `argument` and the path."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError as e:
+        raise NotFound("%s: no file %s" % (argument, os.fspath(path))) from e
+    except IsADirectoryError as e:
+        raise FailedPrecondition("%s: %s is a directory" % (argument, os.fspath(path))) from e
+    except PermissionError as e:
+        raise PermissionDenied("%s: cannot read %s" % (argument, os.fspath(path))) from e
+
+
 def graph_message(graph):
     return _message("graph", graph, graph_pb2.ModelGraph)
 
@@ -156,14 +178,6 @@ def cluster_message(cluster):
 def plan_request(graph, cluster, **options):
     return plan_pb2.PlanRequest(graph=graph_message(graph), cluster=cluster_message(cluster),
                                 options=plan_options(**options))
-
-
-def training_spec(training):
-    """TrainingSpec from a dict of its fields (snake_case, as in the proto) or a
-    message; None gives None."""
-    if training is None:
-        return None
-    return _message("training", training, planner_service_pb2.TrainingSpec)
 
 
 def to_dict(message):

@@ -1,9 +1,12 @@
 #include "worker_leases.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/server/obs/log.h"
@@ -31,9 +34,18 @@ absl::Status CheckDevice(const Job& job, const v1::WorkerInfo& info) {
       std::any_of(cluster.devices().begin(), cluster.devices().end(),
                   [&](const v1::Device& d) { return d.id() == info.device_id(); });
   if (!known_device) {
-    return absl::InvalidArgumentError(absl::StrCat("worker.device_id \"", info.device_id(),
-                                                   "\" is not a device of job ", job.record.id,
-                                                   "'s cluster"));
+    // The devices it could have named, so the operator can fix the flag.
+    constexpr int kListed = 16;
+    std::vector<std::string> ids;
+    for (const v1::Device& d : cluster.devices()) {
+      if (static_cast<int>(ids.size()) == kListed) break;
+      ids.push_back(d.id());
+    }
+    const int more = cluster.devices_size() - static_cast<int>(ids.size());
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.device_id \"", info.device_id(), "\" is not a device of job ",
+                     job.record.id, "'s cluster; its devices are ", absl::StrJoin(ids, ", "),
+                     more > 0 ? absl::StrCat(" and ", more, " more") : ""));
   }
   auto it = job.workers.find(info.worker_id());
   if (it != job.workers.end() && it->second.record.state == v1::WORKER_ACTIVE &&

@@ -17,64 +17,10 @@
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/step_spread.h"
 #include "pipeplan/server/replan/version_prediction.h"
+#include "pipeplan/server/replan/measured_steps.h"
 
 namespace pipeplan::server {
 namespace {
-
-// Measured figures over the steps every rank reported.
-void AddMeasured(const std::vector<StepSample>& samples, int num_ranks, v1::JobObservation* out) {
-  std::map<int64_t, std::vector<const StepSample*>> by_step;
-  for (const StepSample& s : samples) by_step[s.step].push_back(&s);
-  std::vector<double> makespans, bubbles;
-  struct PerRank {
-    std::string worker, device;
-    std::vector<double> step, compute, comm, bubble;
-    double peak = 0;
-  };
-  std::map<int, PerRank> ranks;
-  for (const auto& [step, reports] : by_step) {
-    std::set<int> seen;
-    for (const StepSample* r : reports) seen.insert(r->rank);
-    if (static_cast<int>(seen.size()) < num_ranks) continue;
-    int64_t first = INT64_MAX;
-    double last = 0, compute = 0, longest = 0;
-    for (const StepSample* r : reports) first = std::min(first, r->start_unix_us);
-    for (const StepSample* r : reports) {
-      last = std::max(last, static_cast<double>(r->start_unix_us - first) * 1e-6 + r->step_seconds);
-      longest = std::max(longest, r->step_seconds);
-      compute += r->compute_seconds;
-      PerRank& pr = ranks[r->rank];
-      pr.worker = r->worker_id;
-      pr.device = r->device_id;
-      pr.step.push_back(r->step_seconds);
-      pr.compute.push_back(r->compute_seconds);
-      pr.comm.push_back(r->comm_seconds);
-      pr.bubble.push_back(r->bubble_ratio);
-      pr.peak = std::max(pr.peak, r->peak_memory_bytes);
-    }
-    // Reports without wall-clock starts (older workers): the longest rank.
-    const double makespan = first > 0 ? last : longest;
-    makespans.push_back(makespan);
-    // The simulator's definition: idle over the makespan, summed over ranks.
-    if (makespan > 0) {
-      bubbles.push_back(1 - compute / (static_cast<double>(reports.size()) * makespan));
-    }
-  }
-  out->set_steps(static_cast<int>(makespans.size()));
-  out->set_measured_step_seconds(MedianOr(makespans, 0));
-  out->set_measured_bubble_ratio(MedianOr(bubbles, 0));
-  for (auto& [rank, pr] : ranks) {
-    v1::RankObservation* r = out->add_ranks();
-    r->set_rank(rank);
-    r->set_worker_id(pr.worker);
-    r->set_device_id(pr.device);
-    r->set_step_seconds(MedianOr(pr.step, 0));
-    r->set_compute_seconds(MedianOr(pr.compute, 0));
-    r->set_comm_seconds(MedianOr(pr.comm, 0));
-    r->set_bubble_ratio(MedianOr(pr.bubble, 0));
-    r->set_peak_memory_bytes(pr.peak);
-  }
-}
 
 // What the model fitted: device factors, links and host times per message.
 void AddFitted(const CalibratedModel& model, v1::JobObservation* out) {
@@ -132,7 +78,7 @@ absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
                                                   .min_device_samples = options.min_device_samples,
                                                   .links = options.links,
                                                   .host = options.host}));
-  AddMeasured(model.samples, plan->num_ranks, &out);
+  AddMeasuredSteps(model.samples, vp.plan(), plan->num_ranks, &out);
   AddFitted(model, &out);
   PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest request, CalibratedRequest(vp.request(), model, {}));
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(request, options.limits));

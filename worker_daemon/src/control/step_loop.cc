@@ -56,9 +56,7 @@ bool StepLoop::ReachedMaxSteps() const {
 absl::Status StepLoop::Run() {
   while (true) {
     const bool connected = active_ && active_->connected();
-    if (state_.JobDeleted()) {
-      return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
-    }
+    if (state_.JobDeleted()) return JobGone();
     if (state_.JobCompleted() && !connected) {
       // Training ended on a version this worker had no rank in (a version
       // published as it reached max_steps never ran): nothing left to do.
@@ -109,6 +107,17 @@ absl::Status StepLoop::Run() {
       PIPEPLAN_RETURN_IF_ERROR(DropAfterFailure(s, active_ ? active_->version : want));
     }
   }
+}
+
+absl::Status StepLoop::JobGone() {
+  // Cancelled and deleted jobs both end the watch NOT_FOUND; a cancelled one
+  // is still there to ask, and its message says why ("cancelled: REASON").
+  absl::StatusOr<v1::Job> job = planner_.GetJob(options_.job_id);
+  if (job.ok() && job->state() == v1::JOB_CANCELLED) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", options_.job_id, " was cancelled (", job->failure_message(), ")"));
+  }
+  return absl::NotFoundError(absl::StrCat("job ", options_.job_id, " was deleted"));
 }
 
 absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t version) {

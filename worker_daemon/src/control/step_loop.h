@@ -109,6 +109,9 @@ class StepLoop {
   bool Leave(const Boundary& boundary);
   absl::Status RunOneStep();
   bool ReachedMaxSteps() const;
+  // NOT_FOUND for a job whose watch ended NOT_FOUND: cancelled (with its
+  // reason) or deleted.
+  absl::Status JobGone();
   // After `error` (a vote, step, switch or checkpoint that failed at
   // `version`): returns `error` when no new version can fix it (a job
   // failure, a bad plan), else drops the running version, waits as the

@@ -9,6 +9,7 @@
 #include "active_plan.h"
 #include "control_state.h"
 #include "control_threads.h"
+#include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/worker/env/event_log.h"
@@ -79,9 +80,16 @@ absl::StatusOr<v1::Assignment> Worker::Register(const v1::WorkerInfo& info) {
     absl::SleepFor(d);
     return !stop_.load();
   };
-  return common::RetryUntil(common::RetryPolicy{.initial_backoff = absl::Milliseconds(50)},
-                            absl::Now() + options_.connect_timeout, env,
-                            [&] { return planner_->RegisterWorker(options_.job_id, info); });
+  absl::StatusOr<v1::Assignment> assignment =
+      common::RetryUntil(common::RetryPolicy{.initial_backoff = absl::Milliseconds(50)},
+                         absl::Now() + options_.connect_timeout, env,
+                         [&] { return planner_->RegisterWorker(options_.job_id, info); });
+  // The request is made of the worker's flags (--device, --worker-id): a
+  // usage error, exit 2, which the systemd unit does not restart.
+  if (assignment.status().code() == absl::StatusCode::kInvalidArgument) {
+    return common::UsageError(assignment.status().message());
+  }
+  return assignment;
 }
 
 absl::Status Worker::Run() {

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeTorch(const WorkerOptions& options
   o.optimizer = OptimizerOf(spec);
   o.skip_nonfinite_steps = spec.skip_nonfinite_steps();
   if (!spec.dtype().empty()) o.dtype = spec.dtype();
+  o.seed = spec.seed();
   o.device = place.torch_device;
   o.deterministic = options.deterministic;
   o.transport = place.pipeline;

@@ -176,10 +176,30 @@ absl::StatusOr<std::vector<torch::Tensor>> StageInputs(TorchExecutor::Impl& impl
   return inputs;
 }
 
+// pipeplan/rng.py's base(seed, step, microbatch): the part of every random
+// operator's seed that the executor supplies (the stage adds its node
+// index). Kept below 2^51, as TorchScript and Python compute it alike.
+int64_t RngBase(int64_t seed, int64_t step, int64_t microbatch) {
+  constexpr int64_t kPrime = 2147483647, kMultiplier = 1000003;
+  const auto mix = [&](int64_t a, int64_t b) { return (a % kPrime * kMultiplier + b) % kPrime; };
+  return mix(mix((seed % kPrime + kPrime) % kPrime, step), microbatch);
+}
+
+// A stage with random operators (the stage compiler gave it `_pp_rng`)
+// draws from (job seed, step, microbatch over all replicas), as the
+// reference trainer does, so a run repeats and matches one process.
+void SeedRandomOperators(TorchExecutor::Impl& impl, LocalStage& stage, int m) {
+  if (!stage.module.hasattr("_pp_rng")) return;
+  const int64_t microbatch =
+      static_cast<int64_t>(impl.options.replica) * impl.options.num_microbatches + m;
+  stage.module.setattr("_pp_rng", RngBase(impl.options.seed, impl.step, microbatch));
+}
+
 absl::Status Forward(TorchExecutor::Impl& impl, int s, int m) {
   LocalStage& stage = impl.stages.at(s);
   MicrobatchState& mb = impl.microbatches[{s, m}];
   PIPEPLAN_ASSIGN_OR_RETURN(mb.inputs, StageInputs(impl, s, m));
+  SeedRandomOperators(impl, stage, m);
   std::vector<torch::IValue> args(mb.inputs.begin(), mb.inputs.end());
   try {
     mb.outputs = Flatten(stage.module.forward(std::move(args)));

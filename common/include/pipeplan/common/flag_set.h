@@ -111,6 +111,11 @@ class FlagSet {
   std::string current_section_ = "flags";
 };
 
+// The candidate closest to a mistyped `name` (at most two edits away, and
+// fewer edits than the candidate has letters), or "" when none is: the
+// "did you mean" of unknown flags and commands.
+std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates);
+
 }  // namespace pipeplan::common
 
 #endif  // PIPEPLAN_COMMON_FLAG_SET_H_

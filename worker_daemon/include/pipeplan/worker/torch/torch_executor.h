@@ -86,6 +86,9 @@ struct TorchExecutorOptions {
   // inputs and boundary tensors are converted (the reference trainer's
   // --dtype float64), for comparisons tighter than float32 allows.
   std::string dtype = "float32";
+  // The job's seed (TrainingSpec.seed): random operators draw from (seed,
+  // step, microbatch) and their node (client/python/pipeplan/rng.py).
+  int64_t seed = 0;
   // "cpu" or "cuda:N" (the worker's device mapping, env/torch_device_map.h):
   // parameters, optimizer state, activations, gradients and the loss live
   // there; a CUDA device that does not exist is FAILED_PRECONDITION.
