@@ -14,6 +14,22 @@
 #include "pipeplan/worker/report/step_report.h"
 
 namespace pipeplan::worker {
+namespace {
+
+// The device of the plan's transport rank `world` (StagePlan::WorldRank).
+std::optional<std::string> DeviceOfWorldRank(const StagePlan& plan, int world) {
+  if (plan.num_ranks <= 0 || world < 0) return std::nullopt;
+  const size_t replica = world / plan.num_ranks, rank = world % plan.num_ranks;
+  // A plan assembled by hand may list rank_devices only: one replica.
+  const std::vector<std::string>* devices = replica < plan.replica_devices.size()
+                                                ? &plan.replica_devices[replica]
+                                            : replica == 0 ? &plan.rank_devices
+                                                           : nullptr;
+  if (devices == nullptr || rank >= devices->size()) return std::nullopt;
+  return (*devices)[rank];
+}
+
+}  // namespace
 
 StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlState& state,
                    const std::atomic<bool>& stop, WorkerMetrics* metrics, TrainingSession* training,
@@ -25,7 +41,9 @@ StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlSta
       stop_(stop),
       metrics_(metrics),
       kv_(&planner, options.job_id, clock),
-      connect_(connect ? std::move(connect) : RendezvousConnector(kv_, options_, clock_)),
+      connect_(connect ? std::move(connect)
+                       : RendezvousConnector(kv_, options_, clock_,
+                                             [&state] { return state.Latest(); })),
       training_(training),
       reports_(reports),
       stall_watch_([&state] { return state.Latest(); },
@@ -104,6 +122,7 @@ absl::Status StepLoop::Run() {
 
 absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t version) {
   if (!PeerFailure(error)) return error;
+  ReportFailure(version);
   // Closing the transport fails the ranks still blocked on this one, so the
   // whole pipeline drops the step within one communication round.
   active_.reset();
@@ -116,6 +135,17 @@ absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t versi
   // peer that restarted in place comes back in this same version.
   WaitForNewerVersion(version, clock_.Now() + 2 * state_.Lease() + absl::Seconds(1));
   return absl::OkStatus();
+}
+
+void StepLoop::ReportFailure(int64_t version) {
+  ControlState::PeerFailureReport report{.version = version};
+  if (active_ && active_->transport && active_->version == version) {
+    for (int peer : active_->transport->UnreachablePeers()) {
+      std::optional<std::string> device = DeviceOfWorldRank(active_->plan, peer);
+      if (device) report.unreachable.push_back(*std::move(device));
+    }
+  }
+  state_.ReportPeerFailure(std::move(report));
 }
 
 void StepLoop::WaitForNewerVersion(int64_t version, absl::Time deadline) {
@@ -195,24 +225,19 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
   const absl::Time start = clock_.Now();
   // The previous version stays until training state has moved out of it.
-  std::unique_ptr<ActivePlan> previous = std::move(active_);
+  std::unique_ptr<ActivePlan> previous = active_ ? std::move(active_) : std::move(held_);
   if (previous) previous->Disconnect();
   absl::StatusOr<std::unique_ptr<ActivePlan>> next =
       BuildActivePlan(planner_, connect_, options_, version, training_, clock_);
+  if (!next.ok() && previous && previous->executor && PeerFailure(next.status())) {
+    // No step ran since the boundary every rank agreed at: its state is
+    // whole, and the next version (the one that superseded this one during
+    // its rendezvous, or this one rebuilt) moves it instead of rolling
+    // every rank back to a checkpoint.
+    held_ = std::move(previous);
+  }
   if (next.ok() && training_ && (*next)->rank >= 0) {
-    ActivePlan& a = **next;
-    const bool held = previous && previous->executor;
-    const ExecutorPlace place{.rank = a.rank,
-                              .replica = a.replica,
-                              .pipeline = a.pipeline.get(),
-                              .replica_group = a.replica_group.get()};
-    absl::StatusOr<int64_t> step = training_->Resume(a.plan, place, *a.transport, *a.executor,
-                                                     held ? previous->executor.get() : nullptr,
-                                                     held ? &previous->plan : nullptr, step_);
-    if (!step.ok())
-      next = step.status();
-    else
-      step_ = *step;
+    if (absl::Status s = ResumeInto(**next, previous.get()); !s.ok()) next = s;
   }
   previous.reset();
   if (!next.ok()) {
@@ -247,6 +272,18 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
     WaitForVersionAfter(version);
     active_.reset();
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepLoop::ResumeInto(ActivePlan& a, const ActivePlan* previous) {
+  const bool held = previous && previous->executor;
+  const ExecutorPlace place{.rank = a.rank,
+                            .replica = a.replica,
+                            .pipeline = a.pipeline.get(),
+                            .replica_group = a.replica_group.get()};
+  PIPEPLAN_ASSIGN_OR_RETURN(step_, training_->Resume(a.plan, place, *a.transport, *a.executor,
+                                                     held ? previous->executor.get() : nullptr,
+                                                     held ? &previous->plan : nullptr, step_));
   return absl::OkStatus();
 }
 
