@@ -139,6 +139,26 @@ absl::Status WorkerLeases::Update(Worker& w, WorkerRecord next) {
   return absl::OkStatus();
 }
 
+void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version,
+                                     const std::vector<std::string>& devices) {
+  reporter.failure_seen_version = std::max(reporter.failure_seen_version, version);
+  const absl::Time now = ctx_->clock->Now();
+  const absl::Time until = now + std::min(ctx_->options.suspect_grace, ctx_->options.lease);
+  for (auto& [wid, w] : job.workers) {
+    if (&w == &reporter || w.record.state != v1::WORKER_ACTIVE) continue;
+    if (w.failure_seen_version >= version) continue;  // alive: it saw the failure too
+    if (std::find(devices.begin(), devices.end(), w.record.info.device_id()) == devices.end()) {
+      continue;
+    }
+    if (until >= w.lease_expiry) continue;
+    w.lease_expiry = until;
+    LogInfo("worker_suspected", {{"job", job.record.id},
+                                 {"plan_version", absl::StrCat(version)},
+                                 {"worker", wid},
+                                 {"reported_by", reporter.record.info.worker_id()}});
+  }
+}
+
 int WorkerLeases::CheckLeases() {
   const absl::Time now = ctx_->clock->Now();
   int lost = 0;
