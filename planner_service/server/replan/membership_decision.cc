@@ -1,5 +1,6 @@
 #include "membership_decision.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -28,13 +29,17 @@ bool IsMembershipTrigger(ReplanTrigger trigger) {
 }
 
 std::optional<std::string> MembershipSkip(ReplanTrigger trigger, const ReplanOutcome& outcome,
-                                          const v1::Plan& next,
-                                          const std::set<std::string>& joined) {
+                                          const v1::Plan& next, const std::set<std::string>& joined,
+                                          const v1::PlanCalibration& measured) {
   if (trigger != ReplanTrigger::kWorkerJoined) return std::nullopt;
   if (!UsesAny(next, joined)) {
     return absl::StrFormat("the new plan leaves the joined devices (%s) out",
                            absl::StrJoin(joined, ","));
   }
+  const bool any_measured = std::any_of(
+      measured.devices().begin(), measured.devices().end(),
+      [&](const v1::DeviceFactor& f) { return joined.contains(f.device_id()) && f.samples() > 0; });
+  if (!any_measured) return std::nullopt;
   const double cur = outcome.current_step_seconds;
   if (std::isinf(cur) || !(cur > 0)) return std::nullopt;
   const double loss = (outcome.new_step_seconds - cur) / cur;

@@ -31,11 +31,17 @@ bool IsMembershipTrigger(ReplanTrigger trigger);
 
 // nullopt: publish `next`. Otherwise why not. A lost (or left) worker's
 // replan always publishes. A join publishes when `next` gives a stage to one
-// of the `joined` devices and its predicted step is not more than
+// of the `joined` devices, unless a joined device was measured (`measured`,
+// the current plan's calibration, has samples of it: it ran in an earlier
+// version, e.g. before it was lost) and the predicted step is more than
 // kRejoinMaxPredictedLoss slower than the current plan's.
+// Without a measurement of the returning device the prediction rests only on
+// the others' factors, which the first steps of a version and a process
+// starting beside them skew (factors 250x apart were seen): it decides
+// nothing about the returning worker.
 std::optional<std::string> MembershipSkip(ReplanTrigger trigger, const ReplanOutcome& outcome,
-                                          const v1::Plan& next,
-                                          const std::set<std::string>& joined);
+                                          const v1::Plan& next, const std::set<std::string>& joined,
+                                          const v1::PlanCalibration& measured);
 
 }  // namespace pipeplan::server
 

@@ -505,7 +505,7 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   // A membership change publishes by its own rule (membership_decision.h);
   // a calibration replan needs both gains.
   std::optional<std::string> why = IsMembershipTrigger(e.trigger)
-                                       ? MembershipSkip(e.trigger, outcome, next, e.joined)
+                                       ? MembershipSkip(e.trigger, outcome, next, e.joined, e.vp.plan().calibration())
                                        : GainTooSmall(outcome, options_, /*floor_applies=*/true,
                                                       e.reports, e.job, e.vp.version());
   if (why) return Unchanged(e, outcome, *std::move(why));

@@ -39,16 +39,24 @@ v1::HeartbeatRequest FailureReport(const std::string& job, const std::string& wo
 
 class PeerFailureTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    SetLogEnabled(false);
+  void SetUp() override { SetLogEnabled(false); }
+  // A job with a rank on gpu0..gpu<n-1>, each device on host `hosts[d]`, and
+  // a worker w<d> on each.
+  void Start(const std::vector<std::string>& hosts) {
     store_ = NewMemoryStore();
     registry_ = std::make_unique<JobRegistry>(
         store_.get(), &clock_,
         JobRegistry::Options{.lease = absl::Seconds(10), .suspect_grace = absl::Seconds(1)});
-    auto job = registry_->CreateJob("j", testing::SmallRequest(), PlanOn({"gpu0", "gpu1", "gpu2"}));
+    v1::PlanRequest request = testing::SmallRequest();
+    std::vector<std::string> devices;
+    for (size_t d = 0; d < hosts.size(); ++d) {
+      request.mutable_cluster()->mutable_devices(d)->set_host(hosts[d]);
+      devices.push_back(absl::StrCat("gpu", d));
+    }
+    auto job = registry_->CreateJob("j", request, PlanOn(devices));
     ASSERT_TRUE(job.ok()) << job.status();
     id_ = job->id();
-    for (int d = 0; d < 3; ++d) {
+    for (size_t d = 0; d < hosts.size(); ++d) {
       v1::WorkerInfo w;
       w.set_worker_id(absl::StrCat("w", d));
       w.set_device_id(absl::StrCat("gpu", d));
@@ -73,6 +81,7 @@ class PeerFailureTest : public ::testing::Test {
 };
 
 TEST_F(PeerFailureTest, APeerThatNeverReportsTheFailureIsLostWithinTheGrace) {
+  ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
   // w2 died: w1's sockets to it reset. w0 and w1 report the failure.
   ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w1", 1, {"gpu2", "gpu0"})).ok());
   ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
@@ -87,6 +96,7 @@ TEST_F(PeerFailureTest, APeerThatNeverReportsTheFailureIsLostWithinTheGrace) {
 }
 
 TEST_F(PeerFailureTest, ALivePeerThatReportsLaterKeepsItsLease) {
+  ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
   // w0's report names w1 before w1's own report arrives.
   ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
   clock_.Advance(absl::Milliseconds(300));
@@ -101,6 +111,24 @@ TEST_F(PeerFailureTest, ALivePeerThatReportsLaterKeepsItsLease) {
   // Without a report at all, the lease decides as before.
   clock_.Advance(absl::Seconds(10));
   EXPECT_EQ(registry_->CheckLeases(), 3);
+}
+
+// A lost host: w2 and w3 share host "b" and die together; the survivors
+// only talked to w2. w3 is suspected as w2's host mate (twice the grace),
+// w1 on host "a" is not.
+TEST_F(PeerFailureTest, TheHostMatesOfAnUnreachablePeerAreSuspectsToo) {
+  ASSERT_NO_FATAL_FAILURE(Start({"a", "a", "b", "b"}));
+  ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w1", 1, {"gpu2"})).ok());
+  ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
+  clock_.Advance(absl::Milliseconds(1100));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(StateOf("w2"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w3"), v1::WORKER_ACTIVE) << "a host mate has twice the grace";
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(StateOf("w3"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);
+  EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
 }
 
 }  // namespace
