@@ -171,8 +171,10 @@ void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version
   const absl::Duration grace = std::min(ctx_->options.suspect_grace, ctx_->options.lease);
   // A host that went away takes all its workers: those of the named
   // devices' hosts with a rank that have not reported the failure are
-  // suspects too (nobody may have talked to them when the failure came),
-  // with twice the grace, as nothing closed under them for sure.
+  // suspects too (nobody may have talked to them when the failure came).
+  // Nothing closed under them for sure, so they keep half a lease: a live
+  // one heartbeats every third of a lease.
+  const absl::Duration host_grace = std::max(2 * grace, ctx_->options.lease / 2);
   const std::set<std::string> hosts = HostsOf(job, devices);
   for (auto& [wid, w] : job.workers) {
     if (&w == &reporter || w.record.state != v1::WORKER_ACTIVE) continue;
@@ -182,7 +184,7 @@ void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version
     const bool host_mate =
         !named && w.record.rank >= 0 && hosts.contains(HostOf(job, w.record.info.device_id()));
     if (!named && !host_mate) continue;
-    const absl::Time until = now + (named ? grace : 2 * grace);
+    const absl::Time until = now + (named ? grace : host_grace);
     if (until >= w.lease_expiry) continue;
     w.lease_expiry = until;
     LogInfo("worker_suspected", {{"job", job.record.id},

@@ -37,9 +37,11 @@ class WorkerLeases {
   // not reported a failure of `version` keeps its lease only for the
   // suspect grace more: CheckLeases declares a dead one lost within about a
   // second instead of a lease. A live one whose report comes later renews
-  // its lease with it. Workers with a rank on the same host (Device.host) as
-  // a named device are suspects as well, with twice the grace: a host that
-  // went away took them too, though no peer may have talked to them.
+  // its lease with it. A live worker that closes a version (a leave, a
+  // switch) reports it the same way. Workers with a rank on the same host
+  // (Device.host) as a named device are suspects as well, for half a lease
+  // (at least twice the grace): a host that went away took them too, though
+  // no peer may have talked to them, and a live one heartbeats within it.
   void ReportPeerFailure(Job& job, Worker& reporter, int64_t version,
                          const std::vector<std::string>& devices);
   // Marks workers whose lease expired lost; returns how many.

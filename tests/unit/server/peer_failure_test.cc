@@ -114,8 +114,8 @@ TEST_F(PeerFailureTest, ALivePeerThatReportsLaterKeepsItsLease) {
 }
 
 // A lost host: w2 and w3 share host "b" and die together; the survivors
-// only talked to w2. w3 is suspected as w2's host mate (twice the grace),
-// w1 on host "a" is not.
+// only talked to w2. w3 is suspected as w2's host mate (half a lease: a
+// live one heartbeats within it), w1 on host "a" is not.
 TEST_F(PeerFailureTest, TheHostMatesOfAnUnreachablePeerAreSuspectsToo) {
   ASSERT_NO_FATAL_FAILURE(Start({"a", "a", "b", "b"}));
   ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w1", 1, {"gpu2"})).ok());
@@ -123,8 +123,8 @@ TEST_F(PeerFailureTest, TheHostMatesOfAnUnreachablePeerAreSuspectsToo) {
   clock_.Advance(absl::Milliseconds(1100));
   EXPECT_EQ(registry_->CheckLeases(), 1);
   EXPECT_EQ(StateOf("w2"), v1::WORKER_LOST);
-  EXPECT_EQ(StateOf("w3"), v1::WORKER_ACTIVE) << "a host mate has twice the grace";
-  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(StateOf("w3"), v1::WORKER_ACTIVE) << "a host mate has half a lease";
+  clock_.Advance(absl::Seconds(4));
   EXPECT_EQ(registry_->CheckLeases(), 1);
   EXPECT_EQ(StateOf("w3"), v1::WORKER_LOST);
   EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);

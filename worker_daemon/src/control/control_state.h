@@ -84,11 +84,12 @@ class ControlState {
     return shutting_down_;
   }
 
-  // The step loop dropped a step because the transport of `version`
-  // failed; `unreachable` are the devices whose sockets closed or reset.
-  // The heartbeat thread reports it at once (a newer report replaces an
-  // unsent one), so the planner declares a dead peer lost within its
-  // suspect grace instead of a lease.
+  // The step loop closed its transport of `version`: it failed (the step
+  // was dropped; `unreachable` are the devices whose sockets closed or
+  // reset), or the rank leaves it alive (a leave, a switch). The heartbeat
+  // thread reports it at once (a newer report replaces an unsent one): the
+  // planner declares a dead peer lost within its suspect grace instead of a
+  // lease, and believes a peer that reported closing the version alive.
   struct PeerFailureReport {
     int64_t version = 0;
     std::vector<std::string> unreachable;

@@ -169,6 +169,9 @@ bool StepLoop::Leave(const Boundary& boundary) {
                         " code=", absl::StatusCodeToString(saved.code())));
     }
   }
+  // This rank closes its transport of `version` alive: a peer that sees the
+  // sockets close and names it must not make the planner declare it lost.
+  state_.ReportPeerFailure({.version = version});
   Emit(absl::StrCat(boundary.mine ? "event=leave" : "event=peer_left", " job=", options_.job_id,
                     " worker=", options_.worker_id, " step=", step_, " plan_version=", version,
                     " everyone=", boundary.everyone ? 1 : 0));
@@ -225,6 +228,7 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
   const absl::Time start = clock_.Now();
   // The previous version stays until training state has moved out of it.
+  if (active_) state_.ReportPeerFailure({.version = active_->version});  // closed alive, as above
   std::unique_ptr<ActivePlan> previous = active_ ? std::move(active_) : std::move(held_);
   if (previous) previous->Disconnect();
   absl::StatusOr<std::unique_ptr<ActivePlan>> next =
