@@ -12,7 +12,7 @@
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/store/store.h"
-#include "test_util.h"
+#include "unit/server/test_util.h"
 
 namespace pipeplan::server {
 namespace {
