@@ -22,10 +22,23 @@ restart; steps lost are steps the workers dropped (they keep training).
 
 Each is repeated --trials times (median printed). Usage:
   bench/python/elastic_bench.py --build build [--trials 5] [--lease 2]
+
+--defaults measures what a user gets (issue 26): the planner's default flags
+(10 s lease, calibration replans on), checkpoints every 50 steps. Worker kill
+-9 of one of 4: the survivors' first step after the kill (median and p90),
+steps redone; a lost host (cpu2 and cpu3 on host h1, both killed at once).
+
+--drills N (with or without --defaults): one job, N kill drills: each kills a
+random worker at a random moment (during steps, right after a replan was
+asked for: during the plan switch and its rendezvous), checks that the
+others step again within 120 s (else a hang) and that every loss any worker
+reported equals the single-process reference at its step, then restarts the
+killed worker and waits for the job to grow back.
 """
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -40,17 +53,18 @@ SRC = os.path.dirname(os.path.dirname(HERE))
 
 
 class Planner:
-    def __init__(self, build, data, lease, port=0):
+    def __init__(self, build, data, lease, port=0, defaults=False):
         self.out = open(os.path.join(data, "planner.out"), "a")
         self.err = open(os.path.join(data, "planner.err"), "a")
-        self.p = subprocess.Popen(
-            [os.path.join(build, "planner_service/server/pipeplan-planner"),
-             "--listen", "127.0.0.1:%d" % port, "--metrics-listen", "off",
-             "--data-dir", os.path.join(data, "db"), "--lease-seconds", str(lease),
-             # Calibration replans stay out of the measurement: only a plan
-             # without a lost device (infinitely better) passes this gain.
-             "--replan-min-interval-seconds", "100000", "--replan-min-gain", "0.99"],
-            stdout=subprocess.PIPE, stderr=self.err, text=True)
+        flags = [os.path.join(build, "planner_service/server/pipeplan-planner"),
+                 "--listen", "127.0.0.1:%d" % port, "--metrics-listen", "off",
+                 "--data-dir", os.path.join(data, "db")]
+        if not defaults:
+            # Calibration replans stay out of the measurement: only a plan
+            # without a lost device (infinitely better) passes this gain.
+            flags += ["--lease-seconds", str(lease), "--replan-min-interval-seconds", "100000",
+                      "--replan-min-gain", "0.99"]
+        self.p = subprocess.Popen(flags, stdout=subprocess.PIPE, stderr=self.err, text=True)
         line = self.p.stdout.readline()
         if not line.startswith("listening on "):
             raise RuntimeError("planner did not start: " + line)
@@ -98,13 +112,14 @@ def start_job(args, work, planner, steps):
 
 def start_worker(args, work, planner, job, r, tag):
     path = os.path.join(work, "%s-w%d.out" % (tag, r))
-    f = open(path, "w")
+    f = open(path, "a")
+    timeouts = [] if args.defaults else ["--comm-timeout-seconds", "20",
+                                         "--connect-timeout-seconds", "20"]
     p = subprocess.Popen(
         [os.path.join(args.build, "worker_daemon/pipeplan-worker"), "--planner", planner.address,
          "--job", job, "--worker-id", "w%d" % r, "--device", "cpu%d" % r, "--transport", "gloo",
-         "--listen-host", "127.0.0.1", "--comm-timeout-seconds", "20",
-         "--connect-timeout-seconds", "20", "--executor", "torch", "--stage-cache",
-         os.path.join(work, "stage-cache")],
+         "--listen-host", "127.0.0.1", "--executor", "torch", "--stage-cache",
+         os.path.join(work, "stage-cache")] + timeouts,
         stdout=f, stderr=subprocess.STDOUT)
     return p, path
 
@@ -120,16 +135,35 @@ def newest_version(paths):
     return max(v) if v else 0
 
 
-def first_step_after(path, version):
-    """Step index of the first `event=step` of a plan version > `version`, or -1."""
+def ranks_of(path):
+    """{plan version: ranks} of the versions the worker switched into."""
+    return {int(e["plan_version"]): int(e["ranks"]) for e in events(path, "plan_switch")}
+
+
+def first_step_after(path, version, ranks=None):
+    """Step index of the first `event=step` of a plan version > `version` (with `ranks`
+    ranks when given), or -1."""
+    shapes = ranks_of(path) if ranks else {}
     for e in events(path, "step"):
-        if int(e["plan_version"]) > version:
+        v = int(e["plan_version"])
+        if v > version and (ranks is None or shapes.get(v) == ranks):
             return int(e["step"])
     return -1
 
 
-def last_step_upto(path, version):
-    s = [int(e["step"]) for e in events(path, "step") if int(e["plan_version"]) <= version]
+def compile_wait(paths, version):
+    """The longest wait for stage compilation in the survivors' first switch past `version`."""
+    waits = []
+    for p in paths:
+        later = [e for e in events(p, "plan_switch") if int(e["plan_version"]) > version]
+        if later:
+            waits.append(float(later[0].get("compile_wait_seconds", 0)))
+    return max(waits) if waits else 0.0
+
+
+def last_step_on_ranks(path, ranks):
+    shapes = ranks_of(path)
+    s = [int(e["step"]) for e in events(path, "step") if shapes.get(int(e["plan_version"])) == ranks]
     return max(s) if s else -1
 
 
@@ -147,28 +181,35 @@ def end_trial(args, planner, job, workers):
     cancel(args, planner, job)
 
 
-def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL):
+def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL, victims=(2,)):
     job = start_job(args, work, planner, 100000)
     tag = {signal.SIGKILL: "wk%d", signal.SIGTERM: "wt%d", signal.SIGSTOP: "wh%d"}[sig] % trial
+    if len(victims) > 1:
+        tag = "host%d" % trial
     workers = [start_worker(args, work, planner, job, r, tag) for r in range(4)]
     try:
-        kill_at = 3 * args.checkpoint_every + 3 * trial
-        wait_until(lambda: last_step(workers[2][1]) >= kill_at, 300, "steps")
+        # Past a checkpoint, at a different step of the interval each trial.
+        kill_at = args.checkpoint_every + 1 + (7 * trial) % args.checkpoint_every
+        wait_until(lambda: last_step(workers[2][1]) >= kill_at, 600, "steps")
         running = newest_version([p for _, p in workers])
-        workers[2][0].send_signal(sig)
+        for v in victims:
+            workers[v][0].send_signal(sig)
         killed = time.time()
         # A stopped worker hangs (end_trial kills it); the others end their
         # waits on it through the stall watch.
-        if sig != signal.SIGSTOP and workers[2][0].wait(timeout=120) != (
-                0 if sig == signal.SIGTERM else -sig):
-            raise RuntimeError("w2 ended with %d" % workers[2][0].returncode)
-        survivors = [workers[r][1] for r in (0, 1, 3)]
-        wait_until(lambda: all(first_step_after(p, running) >= 0 for p in survivors), 120,
+        for v in victims:
+            if sig != signal.SIGSTOP and workers[v][0].wait(timeout=120) != (
+                    0 if sig == signal.SIGTERM else -sig):
+                raise RuntimeError("w%d ended with %d" % (v, workers[v][0].returncode))
+        survivors = [workers[r][1] for r in range(4) if r not in victims]
+        left = 4 - len(victims)
+        wait_until(lambda: all(first_step_after(p, running, left) >= 0 for p in survivors), 180,
                    "a step on a newer version")
         recovery = time.time() - killed
-        before = max(last_step_upto(p, running) for p in survivors)
-        resumed = first_step_after(survivors[0], running)
-        return recovery, before + 1 - resumed
+        # Every version before the kill ran on all four.
+        before = max(last_step_on_ranks(p, 4) for p in survivors)
+        resumed = first_step_after(survivors[0], running, left)
+        return recovery, before + 1 - resumed, compile_wait(survivors, running)
     finally:
         end_trial(args, planner, job, workers)
 
@@ -183,7 +224,7 @@ def planner_kill_trial(args, work, planner, trial):
         planner.kill()
         killed = time.time()
         steps_at_kill = last_step(workers[0][1])
-        planner = Planner(args.build, work, args.lease, port)
+        planner = Planner(args.build, work, args.lease, port, args.defaults)
         cli = os.path.join(args.build, "client/pipeplan")
 
         def stored_after_restart():
@@ -195,9 +236,141 @@ def planner_kill_trial(args, work, planner, trial):
         wait_until(stored_after_restart, 120, "a report after the restart")
         recovery = time.time() - killed
         dropped = sum(len(events(p, "step_dropped")) for _, p in workers)
-        return planner, recovery, dropped
+        return planner, recovery, dropped, 0.0
     finally:
         end_trial(args, planner, job, workers)
+
+
+def p90(values):
+    v = sorted(values)
+    return v[max(0, -(-9 * len(v) // 10) - 1)]
+
+
+def reference_losses(work, steps):
+    """{step: loss} of the single-process reference trainer (the job's settings)."""
+    out = os.path.join(work, "reference.json")
+    subprocess.run([sys.executable, os.path.join(SRC, "client/python/pipeplan_reference_train.py"),
+                    "--package", os.path.join(work, "gpt.ptpkg"), "--data",
+                    "tensors:" + os.path.join(work, "gpt_data.pt"), "--optimizer", "adamw",
+                    "--lr", "1e-3", "--batch-size", "8", "--microbatches", "4", "--steps",
+                    str(steps), "--out", out], check=True, capture_output=True)
+    with open(out) as f:
+        return {int(x["step"]): float(x["loss"]) for x in json.load(f)}
+
+
+def wrong_losses(paths, reference):
+    """(checked, wrong): reported losses against the reference at their step (1e-3)."""
+    checked = wrong = 0
+    for p in paths:
+        for e in events(p, "step"):
+            step = int(e["step"])
+            if "loss" not in e or step not in reference:
+                continue
+            checked += 1
+            want = reference[step]
+            if abs(float(e["loss"]) - want) > 1e-3 * max(1.0, abs(want)):
+                wrong += 1
+    return checked, wrong
+
+
+def every_worker_steps_on(paths, ranks, after):
+    """True once each worker ran a step on a version newer than `after` of `ranks` ranks."""
+    return all(first_step_after(p, after, ranks) >= 0 for p in paths)
+
+
+def one_drill(args, work, planner, job, workers, rng, d):
+    """Kills a random worker at a random moment; (moment, recovery s or None: a hang)."""
+    paths = [p for _, p in workers]
+    wait_until(lambda: every_worker_steps_on(paths, 4, 0), 600, "all four training")
+    time.sleep(rng.uniform(0.0, 3.0))
+    moment = rng.choice(["step", "switch"])
+    if moment == "switch":
+        # A replan by hand: the kill lands in its plan switch (compile,
+        # rendezvous, state move) or just after.
+        subprocess.run([os.path.join(args.build, "client/pipeplan"), "--planner",
+                        planner.address, "jobs", "replan", job], capture_output=True)
+        time.sleep(rng.uniform(0.0, 1.5))
+    victim = rng.randrange(4)
+    before = newest_version(paths)
+    workers[victim][0].send_signal(signal.SIGKILL)
+    workers[victim][0].wait()
+    killed = time.time()
+    survivors = [paths[r] for r in range(4) if r != victim]
+    try:
+        wait_until(lambda: every_worker_steps_on(survivors, 3, before), 180, "resume")
+    except RuntimeError:
+        return moment, None
+    recovery = time.time() - killed
+    workers[victim] = start_worker(args, work, planner, job, victim, "drill")
+    grown = newest_version(survivors)
+    wait_until(lambda: every_worker_steps_on(paths[:victim] + [workers[victim][1]] +
+                                             paths[victim + 1:], 4, grown), 600, "grow back")
+    return moment, recovery
+
+
+def drills(args, work, planner):
+    reference = reference_losses(work, args.reference_steps)
+    job = start_job(args, work, planner, 100000)
+    workers = [start_worker(args, work, planner, job, r, "drill") for r in range(4)]
+    rng = random.Random(args.seed)
+    results = []
+    try:
+        for d in range(args.drills):
+            moment, recovery = one_drill(args, work, planner, job, workers, rng, d)
+            results.append((moment, recovery))
+            print("drill %d: %s %s" % (d, moment, "HANG" if recovery is None
+                                       else "%.2f s" % recovery), flush=True)
+            if recovery is None:
+                break
+    finally:
+        end_trial(args, planner, job, workers)
+    checked, wrong = wrong_losses([p for _, p in workers], reference)
+    ok = [r for _, r in results if r is not None]
+    print("%d drills, %d hangs; recovery median %.2f s, p90 %.2f s; %d losses checked "
+          "against the reference, %d wrong" % (
+              len(results), len(results) - len(ok), statistics.median(ok) if ok else -1,
+              p90(ok) if ok else -1, checked, wrong))
+
+
+def print_rows(rows_by_name):
+    print("| fault | recovery (s), median | p90 | steps redone, median | "
+          "trials (s / steps / compile wait s) |")
+    print("|---|---|---|---|---|")
+    for name, rows in rows_by_name:
+        print("| %s | %.2f | %.2f | %g | %s |" % (
+            name, statistics.median(r[0] for r in rows), p90(r[0] for r in rows),
+            statistics.median(r[1] for r in rows), ", ".join("%.2f/%d/%.1f" % r for r in rows)))
+
+
+def classic(args, work, planner):
+    wk = [worker_kill_trial(args, work, planner, t) for t in range(args.trials)]
+    wt = [worker_kill_trial(args, work, planner, t, signal.SIGTERM) for t in range(args.trials)]
+    wh = [worker_kill_trial(args, work, planner, t, signal.SIGSTOP) for t in range(args.trials)]
+    pk = []
+    for t in range(args.trials):
+        planner, recovery, dropped, wait = planner_kill_trial(args, work, planner, t)
+        pk.append((recovery, dropped, wait))
+    print("lease %.1f s, checkpoint every %d steps, 4 workers (torch, gpt fixture), "
+          "%d trials" % (args.lease, args.checkpoint_every, args.trials))
+    print_rows((("worker kill -9", wk), ("worker SIGTERM (leave)", wt),
+                ("worker SIGSTOP (hang)", wh), ("planner kill -9", pk)))
+    return planner
+
+
+def logged(name, t, row):
+    print("%s trial %d: %.2f s, %d steps redone, %.1f s compile wait" % ((name, t) + row),
+          flush=True)
+    return row
+
+
+def with_defaults(args, work, planner):
+    wk = [logged("kill", t, worker_kill_trial(args, work, planner, t))
+          for t in range(args.trials)]
+    host = [logged("host", t, worker_kill_trial(args, work, planner, t, victims=(2, 3)))
+            for t in range(args.trials)]
+    print("the planner's defaults (10 s lease), checkpoint every %d steps, 4 workers (torch, "
+          "gpt fixture), %d trials" % (args.checkpoint_every, args.trials))
+    print_rows((("worker kill -9 (1 of 4)", wk), ("lost host (2 of 4 on h1)", host)))
 
 
 def main():
@@ -206,36 +379,31 @@ def main():
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--lease", type=float, default=2.0)
-    ap.add_argument("--checkpoint-every", type=int, default=10)
+    ap.add_argument("--checkpoint-every", type=int, default=None)
+    ap.add_argument("--defaults", action="store_true")
+    ap.add_argument("--drills", type=int, default=0)
+    ap.add_argument("--reference-steps", type=int, default=1500)
+    ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
+    if args.checkpoint_every is None:
+        args.checkpoint_every = 50 if args.defaults else 10
     work = tempfile.mkdtemp(prefix="pipeplan-elastic-bench-")
     try:
         subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
                         "--out-dir", work, "--model", "gpt", "--rows", "48"],
                        check=True, capture_output=True)
         with open(os.path.join(work, "cluster.json"), "w") as f:
-            json.dump({"devices": [{"id": "cpu%d" % d, "host": "h0", "flops": 1e12,
-                                    "memory_bytes": 8e9} for d in range(4)]}, f)
-        planner = Planner(args.build, work, args.lease)
-        wk = [worker_kill_trial(args, work, planner, t) for t in range(args.trials)]
-        wt = [worker_kill_trial(args, work, planner, t, signal.SIGTERM)
-              for t in range(args.trials)]
-        wh = [worker_kill_trial(args, work, planner, t, signal.SIGSTOP)
-              for t in range(args.trials)]
-        pk = []
-        for t in range(args.trials):
-            planner, recovery, dropped = planner_kill_trial(args, work, planner, t)
-            pk.append((recovery, dropped))
+            json.dump({"devices": [{"id": "cpu%d" % d, "host": "h%d" % (d // 2), "flops": 1e12,
+                                    "memory_bytes": 8e9} for d in range(4)],
+                       "intra_host_bandwidth": 10e9, "inter_host_bandwidth": 10e9}, f)
+        planner = Planner(args.build, work, args.lease, defaults=args.defaults)
+        if args.drills:
+            drills(args, work, planner)
+        elif args.defaults:
+            with_defaults(args, work, planner)
+        else:
+            planner = classic(args, work, planner)
         planner.kill()
-        print("lease %.1f s, checkpoint every %d steps, 4 workers (torch, gpt fixture), "
-              "median of %d" % (args.lease, args.checkpoint_every, args.trials))
-        print("| fault | recovery (s) | steps lost | trials (recovery s / steps lost) |")
-        print("|---|---|---|---|")
-        for name, rows in (("worker kill -9", wk), ("worker SIGTERM (leave)", wt),
-                           ("worker SIGSTOP (hang)", wh), ("planner kill -9", pk)):
-            print("| %s | %.2f | %g | %s |" % (
-                name, statistics.median(r for r, _ in rows), statistics.median(s for _, s in rows),
-                ", ".join("%.2f/%d" % r for r in rows)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

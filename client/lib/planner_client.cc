@@ -284,6 +284,14 @@ absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(const std::string
   return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat, req);
 }
 
+absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options_.timeout);
+  return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat,
+                                     request);
+}
+
 absl::StatusOr<v1::Job> PlannerClient::FinishWorker(const v1::FinishWorkerRequest& request) {
   grpc::ClientContext ctx;
   Prepare(&ctx, options_.timeout);

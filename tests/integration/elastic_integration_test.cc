@@ -26,45 +26,16 @@
 #include "absl/time/clock.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "planner_process.h"
+#include "synthetic_job.h"
 #include "worker_process.h"
 
 namespace pipeplan::testing {
 namespace {
 
 constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
-constexpr int kLeaseSeconds = 2;
 
 std::string Source(const std::string& path) {
   return std::string(PIPEPLAN_SOURCE_DIR) + "/" + path;
-}
-
-int64_t Int(const std::string& s) {
-  int64_t v = -1;
-  (void)absl::SimpleAtoi(s, &v);
-  return v;
-}
-
-// Polls `done` every 50 ms until it holds or `timeout` passes.
-template <typename F>
-bool WaitFor(F done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
-}
-
-// Planner flags: a short lease so a lost worker is noticed within seconds;
-// no calibration replans, so only membership changes the plan. The
-// test model's steps take ~15 ms, so a fourth rank gains ~1-5 ms per step
-// depending on the machine's load: no absolute floor, so that growing back
-// turns on the relative gain alone.
-std::vector<std::string> PlannerFlags(std::vector<std::string> extra = {}) {
-  std::vector<std::string> f = {"--lease-seconds", absl::StrCat(kLeaseSeconds), "--replan",
-                                "membership",      "--replan-min-gain-seconds", "0"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
 }
 
 class ElasticTrainingTest : public ::testing::Test {
@@ -182,15 +153,6 @@ class ElasticTrainingTest : public ::testing::Test {
 };
 
 // The first `event=step` of `version` in `w`'s output, or -1.
-int64_t FirstStepOf(const WorkerProcess& w, int64_t version) {
-  const auto steps = w.Values("step", "step");
-  const auto versions = w.Values("step", "plan_version");
-  for (size_t i = 0; i < steps.size() && i < versions.size(); ++i) {
-    if (Int(versions[i]) == version) return Int(steps[i]);
-  }
-  return -1;
-}
-
 // The first version `w` ran a step of with a rank in a plan of `ranks`
 // ranks, or -1. Version numbers are not assumed: a replan can publish
 // another version of the same shape in between.
@@ -377,57 +339,6 @@ TEST_F(ElasticTrainingTest, MaxStepsCompletesTheJobAndNobodyIsLost) {
     EXPECT_EQ(ws.state(), v1::WORKER_DONE) << ws.info().worker_id();
   }
 }
-
-// Synthetic workers (no torch): the planner's outage and identity.
-struct SyntheticJob {
-  TempDir dir;
-  TempDir data;
-  std::unique_ptr<PlannerProcess> planner;
-  std::unique_ptr<client::PlannerClient> client;
-  std::string job;
-  double step_seconds = 0;                 // planned
-  std::vector<std::string> devices;        // with a rank in version 1
-  std::vector<std::string> spare_devices;  // without
-
-  void Start(std::vector<std::string> planner_flags = {}, int ranks = 4) {
-    planner_flags.insert(planner_flags.end(), {"--data-dir", data.path()});
-    auto planner = PlannerProcess::Start(PlannerFlags(planner_flags));
-    ASSERT_TRUE(planner.ok()) << planner.status();
-    this->planner = *std::move(planner);
-    auto client = this->planner->Client();
-    ASSERT_TRUE(client.ok());
-    this->client = *std::move(client);
-    v1::PlanRequest r = SmallRequest();
-    r.mutable_options()->set_num_ranks(ranks);
-    // One pipeline on `ranks` of the eight devices: a worker for each.
-    r.mutable_options()->set_max_replicas(1);
-    auto created = this->client->CreateJob("elastic", r);
-    ASSERT_TRUE(created.ok()) << created.status();
-    job = created->id();
-    step_seconds = created->plan().step_seconds();
-    for (const auto& s : created->plan().stages()) devices.push_back(s.device_id());
-    for (const auto& d : r.cluster().devices()) {
-      if (std::find(devices.begin(), devices.end(), d.id()) == devices.end()) {
-        spare_devices.push_back(d.id());
-      }
-    }
-  }
-  // `flags` replace WorkerArgs' values of the same flags or are appended.
-  std::unique_ptr<WorkerProcess> Worker(const std::string& id, const std::string& device,
-                                        std::vector<std::string> flags = {}) {
-    std::vector<std::string> args = WorkerArgs(planner->address(), job, id, device);
-    flags.insert(flags.begin(), {"--time-scale", "0.2"});
-    for (size_t i = 0; i + 1 < flags.size(); i += 2) {
-      auto it = std::find(args.begin(), args.end(), flags[i]);
-      if (it != args.end() && it + 1 != args.end()) {
-        *(it + 1) = flags[i + 1];
-      } else {
-        args.insert(args.end(), {flags[i], flags[i + 1]});
-      }
-    }
-    return std::make_unique<WorkerProcess>(dir.path(), id, args);
-  }
-};
 
 // A 5 s lease here, not kLeaseSeconds: in one clean-clone run two of the
 // four workers heartbeated to the restarted planner only 8.9 s after it

@@ -54,6 +54,7 @@ TRAINING = (
     Option("dtype", "dtype", "dtype", str),
     Option("skip-nonfinite-steps", "skip_nonfinite_steps", "skip_nonfinite_steps", bool),
     Option("seed", "seed", "seed", int),
+    Option("snapshot-every", "snapshot_every", "snapshot_every", int),
 )
 
 # The CLI's defaults for training fields the user leaves out (training_flags.cc).

@@ -317,6 +317,21 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const std::string& 
   return s.leases.Heartbeat(*job, *w);
 }
 
+absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  PIPEPLAN_ASSIGN_OR_RETURN(v1::HeartbeatResponse r,
+                            Heartbeat(request.job_id(), request.worker_id()));
+  if (request.failed_version() <= 0) return r;
+  absl::MutexLock l(&mu_);
+  RegistryState& s = *state_;
+  Job* job = s.sync.FindOrLoad(request.job_id());
+  Worker* w = job ? s.sync.FindWorker(*job, request.worker_id()) : nullptr;
+  if (w == nullptr) return r;  // deleted meanwhile: the next call says so
+  const std::vector<std::string> devices(request.unreachable_devices().begin(),
+                                         request.unreachable_devices().end());
+  s.leases.ReportPeerFailure(*job, *w, request.failed_version(), devices);
+  return r;
+}
+
 int JobRegistry::CheckLeases() {
   absl::MutexLock l(&mu_);
   return state_->leases.CheckLeases();

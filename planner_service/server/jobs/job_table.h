@@ -54,6 +54,10 @@ struct Worker {
   absl::Time stored_heartbeat = absl::InfinitePast();
   // Replicated: a report of this worker is being stored (without the lock).
   bool report_in_flight = false;
+  // The newest plan version whose transport failure this worker reported
+  // (HeartbeatRequest.failed_version): it is alive and saw the failure, so
+  // a peer naming it unreachable in that version is not believed.
+  int64_t failure_seen_version = 0;
 };
 
 struct WatchEntry {

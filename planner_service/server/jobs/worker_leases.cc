@@ -1,6 +1,7 @@
 #include "worker_leases.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -149,6 +150,60 @@ absl::Status WorkerLeases::Update(Worker& w, WorkerRecord next) {
   PIPEPLAN_RETURN_IF_ERROR(ctx_->store->PutWorker(next));
   w.record = std::move(next);
   return absl::OkStatus();
+}
+
+namespace {
+
+// The hosts of `devices` in the job's cluster (Device.host).
+std::set<std::string> HostsOf(const Job& job, const std::vector<std::string>& devices) {
+  std::set<std::string> hosts;
+  if (!job.current) return hosts;
+  for (const v1::Device& d : job.current->request().cluster().devices()) {
+    if (!d.host().empty() && std::find(devices.begin(), devices.end(), d.id()) != devices.end()) {
+      hosts.insert(d.host());
+    }
+  }
+  return hosts;
+}
+
+std::string HostOf(const Job& job, const std::string& device) {
+  if (!job.current) return "";
+  for (const v1::Device& d : job.current->request().cluster().devices()) {
+    if (d.id() == device) return d.host();
+  }
+  return "";
+}
+
+}  // namespace
+
+void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version,
+                                     const std::vector<std::string>& devices) {
+  reporter.failure_seen_version = std::max(reporter.failure_seen_version, version);
+  const absl::Time now = ctx_->clock->Now();
+  const absl::Duration grace = std::min(ctx_->options.suspect_grace, ctx_->options.lease);
+  // A host that went away takes all its workers: those of the named
+  // devices' hosts with a rank that have not reported the failure are
+  // suspects too (nobody may have talked to them when the failure came).
+  // Nothing closed under them for sure, so they keep half a lease: a live
+  // one heartbeats every third of a lease.
+  const absl::Duration host_grace = std::max(2 * grace, ctx_->options.lease / 2);
+  const std::set<std::string> hosts = HostsOf(job, devices);
+  for (auto& [wid, w] : job.workers) {
+    if (&w == &reporter || w.record.state != v1::WORKER_ACTIVE) continue;
+    if (w.failure_seen_version >= version) continue;  // alive: it saw the failure too
+    const bool named =
+        std::find(devices.begin(), devices.end(), w.record.info.device_id()) != devices.end();
+    const bool host_mate =
+        !named && w.record.rank >= 0 && hosts.contains(HostOf(job, w.record.info.device_id()));
+    if (!named && !host_mate) continue;
+    const absl::Time until = now + (named ? grace : host_grace);
+    if (until >= w.lease_expiry) continue;
+    w.lease_expiry = until;
+    LogInfo("worker_suspected", {{"job", job.record.id},
+                                 {"plan_version", absl::StrCat(version)},
+                                 {"worker", wid},
+                                 {"reported_by", reporter.record.info.worker_id()}});
+  }
 }
 
 int WorkerLeases::CheckLeases() {

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +29,21 @@ class WorkerLeases {
   absl::StatusOr<v1::Assignment> Register(Job& job, const v1::WorkerInfo& info);
   // Renews `w`'s lease; a lost or done worker is active again.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(Job& job, Worker& w);
+  // `reporter`'s transport of plan `version` failed, the sockets to
+  // `devices` closed or reset. A peer process that dies closes its sockets
+  // (kill -9 included), and so does a live one that dropped the step: the
+  // live one reports the same failure itself (at once, as `reporter` did),
+  // the dead one never does. So each ACTIVE worker on those devices that has
+  // not reported a failure of `version` keeps its lease only for the
+  // suspect grace more: CheckLeases declares a dead one lost within about a
+  // second instead of a lease. A live one whose report comes later renews
+  // its lease with it. A live worker that closes a version (a leave, a
+  // switch) reports it the same way. Workers with a rank on the same host
+  // (Device.host) as a named device are suspects as well, for half a lease
+  // (at least twice the grace): a host that went away took them too, though
+  // no peer may have talked to them, and a live one heartbeats within it.
+  void ReportPeerFailure(Job& job, Worker& reporter, int64_t version,
+                         const std::vector<std::string>& devices);
   // Marks workers whose lease expired lost; returns how many.
   int CheckLeases();
   // `w` is done or left; the job may complete or fail (see JobRegistry).

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "disturbed_steps.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/convert/report_convert.h"
@@ -159,7 +160,7 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StepSample> samples,
                             ReportSamples(registry, job, version.version(), options.report_window));
   CalibratedModel model;
-  model.samples = AfterWarmup(std::move(samples), options.warmup_steps);
+  model.samples = WithoutDisturbedSteps(AfterWarmup(std::move(samples), options.warmup_steps));
   // The warm-up is already dropped from the samples.
   model.estimate = EstimateDeviceFactors(
       model.samples, plan.PlannedStages(),

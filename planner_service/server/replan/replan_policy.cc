@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "calibrated_model.h"
 #include "gain_threshold.h"
+#include "membership_decision.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/convert/proto_convert.h"
@@ -508,17 +509,16 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
                      absl::StrCat("cannot score the current plan: ", cur.status().message()));
   }
   outcome.current_step_seconds = cur.ok() ? *cur : kInf;
-  // A lost worker's replan always pays; the others need both gains.
-  const bool floor_applies = e.calibrating() || e.trigger == ReplanTrigger::kWorkerJoined;
-  if (std::optional<std::string> why =
-          GainTooSmall(outcome, options_, floor_applies, e.reports, e.job, e.vp.version())) {
-    return Unchanged(e, outcome, *std::move(why));
-  }
-  if (e.calibrating()) {
-    if (std::optional<std::string> why = NoiseBlocks(e, outcome)) {
-      return Unchanged(e, outcome, *std::move(why));
-    }
-  }
+  // A membership change publishes by its own rule (membership_decision.h);
+  // a calibration replan needs both gains and must beat the measured noise
+  // (gain_threshold.h).
+  std::optional<std::string> why =
+      IsMembershipTrigger(e.trigger)
+          ? MembershipSkip(e.trigger, outcome, next, e.joined, e.vp.plan().calibration())
+          : GainTooSmall(outcome, options_, /*floor_applies=*/true, e.reports, e.job,
+                         e.vp.version());
+  if (!why && e.calibrating()) why = NoiseBlocks(e, outcome);
+  if (why) return Unchanged(e, outcome, *std::move(why));
   const std::string reason = VersionReason(e.trigger, e.estimate, e.joined, e.lost, outcome);
   next = WithCalibration(std::move(next), *in.cluster, e.model, e.lost, outcome);
   const std::optional<v1::VersionPrediction> prediction = Predict(e, next, in);

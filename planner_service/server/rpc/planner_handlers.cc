@@ -289,7 +289,7 @@ absl::StatusOr<v1::Assignment> PlannerHandlers::RegisterWorker(
 
 absl::StatusOr<v1::HeartbeatResponse> PlannerHandlers::Heartbeat(
     const v1::HeartbeatRequest& request) {
-  return registry_.Heartbeat(request.job_id(), request.worker_id());
+  return registry_.Heartbeat(request);
 }
 
 absl::StatusOr<v1::Job> PlannerHandlers::FinishWorker(const v1::FinishWorkerRequest& request) {

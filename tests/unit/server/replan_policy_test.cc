@@ -424,6 +424,31 @@ TEST_F(ReplanPolicyTest, MembershipOnlyReplansForALostWorkerNotForASlowDevice) {
   EXPECT_EQ(NodesOn(Current().plan(), "gpu3"), 0);
 }
 
+// Data-parallel replicas (--ranks 1): losing one replica's worker leaves a
+// plan that scores about as fast as the new one (its remaining replicas run
+// the same stage), so a gain test skipped it ("predicted gain 0.0%") and the
+// survivors waited forever for a version without the lost device. A
+// membership change publishes whatever the predicted gain (issue 26).
+TEST_F(ReplanPolicyTest, ALostReplicaIsReplannedWhateverThePredictedGain) {
+  v1::PlanRequest request = ChainRequest();
+  request.mutable_options()->set_num_ranks(1);
+  request.mutable_options()->set_num_replicas(4);
+  ASSERT_NO_FATAL_FAILURE(Start(Fast(), request));
+  ASSERT_EQ(Current().plan().replicas_size(), 4);
+  clock_.Advance(absl::Seconds(6));
+  for (const char* w : {"w0", "w1", "w2"}) ASSERT_TRUE(registry_->Heartbeat(job_, w).ok());
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2) << "the loss of a replica published nothing";
+  EXPECT_EQ(v2.reason().substr(0, 14), "worker w3 lost") << v2.reason();
+  for (const v1::Replica& r : v2.plan().replicas()) {
+    for (const std::string& d : r.rank_device_ids()) EXPECT_NE(d, "gpu3");
+  }
+  EXPECT_EQ(NodesOn(v2.plan(), "gpu3"), 0);
+}
+
 TEST_F(ReplanPolicyTest, DisabledDoesNothing) {
   ReplanPolicyOptions o = Fast();
   o.enabled = false;

@@ -21,13 +21,20 @@ class MapKeyValue final : public KeyValue {
   }
   absl::StatusOr<std::optional<std::string>> Get(const std::string& key) override {
     absl::MutexLock l(&mu_);
+    ++gets_;
     auto it = map_.find(key);
     if (it == map_.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
+  // Get calls so far: a test waits until a rank is blocked polling a key.
+  int gets() {
+    absl::MutexLock l(&mu_);
+    return gets_;
+  }
 
  private:
   absl::Mutex mu_;
+  int gets_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::string> map_ ABSL_GUARDED_BY(mu_);
 };
 

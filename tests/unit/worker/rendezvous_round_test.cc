@@ -3,6 +3,7 @@
 // connect although the key-value space holds a crashed run's keys.
 #include "pipeplan/worker/transport/rendezvous_round.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -149,6 +150,45 @@ void RestartAfterCrash(int size) {
     EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
     EXPECT_LT(took[r], connect_timeout / 2) << "rank " << r << " waited for a timeout";
   }
+}
+
+// A newer plan version leaves out the peer this version waits for: every
+// wait of the round (rank 0's for nonces, the others' for the round, a Gloo
+// wait for a peer's address) ends with the abandon status within a poll,
+// not after the connect timeout (issue 26: survivors sat 30-90 s here).
+TEST(RendezvousRound, EveryWaitEndsOnceTheMemberAbandonsTheVersion) {
+  MapKeyValue kv;
+  std::atomic<bool> superseded{false};
+  auto member = [&](int rank, const std::string& nonce) {
+    RoundMember m = Member(rank, 3, nonce, absl::Seconds(60));
+    m.abandon = [&superseded]() -> absl::Status {
+      if (superseded.load()) return absl::AbortedError("plan version 2 is known");
+      return absl::OkStatus();
+    };
+    return m;
+  };
+  const RoundMember zero = member(0, "a0"), one = member(1, "b1");
+  ASSERT_TRUE(RendezvousRound::Announce(kv, zero).ok());
+  ASSERT_TRUE(RendezvousRound::Announce(kv, one).ok());
+  // Rank 2 never comes: rank 0 waits for its nonce, rank 1 for the round.
+  absl::Status opened, joined;
+  std::thread t0([&] { opened = RendezvousRound::Next(kv, zero, "").status(); });
+  std::thread t1([&] { joined = RendezvousRound::Next(kv, one, "").status(); });
+  // Both are blocked on a key that never comes; then the newer version.
+  while (kv.gets() < 4) std::this_thread::yield();
+  const absl::Time start = absl::Now();
+  superseded.store(true);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(opened.code(), absl::StatusCode::kAborted) << opened;
+  EXPECT_EQ(joined.code(), absl::StatusCode::kAborted) << joined;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "waited for the connect timeout";
+  // Nor does another round start.
+  absl::StatusOr<std::unique_ptr<Transport>> t =
+      ConnectInRounds(kv, zero, absl::Now() + absl::Seconds(60), [](const RendezvousRound&) {
+        return absl::StatusOr<std::unique_ptr<Transport>>(absl::UnavailableError("not reached"));
+      });
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kAborted);
 }
 
 TEST(RendezvousRound, TwoRanksRestartedAfterACrashConnect) { RestartAfterCrash(2); }

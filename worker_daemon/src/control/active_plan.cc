@@ -51,7 +51,8 @@ int CudaOrdinal(const std::string& torch_device) {
 // or without a CUDA runtime): the input of TransportForDevices.
 absl::StatusOr<std::vector<std::string>> ExchangeDeviceUuids(KeyValue& kv, const WorkerOptions& o,
                                                              const ActivePlan& a,
-                                                             const RendezvousRound& round) {
+                                                             const RendezvousRound& round,
+                                                             const RoundMember& me) {
   const int rank = a.plan.WorldRank(a.replica, a.rank);
   const int ordinal = CudaOrdinal(a.torch_device);
   const std::string mine = ordinal >= 0 ? CudaDeviceUuid(ordinal).value_or("") : "";
@@ -61,7 +62,7 @@ absl::StatusOr<std::vector<std::string>> ExchangeDeviceUuids(KeyValue& kv, const
   for (int r = 0; r < static_cast<int>(uuids.size()); ++r) {
     PIPEPLAN_ASSIGN_OR_RETURN(
         std::string v,
-        kv.WaitGet(absl::StrCat(round.prefix(), "device_uuid/", r), o.connect_timeout));
+        kv.WaitGet(absl::StrCat(round.prefix(), "device_uuid/", r), o.connect_timeout, me.abandon));
     uuids[r] = v.substr(1);
   }
   return uuids;
@@ -70,12 +71,13 @@ absl::StatusOr<std::vector<std::string>> ExchangeDeviceUuids(KeyValue& kv, const
 // One attempt to connect the transport, in `round`'s namespace.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const WorkerOptions& o,
                                                        const ActivePlan& a,
-                                                       const RendezvousRound& round) {
+                                                       const RendezvousRound& round,
+                                                       const RoundMember& me) {
   const int rank = a.plan.WorldRank(a.replica, a.rank);
   const int size = WorldSize(a.plan);
   if (o.transport == "nccl") {
     PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<std::string> uuids,
-                              ExchangeDeviceUuids(kv, o, a, round));
+                              ExchangeDeviceUuids(kv, o, a, round, me));
     if (TransportForDevices("nccl", uuids) == "nccl") {
       return ConnectNccl({.rank = rank,
                           .size = size,
@@ -105,16 +107,27 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectOnce(KeyValue& kv, const Worke
 // (rendezvous_round.h): rank 0 opens it with the nonces of the processes
 // it expects, the others join it, and an attempt that cannot complete (a
 // peer restarted, rank 0 moved on) ends early and the next round begins.
+// A version newer than the one connecting is known: every wait ends (a peer
+// the newer version leaves out may never come), so the step loop moves on.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectTransport(KeyValue& kv, const WorkerOptions& o,
-                                                            const ActivePlan& a, Clock& clock) {
-  const RoundMember me{.base = absl::StrCat("v", a.version, "/", o.transport, "/"),
-                       .rank = a.plan.WorldRank(a.replica, a.rank),
-                       .size = WorldSize(a.plan),
-                       .nonce = ProcessRunId(),
-                       .timeout = o.connect_timeout};
+                                                            const ActivePlan& a, Clock& clock,
+                                                            const LatestVersionFn& latest) {
+  const int64_t version = a.version;
+  const RoundMember me{
+      .base = absl::StrCat("v", version, "/", o.transport, "/"),
+      .rank = a.plan.WorldRank(a.replica, a.rank),
+      .size = WorldSize(a.plan),
+      .nonce = ProcessRunId(),
+      .timeout = o.connect_timeout,
+      .abandon = [latest, version]() -> absl::Status {
+        const int64_t newer = latest ? latest() : 0;
+        if (newer <= version) return absl::OkStatus();
+        return absl::AbortedError(absl::StrCat("plan version ", newer, " superseded version ",
+                                               version, " during its rendezvous"));
+      }};
   return ConnectInRounds(
       kv, me, clock.Now() + 3 * o.connect_timeout,
-      [&](const RendezvousRound& round) { return ConnectOnce(kv, o, a, round); });
+      [&](const RendezvousRound& round) { return ConnectOnce(kv, o, a, round, me); });
 }
 
 // This replica's pipeline and this rank's replica group, as groups of the
@@ -161,9 +174,10 @@ const std::string& ProcessRunId() {
   return nonce;
 }
 
-ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock) {
-  return [&kv, &options, &clock](const ActivePlan& a) {
-    return ConnectTransport(kv, options, a, clock);
+ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock,
+                                       LatestVersionFn latest) {
+  return [&kv, &options, &clock, latest = std::move(latest)](const ActivePlan& a) {
+    return ConnectTransport(kv, options, a, clock, latest);
   };
 }
 

@@ -88,12 +88,19 @@ absl::StatusOr<std::string> TorchDeviceOf(const WorkerOptions& options,
 using ConnectTransportFn =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(const ActivePlan& a)>;
 
+// The newest plan version this worker knows (ControlState::Latest).
+using LatestVersionFn = std::function<int64_t()>;
+
 // The daemon's way: a rendezvous round through `kv` keyed by the version,
 // then Gloo or NCCL as `options.transport` says (rendezvous_round.h). With
 // NCCL every rank first publishes its GPU's UUID in the round; when two
 // ranks share a GPU (NCCL refuses that) all of them use Gloo instead
-// (device_sharing.h). `kv`, `options` and `clock` must outlive the function.
-ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock);
+// (device_sharing.h). Once `latest` (when set) names a newer version than
+// the one connecting, every rendezvous wait ends with ABORTED, a peer
+// failure the step loop recovers from by moving on to the newer version.
+// `kv`, `options` and `clock` must outlive the function.
+ConnectTransportFn RendezvousConnector(KeyValue& kv, const WorkerOptions& options, Clock& clock,
+                                       LatestVersionFn latest = nullptr);
 
 // Fetches `version` (GetPlan: plan and request graph, retried every 100 ms
 // on `clock` while the planner is unavailable), decodes it, and for a device

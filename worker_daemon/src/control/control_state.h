@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -81,6 +84,38 @@ class ControlState {
     return shutting_down_;
   }
 
+  // The step loop closed its transport of `version`: it failed (the step
+  // was dropped; `unreachable` are the devices whose sockets closed or
+  // reset), or the rank leaves it alive (a leave, a switch). The heartbeat
+  // thread reports it at once (a newer report replaces an unsent one): the
+  // planner declares a dead peer lost within its suspect grace instead of a
+  // lease, and believes a peer that reported closing the version alive.
+  struct PeerFailureReport {
+    int64_t version = 0;
+    std::vector<std::string> unreachable;
+  };
+  void ReportPeerFailure(PeerFailureReport report) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (peer_failure_ && peer_failure_->version > report.version) return;
+    peer_failure_ = std::move(report);
+  }
+  std::optional<PeerFailureReport> TakePeerFailure() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    std::optional<PeerFailureReport> out = std::move(peer_failure_);
+    peer_failure_.reset();
+    return out;
+  }
+  // Sleeps up to `d` or until a peer failure waits to be reported; true (at
+  // once) when shutting down.
+  bool SleepUntilHeartbeat(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutting_down_ || peer_failure_.has_value();
+    };
+    clock_.AwaitWithTimeout(mu_, absl::Condition(&wake), d);
+    return shutting_down_;
+  }
+
   // The watch stream Shutdown cancels. false (and nothing attached) when
   // already shutting down.
   bool AttachWatch(client::PlanWatch* watch) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -117,6 +152,7 @@ class ControlState {
   client::PlanWatch* watch_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
   std::function<void(int64_t)> listener_ ABSL_GUARDED_BY(mu_);
+  std::optional<PeerFailureReport> peer_failure_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pipeplan::worker

@@ -45,10 +45,20 @@ void ControlThreads::WatchLoop() {
   }
 }
 
+absl::StatusOr<v1::HeartbeatResponse> ControlThreads::HeartbeatOnce() {
+  std::optional<ControlState::PeerFailureReport> failure = state_.TakePeerFailure();
+  if (!failure) return planner_.Heartbeat(options_.job_id, options_.worker_id);
+  v1::HeartbeatRequest req;
+  req.set_job_id(options_.job_id);
+  req.set_worker_id(options_.worker_id);
+  req.set_failed_version(failure->version);
+  for (const std::string& d : failure->unreachable) req.add_unreachable_devices(d);
+  return planner_.ReportPeerFailure(req);
+}
+
 void ControlThreads::HeartbeatLoop() {
-  while (!state_.SleepOrShutdown(state_.Lease() / 3)) {
-    absl::StatusOr<v1::HeartbeatResponse> hb =
-        planner_.Heartbeat(options_.job_id, options_.worker_id);
+  while (!state_.SleepUntilHeartbeat(state_.Lease() / 3)) {
+    absl::StatusOr<v1::HeartbeatResponse> hb = HeartbeatOnce();
     if (hb.ok()) {
       state_.SawVersion(hb->current_plan_version());
       if (hb->job_state() == v1::JOB_COMPLETED) state_.MarkJobCompleted();

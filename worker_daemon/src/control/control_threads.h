@@ -40,6 +40,8 @@ class ControlThreads {
  private:
   void WatchLoop();
   void HeartbeatLoop();
+  // One heartbeat; it carries the step loop's peer failure when one waits.
+  absl::StatusOr<v1::HeartbeatResponse> HeartbeatOnce();
 
   PlannerApi& planner_;
   const WorkerOptions& options_;

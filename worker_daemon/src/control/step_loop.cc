@@ -22,6 +22,19 @@ void ReleaseOnDisconnect(ActivePlan& a, TrainingSession* training) {
   a.on_disconnect = [training, t = a.transport.get()] { training->ReleaseTransport(t); };
 }
 
+// The device of the plan's transport rank `world` (StagePlan::WorldRank).
+std::optional<std::string> DeviceOfWorldRank(const StagePlan& plan, int world) {
+  if (plan.num_ranks <= 0 || world < 0) return std::nullopt;
+  const size_t replica = world / plan.num_ranks, rank = world % plan.num_ranks;
+  // A plan assembled by hand may list rank_devices only: one replica.
+  const std::vector<std::string>* devices = replica < plan.replica_devices.size()
+                                                ? &plan.replica_devices[replica]
+                                            : replica == 0 ? &plan.rank_devices
+                                                           : nullptr;
+  if (devices == nullptr || rank >= devices->size()) return std::nullopt;
+  return (*devices)[rank];
+}
+
 }  // namespace
 
 StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlState& state,
@@ -34,7 +47,9 @@ StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlSta
       stop_(stop),
       metrics_(metrics),
       kv_(&planner, options.job_id, clock),
-      connect_(connect ? std::move(connect) : RendezvousConnector(kv_, options_, clock_)),
+      connect_(connect ? std::move(connect)
+                       : RendezvousConnector(kv_, options_, clock_,
+                                             [&state] { return state.Latest(); })),
       training_(training),
       reports_(reports),
       stall_watch_([&state] { return state.Latest(); },
@@ -122,6 +137,7 @@ absl::Status StepLoop::JobGone() {
 
 absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t version) {
   if (!PeerFailure(error)) return error;
+  ReportFailure(version);
   // Closing the transport fails the ranks still blocked on this one, so the
   // whole pipeline drops the step within one communication round.
   active_.reset();
@@ -134,6 +150,17 @@ absl::Status StepLoop::DropAfterFailure(const absl::Status& error, int64_t versi
   // peer that restarted in place comes back in this same version.
   WaitForNewerVersion(version, clock_.Now() + 2 * state_.Lease() + absl::Seconds(1));
   return absl::OkStatus();
+}
+
+void StepLoop::ReportFailure(int64_t version) {
+  ControlState::PeerFailureReport report{.version = version};
+  if (active_ && active_->transport && active_->version == version) {
+    for (int peer : active_->transport->UnreachablePeers()) {
+      std::optional<std::string> device = DeviceOfWorldRank(active_->plan, peer);
+      if (device) report.unreachable.push_back(*std::move(device));
+    }
+  }
+  state_.ReportPeerFailure(std::move(report));
 }
 
 void StepLoop::WaitForNewerVersion(int64_t version, absl::Time deadline) {
@@ -157,6 +184,9 @@ bool StepLoop::Leave(const Boundary& boundary) {
                         " code=", absl::StatusCodeToString(saved.code())));
     }
   }
+  // This rank closes its transport of `version` alive: a peer that sees the
+  // sockets close and names it must not make the planner declare it lost.
+  state_.ReportPeerFailure({.version = version});
   Emit(absl::StrCat(boundary.mine ? "event=leave" : "event=peer_left", " job=", options_.job_id,
                     " worker=", options_.worker_id, " step=", step_, " plan_version=", version,
                     " everyone=", boundary.everyone ? 1 : 0));
@@ -213,25 +243,21 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
   const int64_t from = active_ ? active_->version : 0;
   const absl::Time start = clock_.Now();
   // The previous version stays until training state has moved out of it.
-  std::unique_ptr<ActivePlan> previous = std::move(active_);
+  if (active_) state_.ReportPeerFailure({.version = active_->version});  // closed alive, as above
+  std::unique_ptr<ActivePlan> previous = active_ ? std::move(active_) : std::move(held_);
   if (previous) previous->Disconnect();
   absl::StatusOr<std::unique_ptr<ActivePlan>> next =
       BuildActivePlan(planner_, connect_, options_, version, training_, clock_);
+  if (!next.ok() && previous && previous->executor && PeerFailure(next.status())) {
+    // No step ran since the boundary every rank agreed at: its state is
+    // whole, and the next version (the one that superseded this one during
+    // its rendezvous, or this one rebuilt) moves it instead of rolling
+    // every rank back to a checkpoint.
+    held_ = std::move(previous);
+  }
   if (next.ok() && training_ && (*next)->rank >= 0) {
-    ActivePlan& a = **next;
-    ReleaseOnDisconnect(a, training_);
-    const bool held = previous && previous->executor;
-    const ExecutorPlace place{.rank = a.rank,
-                              .replica = a.replica,
-                              .pipeline = a.pipeline.get(),
-                              .replica_group = a.replica_group.get()};
-    absl::StatusOr<int64_t> step = training_->Resume(a.plan, place, *a.transport, *a.executor,
-                                                     held ? previous->executor.get() : nullptr,
-                                                     held ? &previous->plan : nullptr, step_);
-    if (!step.ok())
-      next = step.status();
-    else
-      step_ = *step;
+    ReleaseOnDisconnect(**next, training_);
+    if (absl::Status s = ResumeInto(**next, previous.get()); !s.ok()) next = s;
   }
   previous.reset();
   if (!next.ok()) {
@@ -266,6 +292,18 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
     WaitForVersionAfter(version);
     active_.reset();
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepLoop::ResumeInto(ActivePlan& a, const ActivePlan* previous) {
+  const bool held = previous && previous->executor;
+  const ExecutorPlace place{.rank = a.rank,
+                            .replica = a.replica,
+                            .pipeline = a.pipeline.get(),
+                            .replica_group = a.replica_group.get()};
+  PIPEPLAN_ASSIGN_OR_RETURN(step_, training_->Resume(a.plan, place, *a.transport, *a.executor,
+                                                     held ? previous->executor.get() : nullptr,
+                                                     held ? &previous->plan : nullptr, step_));
   return absl::OkStatus();
 }
 

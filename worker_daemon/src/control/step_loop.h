@@ -100,6 +100,9 @@ class StepLoop {
   // Drops the running version and builds `version`; a device without a stage
   // in it waits for the next version.
   absl::Status SwitchTo(int64_t version);
+  // Training state into `a`'s executor: from `previous` (the version
+  // switched from, null when none holds state) or a checkpoint (Resume).
+  absl::Status ResumeInto(ActivePlan& a, const ActivePlan* previous);
   void WaitForVersionAfter(int64_t version);
   // Waits up to `deadline` for a version newer than `version` (or a stop,
   // the job's end).
@@ -117,6 +120,9 @@ class StepLoop {
   // failure, a bad plan), else drops the running version, waits as the
   // header says and returns OK for the loop to switch.
   absl::Status DropAfterFailure(const absl::Status& error, int64_t version);
+  // Hands the heartbeat thread the failure of `version` with the devices
+  // the running transport found unreachable (ControlState).
+  void ReportFailure(int64_t version);
   // How long a step or vote of the running version may go on once a newer
   // version is known: a lease (the planner's own patience with a silent
   // worker), or four of the last step's durations when steps are longer.
@@ -133,6 +139,9 @@ class StepLoop {
   TrainingSession* training_;
   ReportSender& reports_;
   std::unique_ptr<ActivePlan> active_;
+  // A version whose state is whole though the switch out of it failed
+  // (disconnected): the next switch moves state from it. Null otherwise.
+  std::unique_ptr<ActivePlan> held_;
   // The last switch's pause and compile wait, sent with the first step
   // report of the version it switched into (then cleared).
   struct SwitchPause {

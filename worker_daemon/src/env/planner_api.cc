@@ -17,6 +17,10 @@ class ClientPlanner final : public PlannerApi {
                                                   const std::string& worker_id) override {
     return client_.Heartbeat(job_id, worker_id);
   }
+  absl::StatusOr<v1::HeartbeatResponse> ReportPeerFailure(
+      const v1::HeartbeatRequest& request) override {
+    return client_.Heartbeat(request);
+  }
   std::unique_ptr<client::PlanWatch> WatchPlan(const v1::WatchPlanRequest& request) override {
     return client_.WatchPlan(request);
   }

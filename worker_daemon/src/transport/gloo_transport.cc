@@ -1,5 +1,6 @@
 #include "pipeplan/worker/transport/gloo_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -53,11 +54,27 @@ class PendingWaits {
   // Sets the flag first: an op registered after the sweep below sees it in
   // its Wait.
   void AbortAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // `failure` of an op with `peer`: UNAVAILABLE (its socket closed or
+  // reset) marks the peer unreachable. Returns `failure`.
+  absl::Status Failed(int peer, absl::Status failure) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (failure.code() == absl::StatusCode::kUnavailable) {
+      absl::MutexLock l(&mu_);
+      unreachable_.insert(peer);
+    }
+    return failure;
+  }
+  std::vector<int> Unreachable() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    std::vector<int> out(unreachable_.begin(), unreachable_.end());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
   std::atomic<bool> aborted_{false};
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_set<GlooOp*> ops_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int> unreachable_ ABSL_GUARDED_BY(mu_);
 };
 
 class GlooOp final : public PendingOp {
@@ -77,7 +94,8 @@ class GlooOp final : public PendingOp {
       const bool done = send_ ? buffer_->waitSend(Ms(timeout)) : buffer_->waitRecv(Ms(timeout));
       if (!done) return GlooAborted();
     } catch (const std::exception& e) {
-      return FromException(e, absl::StrCat(send_ ? "send to" : "recv from", " rank ", peer_));
+      return waits_->Failed(
+          peer_, FromException(e, absl::StrCat(send_ ? "send to" : "recv from", " rank ", peer_)));
     }
     return absl::OkStatus();
   }
@@ -145,6 +163,7 @@ class GlooTransport final : public Transport {
   }
 
   void Abort() override { waits_->AbortAll(); }
+  std::vector<int> UnreachablePeers() const override { return waits_->Unreachable(); }
 
  private:
   absl::StatusOr<std::unique_ptr<PendingOp>> Post(bool send, int peer, uint64_t tag,
@@ -165,7 +184,8 @@ class GlooTransport final : public Transport {
       }
       return std::unique_ptr<PendingOp>(new GlooOp(std::move(buffer), send, peer, waits_));
     } catch (const std::exception& e) {
-      return FromException(e, absl::StrCat(send ? "send to" : "recv from", " rank ", peer));
+      return waits_->Failed(
+          peer, FromException(e, absl::StrCat(send ? "send to" : "recv from", " rank ", peer)));
     }
   }
 

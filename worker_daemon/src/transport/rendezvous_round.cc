@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "pipeplan/common/retry_policy.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/transport/connect_watchdog.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -93,7 +94,8 @@ absl::StatusOr<RendezvousRound> RendezvousRound::Next(KeyValue& kv, const RoundM
   if (m.rank == 0) {
     std::vector<std::string> nonces;
     for (int r = 0; r < m.size; ++r) {
-      PIPEPLAN_ASSIGN_OR_RETURN(std::string nonce, kv.WaitGet(NonceKey(m, r), m.timeout));
+      PIPEPLAN_ASSIGN_OR_RETURN(std::string nonce,
+                                kv.WaitGet(NonceKey(m, r), m.timeout, m.abandon));
       nonces.push_back(std::move(nonce));
     }
     std::string id = FreshId();
@@ -105,7 +107,7 @@ absl::StatusOr<RendezvousRound> RendezvousRound::Next(KeyValue& kv, const RoundM
   while (true) {
     // WaitGet retries what the planner cannot answer right now.
     absl::StatusOr<std::string> value =
-        kv.WaitGet(RoundKey(m), std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+        kv.WaitGet(RoundKey(m), std::max(deadline - absl::Now(), absl::Milliseconds(1)), m.abandon);
     if (!value.ok()) return value.status();
     std::optional<Record> r = Decode(*value, m.size);
     if (r && r->id != last_tried && r->nonces[m.rank] == m.nonce) {
@@ -125,6 +127,7 @@ std::string RendezvousRound::prefix() const {
 }
 
 absl::Status RendezvousRound::StillCurrent(KeyValue& kv, int peer) const {
+  if (member_.abandon) PIPEPLAN_RETURN_IF_ERROR(member_.abandon());
   if (peer >= 0 && peer < static_cast<int>(nonces_.size()) && peer != member_.rank) {
     // An absent nonce says nothing: a restarted planner lost it, and the
     // peer announces itself again only when it starts a round.
@@ -156,6 +159,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectInRounds(KeyValue& kv, const R
                                                            absl::Time deadline,
                                                            const RoundAttempt& attempt) {
   while (true) {
+    if (m.abandon) PIPEPLAN_RETURN_IF_ERROR(m.abandon());
     // Again every round: a restarted planner lost the keys of the last one.
     if (absl::Status s = RendezvousRound::Announce(kv, m); !s.ok()) {
       if (!common::IsRetryable(s) || absl::Now() > deadline) return s;
@@ -176,10 +180,21 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooInRound(KeyValue& kv,
                                                               const RendezvousRound& round,
                                                               const GlooOptions& options,
                                                               absl::Duration timeout) {
-  GlooKeyValueStore store(&kv, round.prefix(), timeout, [&kv, &round](const std::string& key) {
-    return round.StillCurrent(kv, PeerOfGlooKey(key));
-  });
-  return ConnectGloo(options, store);
+  // The connect thread may be left behind: it reaches `kv` only through
+  // `guarded`, closed as the watchdog leaves, and its round has no abandon
+  // answer (which reads the caller's state).
+  auto guarded = std::make_shared<ClosableKeyValue>(&kv);
+  const RendezvousRound detached = round.Detached();
+  ConnectFn connect = [guarded, detached, options, timeout] {
+    GlooKeyValueStore store(guarded.get(), detached.prefix(), timeout,
+                            [&guarded, &detached](const std::string& key) {
+                              return detached.StillCurrent(*guarded, PeerOfGlooKey(key));
+                            });
+    return ConnectGloo(options, store);
+  };
+  return ConnectWithWatchdog(
+      std::move(connect), absl::Now() + timeout, [&round] { return round.Abandoned(); },
+      [guarded] { guarded->Close(); });
 }
 
 }  // namespace pipeplan::worker

@@ -86,6 +86,8 @@ class PlannerClient {
                                                 const v1::WorkerInfo& worker);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
+  // The whole request: a worker's report of a failed transport with it.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report);
   // The worker is done with the job (see FinishWorkerRequest).
   absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request);

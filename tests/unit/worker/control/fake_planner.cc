@@ -90,6 +90,19 @@ absl::StatusOr<v1::HeartbeatResponse> FakePlanner::Heartbeat(const std::string&,
   return heartbeat_;
 }
 
+absl::StatusOr<v1::HeartbeatResponse> FakePlanner::ReportPeerFailure(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock l(&mu_);
+  ++heartbeat_calls_;
+  failure_reports_.push_back(request);
+  return heartbeat_;
+}
+
+std::vector<v1::HeartbeatRequest> FakePlanner::failure_reports() const {
+  absl::MutexLock l(&mu_);
+  return failure_reports_;
+}
+
 std::unique_ptr<client::PlanWatch> FakePlanner::WatchPlan(const v1::WatchPlanRequest&) {
   return std::make_unique<IdleWatch>();
 }

@@ -40,6 +40,8 @@ class FakePlanner final : public PlannerApi {
   int report_calls() const ABSL_LOCKS_EXCLUDED(mu_);
   int heartbeat_calls() const ABSL_LOCKS_EXCLUDED(mu_);
   int register_calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every ReportPeerFailure request, in call order.
+  std::vector<v1::HeartbeatRequest> failure_reports() const ABSL_LOCKS_EXCLUDED(mu_);
   // The versions GetPlan was asked for, in call order.
   std::vector<int64_t> fetched_versions() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -47,6 +49,8 @@ class FakePlanner final : public PlannerApi {
                                                 const v1::WorkerInfo& worker) override;
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id) override;
+  absl::StatusOr<v1::HeartbeatResponse> ReportPeerFailure(
+      const v1::HeartbeatRequest& request) override;
   std::unique_ptr<client::PlanWatch> WatchPlan(const v1::WatchPlanRequest& request) override;
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override;
@@ -67,6 +71,7 @@ class FakePlanner final : public PlannerApi {
   int heartbeat_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int register_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> fetched_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::HeartbeatRequest> failure_reports_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> keys_ ABSL_GUARDED_BY(mu_);
 };
 

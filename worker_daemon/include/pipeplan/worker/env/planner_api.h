@@ -33,6 +33,10 @@ class PlannerApi {
                                                         const v1::WorkerInfo& worker) = 0;
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                           const std::string& worker_id) = 0;
+  // A heartbeat that reports a failed transport (HeartbeatRequest's
+  // failed_version and unreachable_devices).
+  virtual absl::StatusOr<v1::HeartbeatResponse> ReportPeerFailure(
+      const v1::HeartbeatRequest& request) = 0;
   // The stream of new plan versions; never null. Its Finish says why it
   // ended (NOT_FOUND: the job is gone).
   virtual std::unique_ptr<client::PlanWatch> WatchPlan(const v1::WatchPlanRequest& request) = 0;

@@ -32,6 +32,12 @@ struct RoundMember {
   std::string nonce;
   // How long opening or joining a round waits for the others' keys.
   absl::Duration timeout = absl::Seconds(60);
+  // Asked between polls of every wait and before every round; a non-OK
+  // answer ends the connect with it. The control plane answers ABORTED once
+  // a newer plan version is known: the peers this version waits for may
+  // never come (a lost worker the newer version leaves out), and waiting
+  // out `timeout` stalled the survivors of a loss for 30-90 s (issue 26).
+  std::function<absl::Status()> abandon;
 };
 
 class RendezvousRound {
@@ -57,6 +63,16 @@ class RendezvousRound {
   // count as "still current": the wait's own timeout decides.
   absl::Status StillCurrent(KeyValue& kv, int peer) const;
 
+  // The member's abandon answer (OK when it has none).
+  absl::Status Abandoned() const { return member_.abandon ? member_.abandon() : absl::OkStatus(); }
+  // The same round without the member's abandon: for a connect thread
+  // that may outlive what the abandon answer reads (connect_watchdog.h).
+  RendezvousRound Detached() const {
+    RendezvousRound out = *this;
+    out.member_.abandon = nullptr;
+    return out;
+  }
+
  private:
   RendezvousRound(RoundMember member, std::string id, std::vector<std::string> nonces)
       : member_(std::move(member)), id_(std::move(id)), nonces_(std::move(nonces)) {}
@@ -70,7 +86,8 @@ using RoundAttempt =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(const RendezvousRound&)>;
 
 // Announces `m` and runs `attempt` in successive rounds until it connects,
-// fails with a non-retryable error, or `deadline` passes (its last error).
+// fails with a non-retryable error, `m.abandon` says to stop (its status),
+// or `deadline` passes (its last error).
 // A round this process already used for `m.base` (an earlier build of the
 // same version) is never joined again.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectInRounds(KeyValue& kv, const RoundMember& m,
@@ -78,7 +95,10 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectInRounds(KeyValue& kv, const R
                                                            const RoundAttempt& attempt);
 
 // One Gloo attempt in `round`: a wait for a peer's keys ends as soon as
-// the round can no longer complete (RendezvousRound::StillCurrent).
+// the round can no longer complete (RendezvousRound::StillCurrent). The
+// attempt runs under a watchdog (connect_watchdog.h): after `timeout`, or
+// once the member abandons the version, it is given up even when Gloo is
+// blocked connecting a pair, and its thread is left behind.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooInRound(KeyValue& kv,
                                                               const RendezvousRound& round,
                                                               const GlooOptions& options,

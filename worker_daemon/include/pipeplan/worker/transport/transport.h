@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,6 +64,13 @@ class Transport {
   // watchdog thread that knows the running plan version stalled (a peer
   // hung: no error reaches the ranks waiting on it before the comm timeout).
   virtual void Abort() = 0;
+
+  // Ranks whose connection closed or reset under an op of this transport
+  // (the op failed with UNAVAILABLE), sorted: the peers the worker reports
+  // to the planner when it drops the step, so that a dead one is declared
+  // lost at once instead of after its lease. Empty for transports that
+  // cannot tell.
+  virtual std::vector<int> UnreachablePeers() const { return {}; }
 };
 
 }  // namespace pipeplan::worker

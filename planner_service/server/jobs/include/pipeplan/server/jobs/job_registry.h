@@ -97,6 +97,9 @@ class JobRegistry {
     // One ReportStep: serialized bytes and number of timings.
     int64_t max_report_bytes = 256 << 10;
     int64_t max_report_timings = 16'384;
+    // How long a worker a peer reported unreachable keeps its lease (at
+    // most `lease`) unless it reports the same failure itself.
+    absl::Duration suspect_grace = absl::Seconds(1);
   };
   // `store` and `clock` must outlive the registry; `metrics` may be null.
   JobRegistry(Store* store, const Clock* clock, Options options, Metrics* metrics = nullptr);
@@ -164,6 +167,11 @@ class JobRegistry {
   // does not know (it registers again).
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& job_id,
                                                   const std::string& worker_id);
+  // The same, with the worker's report of a failed transport
+  // (failed_version > 0): each ACTIVE worker on one of the
+  // unreachable_devices that has not reported a failure of that version
+  // itself keeps its lease only for suspect_grace more (worker_leases.h).
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION for a worker the job
   // does not know, or for a plan version the job never had; RESOURCE_EXHAUSTED
   // for a report over max_report_bytes or max_report_timings. A report with a

@@ -16,14 +16,15 @@
 //   (ACTIVE) worker; devices without one are left out like lost ones (a job
 //   no worker has joined plans onto its whole cluster).
 // * Lost workers: when a worker whose device has a stage misses its lease,
-//   the policy replans without that device (reason "worker w3 lost"). If no
+//   the policy replans without that device (reason "worker w3 lost") and
+//   publishes whatever the predicted gain (membership_decision.h). If no
 //   plan fits, it logs `replan_failed` and keeps the current one (and does not
 //   retry the same set of lost devices for that version).
 // * Joined workers: when a live worker's device has no rank (a new worker,
 //   or a lost one back), the policy replans over the live devices and
-//   publishes when the predicted step improves by more than `min_gain`
-//   (reason "device cpu3 has a live worker again"); once per set of such
-//   devices and version.
+//   publishes unless the new plan leaves the joined devices out or is
+//   measurably slower (membership_decision.h; reason "device cpu3 has a live
+//   worker again"); once per set of such devices and version.
 //
 // The stored request of a new version is the job's request unchanged; the
 // calibration used is recorded in Plan.calibration, and the plan's stage
