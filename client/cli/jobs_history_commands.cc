@@ -24,13 +24,15 @@ namespace {
 bool Json(const CommandContext& ctx) { return ctx.global.output == Output::kJson; }
 
 // One entry per step: a re-run step (after a restart from a checkpoint)
-// replaces the earlier run's entry. step_seconds, optimizer_seconds and the
-// peak memory are the largest over the ranks; the memory's source says what
-// that rank measured ("cuda_allocator" or "estimate").
+// replaces the earlier run's entry. step_seconds, optimizer_seconds, the
+// exposed all-reduce and the peak memory are the largest over the ranks; the
+// memory's source says what that rank measured ("cuda_allocator",
+// "cpu_allocator" or "estimate").
 struct StepRow {
   int64_t plan_version = 0;
   double step_seconds = 0;
   double optimizer_seconds = 0;
+  std::optional<double> allreduce_exposed_seconds;  // replicas only
   double peak_memory_bytes = 0;
   std::string peak_memory_source;
   std::optional<double> loss;
@@ -44,6 +46,10 @@ std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) 
     if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
     row.step_seconds = std::max(row.step_seconds, r.step_seconds());
     row.optimizer_seconds = std::max(row.optimizer_seconds, r.optimizer_seconds());
+    if (r.has_allreduce_exposed_seconds()) {
+      row.allreduce_exposed_seconds =
+          std::max(row.allreduce_exposed_seconds.value_or(0), r.allreduce_exposed_seconds());
+    }
     if (r.peak_memory_bytes() >= row.peak_memory_bytes) {
       row.peak_memory_bytes = r.peak_memory_bytes();
       row.peak_memory_source = r.peak_memory_source();
@@ -66,13 +72,16 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
   std::string out = "[";
   const char* sep = "";
   for (const auto& [step, row] : rows) {
-    absl::StrAppend(&out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
-                    ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
-                    ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
-                    ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
-                    ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
-                    ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
-                    ", \"reports\": ", row.reports, "}");
+    absl::StrAppend(
+        &out, sep, "\n  {\"step\": ", step, ", \"plan_version\": ", row.plan_version,
+        ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
+        ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
+        ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
+        ", \"allreduce_exposed_seconds\": ",
+        row.allreduce_exposed_seconds ? absl::StrCat(*row.allreduce_exposed_seconds) : "null",
+        ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
+        ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
+        ", \"reports\": ", row.reports, "}");
     sep = ",";
   }
   absl::StrAppend(&out, rows.empty() ? "]\n" : "\n]\n");
@@ -80,13 +89,17 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
 }
 
 std::string StepRowsTable(const std::map<int64_t, StepRow>& rows) {
-  std::string out = absl::StrFormat("%8s %8s %14s %12s %12s %12s %s\n", "STEP", "VERSION", "LOSS",
-                                    "SECONDS", "OPTIMIZER", "PEAK MEM", "MEASURED BY");
+  std::string out =
+      absl::StrFormat("%8s %8s %14s %12s %12s %12s %12s %s\n", "STEP", "VERSION", "LOSS", "SECONDS",
+                      "OPTIMIZER", "ALLREDUCE", "PEAK MEM", "MEASURED BY");
   for (const auto& [step, row] : rows) {
-    absl::StrAppendFormat(&out, "%8d %8d %14s %12.6f %12.6f %12.4g %s\n", step, row.plan_version,
-                          row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
-                          row.optimizer_seconds, row.peak_memory_bytes,
-                          row.peak_memory_source.empty() ? "-" : row.peak_memory_source);
+    absl::StrAppendFormat(
+        &out, "%8d %8d %14s %12.6f %12.6f %12s %12.4g %s\n", step, row.plan_version,
+        row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
+        row.optimizer_seconds,
+        row.allreduce_exposed_seconds ? absl::StrFormat("%.6f", *row.allreduce_exposed_seconds)
+                                      : "-",
+        row.peak_memory_bytes, row.peak_memory_source.empty() ? "-" : row.peak_memory_source);
   }
   return out;
 }

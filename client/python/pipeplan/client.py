@@ -129,19 +129,21 @@ class Client:
     def plan(self, graph, cluster, ranks=None, schedule=None, microbatches=None,
              global_batch=None, method=None, chunks_per_rank=None, comm_model=None,
              optimizer_state_multiplier=None, time_limit_seconds=None, relative_gap=None,
-             timeout=None):
+             allreduce_bucket_bytes=None, timeout=None):
         """Plans `graph` on `cluster` (each the JSON file's dict, a path or a
         message) and returns the pipeplan.v1.Plan. None leaves an option to the
         planner: ranks (pipeline devices), schedule ("1F1B", "GPipe",
         "Interleaved1F1B", "ZBVZeroBubble", ...), microbatches, global_batch,
         method ("dp", "milp", ...), chunks_per_rank (stages per rank of the
         interleaved schedules), comm_model ("direct" or "relay"),
-        optimizer_state_multiplier, time_limit_seconds, relative_gap."""
+        optimizer_state_multiplier, time_limit_seconds, relative_gap,
+        allreduce_bucket_bytes (gradient bytes per all-reduce bucket; 0: 25 MiB)."""
         request = wire.plan_request(
             graph, cluster, ranks=ranks, schedule=schedule, microbatches=microbatches,
             global_batch=global_batch, method=method, chunks_per_rank=chunks_per_rank,
             comm_model=comm_model, optimizer_state_multiplier=optimizer_state_multiplier,
-            time_limit_seconds=time_limit_seconds, relative_gap=relative_gap)
+            time_limit_seconds=time_limit_seconds, relative_gap=relative_gap,
+            allreduce_bucket_bytes=allreduce_bucket_bytes)
         return self._call(self.stub.Plan, request, timeout)
 
     # --- jobs -------------------------------------------------------------------

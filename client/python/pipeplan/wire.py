@@ -47,6 +47,7 @@ OPTION_FIELDS = {
     "ranks": _RANKS_FIELD,
     "microbatches": "microbatches",
     "global_batch": "global_batch",
+    "allreduce_bucket_bytes": "allreduce_bucket_bytes",
     "chunks_per_rank": "chunks_per_rank",
     "optimizer_state_multiplier": "optimizer_state_multiplier",
     "time_limit_seconds": "time_limit_seconds",
