@@ -197,7 +197,52 @@ struct Run {
   std::vector<double> losses;                // replica 0's last rank
   std::vector<std::vector<double>> exposed;  // per device, per step
   std::vector<absl::Status> status;
+  std::vector<Transport*> pipelines;  // per device
+  std::vector<StageRuntime> runtimes;
 };
+
+// Device q * kRanks + r's pipeline and (with replicas) replica group.
+void Connect(Run& run, const std::vector<Transport*>& world, int replicas, int q, int r,
+             TorchExecutorOptions& o) {
+  Transport* base = world[q * kRanks + r];
+  if (replicas == 1) {
+    o.transport = base;
+  } else {
+    std::vector<int> pipeline, group;
+    for (int k = 0; k < kRanks; ++k) pipeline.push_back(q * kRanks + k);
+    for (int k = 0; k < replicas; ++k) group.push_back(k * kRanks + r);
+    run.groups.push_back(*GroupTransport::Create(base, pipeline));
+    o.transport = run.groups.back().get();
+    run.groups.push_back(*GroupTransport::Create(base, group));
+    o.replica_group = run.groups.back().get();
+  }
+  run.pipelines.push_back(o.transport);
+}
+
+// kSteps on one thread per device.
+void Steps(Run& run) {
+  const size_t n = run.executors.size();
+  run.status.assign(n, absl::OkStatus());
+  run.exposed.assign(n, {});
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&run, i] {
+      for (int s = 0; s < kSteps && run.status[i].ok(); ++s) {
+        auto step = run.runtimes[i].RunStep(s, *run.pipelines[i], *run.executors[i]);
+        if (!step.ok()) {
+          run.status[i] = step.status();
+          return;
+        }
+        if (auto x = run.executors[i]->LastExposedAllReduceSeconds()) {
+          run.exposed[i].push_back(*x);
+        }
+        if (i == kRanks - 1) run.losses.push_back(*run.executors[i]->LastLoss());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(run.status[i].ok()) << i << ": " << run.status[i];
+}
 
 std::unique_ptr<Run> Train(const std::vector<Transport*>& world, int replicas,
                            std::vector<bool> recompute, double bucket_bytes) {
@@ -208,8 +253,6 @@ std::unique_ptr<Run> Train(const std::vector<Transport*>& world, int replicas,
   auto stages = ReadCompiledStages(F().stages_dir);
   EXPECT_TRUE(lowered.ok() && package.ok() && stages.ok());
   if (!lowered.ok() || !package.ok() || !stages.ok()) return nullptr;
-  std::vector<Transport*> pipelines;
-  std::vector<StageRuntime> runtimes;
   for (int q = 0; q < replicas; ++q) {
     for (int r = 0; r < kRanks; ++r) {
       TorchExecutorOptions o{.package = *package, .stages = *stages};
@@ -223,46 +266,15 @@ std::unique_ptr<Run> Train(const std::vector<Transport*>& world, int replicas,
       o.recompute = recompute;
       o.allreduce_bucket_bytes = bucket_bytes;
       o.comm_timeout = absl::Seconds(30);
-      Transport* base = world[q * kRanks + r];
-      if (replicas == 1) {
-        o.transport = base;
-      } else {
-        std::vector<int> pipeline, group;
-        for (int k = 0; k < kRanks; ++k) pipeline.push_back(q * kRanks + k);
-        for (int k = 0; k < replicas; ++k) group.push_back(k * kRanks + r);
-        run->groups.push_back(*GroupTransport::Create(base, pipeline));
-        o.transport = run->groups.back().get();
-        run->groups.push_back(*GroupTransport::Create(base, group));
-        o.replica_group = run->groups.back().get();
-      }
-      pipelines.push_back(o.transport);
+      Connect(*run, world, replicas, q, r, o);
       auto ex = TorchExecutor::Create(std::move(o));
       EXPECT_TRUE(ex.ok()) << ex.status();
       if (!ex.ok()) return nullptr;
       run->executors.push_back(std::move(*ex));
-      runtimes.push_back(*StageRuntime::ForRank(*lowered, r, absl::Seconds(30)));
+      run->runtimes.push_back(*StageRuntime::ForRank(*lowered, r, absl::Seconds(30)));
     }
   }
-  const size_t n = run->executors.size();
-  run->status.assign(n, absl::OkStatus());
-  run->exposed.assign(n, {});
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      for (int s = 0; s < kSteps && run->status[i].ok(); ++s) {
-        auto step = runtimes[i].RunStep(s, *pipelines[i], *run->executors[i]);
-        if (!step.ok()) {
-          run->status[i] = step.status();
-          return;
-        }
-        if (auto x = run->executors[i]->LastExposedAllReduceSeconds())
-          run->exposed[i].push_back(*x);
-        if (i == kRanks - 1) run->losses.push_back(*run->executors[i]->LastLoss());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(run->status[i].ok()) << i << ": " << run->status[i];
+  Steps(*run);
   return run;
 }
 
