@@ -42,6 +42,8 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
         ", \"loss\": ", row.loss ? ExactNumber(*row.loss) : "null",
         ", \"step_seconds\": ", absl::StrCat(row.step_seconds),
         ", \"optimizer_seconds\": ", absl::StrCat(row.optimizer_seconds),
+        ", \"allreduce_exposed_seconds\": ",
+        row.allreduce_exposed_seconds ? absl::StrCat(*row.allreduce_exposed_seconds) : "null",
         ", \"peak_memory_bytes\": ", absl::StrCat(row.peak_memory_bytes),
         ", \"peak_memory_source\": \"", row.peak_memory_source, "\"",
         ", \"reports\": ", row.reports, ", \"expected_reports\": ", row.expected_reports,
@@ -54,17 +56,19 @@ std::string StepRowsJson(const std::map<int64_t, StepRow>& rows) {
 
 std::string StepRowsTable(const std::map<int64_t, StepRow>& rows) {
   std::string out =
-      absl::StrFormat("%8s %8s %14s %12s %12s %12s %8s %s\n", "STEP", "VERSION", "LOSS", "SECONDS",
-                      "OPTIMIZER", "PEAK MEM", "REPORTS", "MEASURED BY");
+      absl::StrFormat("%8s %8s %14s %12s %12s %12s %12s %8s %s\n", "STEP", "VERSION", "LOSS",
+                      "SECONDS", "OPTIMIZER", "ALLREDUCE", "PEAK MEM", "REPORTS", "MEASURED BY");
   for (const auto& [step, row] : rows) {
     // A step some ranks have not reported (yet) says so: its seconds are
     // the reported ranks' only.
     const bool partial = row.reports < row.expected_reports;
     absl::StrAppendFormat(
-        &out, "%8d %8d %14s %12.6f %12.6f %12.4g %8s %s\n", step, row.plan_version,
+        &out, "%8d %8d %14s %12.6f %12.6f %12s %12.4g %8s %s\n", step, row.plan_version,
         row.loss ? absl::StrFormat("%.6g", *row.loss) : "-", row.step_seconds,
-        row.optimizer_seconds, row.peak_memory_bytes,
-        absl::StrCat(row.reports, "/", row.expected_reports),
+        row.optimizer_seconds,
+        row.allreduce_exposed_seconds ? absl::StrFormat("%.6f", *row.allreduce_exposed_seconds)
+                                      : "-",
+        row.peak_memory_bytes, absl::StrCat(row.reports, "/", row.expected_reports),
         partial ? "(partial)" : (row.peak_memory_source.empty() ? "-" : row.peak_memory_source));
   }
   return out;

@@ -37,6 +37,9 @@ const common::FlagSet& PlanOptionFlags() {
                "microbatches per step and replica (0 or absent: the planner chooses)")
         .Value("global-batch", "B",
                "samples per step over all replicas (rescales per-microbatch costs)")
+        .Value("allreduce-bucket-bytes", "BYTES",
+               "gradient bytes per all-reduce bucket, overlapped with the last\n"
+               "backward (0 or absent: 25 MiB, DDP's default)")
         .Value("schedule", "NAME",
                "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,\n"
                "ZBVZeroBubble, DualPipeV (any letter case) or auto")
@@ -47,7 +50,8 @@ const common::FlagSet& PlanOptionFlags() {
         .Value("optimizer", "NAME",
                "sgd, momentum, adam or adamw (adam): the optimizer state the memory\n"
                "model counts (and, with --model-package, the optimizer that trains)")
-        .Value("precision", "NAME", "fp32 or bf16-mixed (bf16-mixed)")
+        .Value("precision", "NAME",
+               "fp32, bf16-mixed or fp64 (bf16-mixed; a training job: its dtype)")
         .Value("optimizer-multiplier", "X",
                "optimizer bytes per parameter byte; overrides --optimizer when > 0")
         .Value("cut-granularity", "G",
@@ -103,7 +107,9 @@ absl::Status ApplyNamedOptions(const common::ParsedFlags& flags, v1::PlanOptions
   }
   if (auto name = flags.Get("precision")) {
     PIPEPLAN_ASSIGN_OR_RETURN(Precision precision, FlagValue("precision", ParsePrecision(*name)));
-    o->set_precision(precision == Precision::kFp32 ? v1::PRECISION_FP32 : v1::PRECISION_BF16_MIXED);
+    static constexpr v1::Precision kWire[] = {v1::PRECISION_FP32, v1::PRECISION_BF16_MIXED,
+                                              v1::PRECISION_FP64};
+    o->set_precision(kWire[static_cast<int>(precision)]);
   }
   if (auto g = flags.Get("cut-granularity")) o->set_cut_granularity(*g);
   if (auto comm = flags.Get("comm")) {
@@ -145,6 +151,13 @@ absl::Status ApplyOptionFlags(const common::ParsedFlags& flags, v1::PlanOptions*
   if (flags.Has("global-batch")) {
     PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("global-batch", 0));
     o->set_global_batch(v);
+  }
+  if (flags.Has("allreduce-bucket-bytes")) {
+    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("allreduce-bucket-bytes", 0));
+    if (!(v >= 0)) {
+      return common::UsageError(absl::StrCat("--allreduce-bucket-bytes must be >= 0, got ", v));
+    }
+    o->set_allreduce_bucket_bytes(v);
   }
   if (flags.Has("chunks-per-rank")) {
     PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("chunks-per-rank", 0));

@@ -1,6 +1,7 @@
 #include "pipeplan/convert/proto_convert.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -126,6 +127,8 @@ absl::StatusOr<Precision> PrecisionFromProto(v1::Precision p) {
       return Precision::kFp32;
     case v1::PRECISION_BF16_MIXED:
       return Precision::kBf16Mixed;
+    case v1::PRECISION_FP64:
+      return Precision::kFp64;
     default:
       break;
   }
@@ -140,11 +143,16 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
                   .max_replicas = o.max_replicas(),
                   .microbatches = o.microbatches(),
                   .global_batch = o.global_batch(),
+                  .allreduce_bucket_bytes = o.allreduce_bucket_bytes(),
                   .optimizer_state_multiplier = o.optimizer_state_multiplier(),
                   .cut_granularity = o.cut_granularity(),
                   .chunks_per_rank = o.chunks_per_rank(),
                   .time_limit_seconds = o.time_limit_seconds(),
                   .relative_gap = o.relative_gap()};
+  if (!(o.allreduce_bucket_bytes() >= 0) || !std::isfinite(o.allreduce_bucket_bytes())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.allreduce_bucket_bytes must be >= 0, got ", o.allreduce_bucket_bytes()));
+  }
   // Bounded here so no product of request sizes overflows further on.
   if (o.chunks_per_rank() > schedule::kMaxStages) {
     return absl::InvalidArgumentError(absl::StrCat("options.chunks_per_rank is ",
@@ -343,6 +351,7 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
   for (const PlanAlternative& a : plan.shapes) SetAlternative(a, out.add_shapes());
   AddReplicas(cluster, plan, out);
   out.set_allreduce_exposed_seconds(plan.allreduce_exposed_seconds);
+  out.set_allreduce_bucket_bytes(plan.allreduce_bucket_bytes);
   out.set_placement(plan.placement);
   out.set_search_gap(plan.search_gap);
   return out;

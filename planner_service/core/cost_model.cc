@@ -141,6 +141,7 @@ CostModel::CostModel(const Graph& graph, const Cluster& cluster, CostOptions opt
   activation_.resize(n);
   transient_.assign(n, 0);
   source_input_.assign(n, 0);
+  workspace_.assign(n, 0);
   for (int v = 0; v < n; ++v) {
     const NodeSpec& node = graph.node(v);
     // Measured times were taken at the graph's batch size; they scale with
@@ -152,6 +153,15 @@ CostModel::CostModel(const Graph& graph, const Cluster& cluster, CostOptions opt
     weight_ref_[v] = backward * graph.weight_grad_fraction(v);
     backward_ref_[v] = backward + (options.recompute ? forward_ref_[v] : 0);
     activation_[v] = graph.activation_bytes(v) * scale * options.tensor_scale;
+    // While v back-propagates: its output's gradient, its inputs' gradients
+    // and its new weight gradient (measured on the torch executor: a 2-block
+    // MLP stage's backward peaks at about its largest node's such sum).
+    double workspace = node.output_bytes * scale;
+    for (int e : graph.in_edges(v)) {
+      const auto& edge = graph.edge(e);
+      if (graph.output_needs_grad(edge.src, edge.output)) workspace += edge.bytes * scale;
+    }
+    workspace_[v] = (workspace + node.param_bytes) * options.tensor_scale;
     if (graph.in_edges(v).empty() && node.param_bytes == 0) {
       // A graph input: what a recomputing stage keeps of it.
       source_input_[v] = node.output_bytes * scale * options.tensor_scale;
@@ -192,6 +202,7 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
     st.weight_grad_seconds += weight_ref_[v] * slow;
     st.activation_bytes += activation_[v];
     st.transient_bytes += transient_[v];
+    st.workspace_bytes = std::max(st.workspace_bytes, workspace_[v]);
     st.input_bytes += source_input_[v];
   }
   for (int j = 0; j < k; ++j) {

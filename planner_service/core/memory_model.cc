@@ -1,5 +1,6 @@
 #include "pipeplan/core/memory_model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,6 +27,8 @@ std::string_view PrecisionName(Precision precision) {
       return "fp32";
     case Precision::kBf16Mixed:
       return "bf16-mixed";
+    case Precision::kFp64:
+      return "fp64";
   }
   return "unknown";
 }
@@ -43,8 +46,9 @@ absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
   const std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
   if (lower == "fp32") return Precision::kFp32;
   if (lower == "bf16-mixed" || lower == "bf16") return Precision::kBf16Mixed;
+  if (lower == "fp64") return Precision::kFp64;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision \"", lower, "\" (fp32, bf16-mixed)"));
+      absl::StrCat("unknown precision \"", lower, "\" (fp32, bf16-mixed, fp64)"));
 }
 
 TrainingMemory TrainingMemoryFor(Optimizer optimizer, Precision precision,
@@ -64,11 +68,14 @@ TrainingMemory TrainingMemoryFor(Optimizer optimizer, Precision precision,
       break;
   }
   // Weights and gradients: 4 + 4 in fp32; 2 + 2 + a 4-byte fp32 master copy
-  // in bf16-mixed: the same 8 bytes per parameter, spent differently.
-  const double working = precision == Precision::kFp32 ? 4 : 2;
+  // in bf16-mixed: the same 8 bytes per parameter, spent differently. fp64
+  // doubles weights, gradients and the state buffers.
+  const double working = precision == Precision::kFp32 ? 4 : precision == Precision::kFp64 ? 8 : 2;
+  if (precision == Precision::kFp64) state_bytes *= 2;
   TrainingMemory m;
-  m.param_state_factor =
-      state_multiplier_override > 0 ? 2 + state_multiplier_override : (8 + state_bytes) / element;
+  m.param_state_factor = state_multiplier_override > 0
+                             ? 2 + state_multiplier_override
+                             : (2 * std::max(working, 4.0) + state_bytes) / element;
   m.tensor_scale = working / element;
   m.gradient_scale = working / element;
   return m;

@@ -34,6 +34,10 @@ std::map<int64_t, StepRow> StepRows(const v1::ListStepReportsResponse& reports) 
     if (row.plan_version != r.plan_version()) row = StepRow{r.plan_version()};
     row.step_seconds = std::max(row.step_seconds, r.step_seconds());
     row.optimizer_seconds = std::max(row.optimizer_seconds, r.optimizer_seconds());
+    if (r.has_allreduce_exposed_seconds()) {
+      row.allreduce_exposed_seconds =
+          std::max(row.allreduce_exposed_seconds.value_or(0), r.allreduce_exposed_seconds());
+    }
     if (r.peak_memory_bytes() >= row.peak_memory_bytes) {
       row.peak_memory_bytes = r.peak_memory_bytes();
       row.peak_memory_source = r.peak_memory_source();

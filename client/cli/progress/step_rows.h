@@ -20,13 +20,15 @@ namespace pipeplan::cli {
 inline constexpr int kMaxReports = 10'000;
 
 // One entry per step: a re-run step (after a restart from a checkpoint)
-// replaces the earlier run's entry. step_seconds, optimizer_seconds and the
-// peak memory are the largest over the ranks; the memory's source says what
-// that rank measured ("cuda_allocator" or "estimate").
+// replaces the earlier run's entry. step_seconds, optimizer_seconds, the
+// exposed all-reduce and the peak memory are the largest over the ranks; the
+// memory's source says what that rank measured ("cuda_allocator",
+// "cpu_allocator" or "estimate").
 struct StepRow {
   int64_t plan_version = 0;
   double step_seconds = 0;
   double optimizer_seconds = 0;
+  std::optional<double> allreduce_exposed_seconds;  // replicas only
   double peak_memory_bytes = 0;
   std::string peak_memory_source;
   std::optional<double> loss;

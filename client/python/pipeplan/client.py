@@ -145,8 +145,9 @@ class Client:
         "milp", ...), comm_model ("direct", "relay"), optimizer ("sgd",
         "momentum", "adam", "adamw"), precision ("fp32", "bf16-mixed"),
         optimizer_state_multiplier, cut_granularity ("node", "module:DEPTH",
-        "layer"), time_limit_seconds, relative_gap. An unknown keyword raises
-        TypeError."""
+        "layer"), time_limit_seconds, relative_gap, allreduce_bucket_bytes
+        (gradient bytes per all-reduce bucket; 0: 25 MiB). An unknown keyword
+        raises TypeError."""
         return self._call(self.stub.Plan, wire.plan_request(graph, cluster, **options), timeout)
 
     # --- jobs -------------------------------------------------------------------

@@ -22,6 +22,7 @@ PLAN = (
     Option("max-replicas", "max_replicas", "max_replicas", int),
     Option("microbatches", "microbatches", "microbatches", int),
     Option("global-batch", "global_batch", "global_batch", int),
+    Option("allreduce-bucket-bytes", "allreduce_bucket_bytes", "allreduce_bucket_bytes", int),
     Option("schedule", "schedule", "schedule", "schedule"),
     Option("chunks-per-rank", "chunks_per_rank", "chunks_per_rank", int),
     Option("method", "method", "method", "method"),

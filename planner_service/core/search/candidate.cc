@@ -136,6 +136,9 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
   }
   plan.step_seconds = step;
   plan.allreduce_exposed_seconds = step - pipeline_step;
+  plan.allreduce_bucket_bytes = ctx.options->allreduce_bucket_bytes > 0
+                                    ? ctx.options->allreduce_bucket_bytes
+                                    : kDefaultBucketBytes;
   const double slots = static_cast<double>(placement.ranks) * placement.replicas;
   plan.bubble_ratio = step > 0 ? std::max(0.0, 1 - busy / (slots * step)) : 0;
 }

@@ -184,6 +184,12 @@ void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const
   auto req = std::make_shared<v1::PlanRequest>(current->request());
   if (request.has_options()) {
     *req->mutable_options() = request.options();
+    // The new options plan the same training: its batch, optimizer and dtype.
+    absl::StatusOr<v1::Job> job = registry_.GetJob(request.job_id());
+    if (!job.ok()) return done(job.status());
+    if (job->training().ByteSizeLong() > 0) {
+      if (absl::Status s = ApplyTrainingSpec(job->training(), req.get()); !s.ok()) return done(s);
+    }
   }
   absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> memory = ReserveMemory(*req);
   if (!memory.ok()) return done(memory.status());

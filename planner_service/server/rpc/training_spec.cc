@@ -93,15 +93,35 @@ absl::Status ApplyTrainingSpec(const v1::TrainingSpec& spec, v1::PlanRequest* re
                                                    options->microbatches()));
   }
   options->set_global_batch(batch);
-  // Plan for the memory the worker's training will use, unless the request
-  // says otherwise: its optimizer's state, and fp32 (the torch executor
-  // trains in the package's dtype, float32 by default).
-  if (options->optimizer() == v1::OPTIMIZER_DEFAULT) {
-    options->set_optimizer(opt == "sgd"
-                               ? (spec.momentum() > 0 ? v1::OPTIMIZER_MOMENTUM : v1::OPTIMIZER_SGD)
-                               : v1::OPTIMIZER_ADAM);
+  return PlanForTheTraining(spec, options);
+}
+
+absl::Status PlanForTheTraining(const v1::TrainingSpec& spec, v1::PlanOptions* options) {
+  if (spec.ByteSizeLong() == 0) return absl::OkStatus();
+  // What the torch executor keeps: the optimizer's state (sgd with momentum
+  // one buffer, adam(w) two) in training.dtype, and that dtype's weights,
+  // gradients, activations and transfers.
+  const v1::Optimizer optimizer =
+      spec.optimizer() == "sgd" ? (spec.momentum() > 0 ? v1::OPTIMIZER_MOMENTUM : v1::OPTIMIZER_SGD)
+                                : v1::OPTIMIZER_ADAM;
+  const v1::Precision precision =
+      spec.dtype() == "float64" ? v1::PRECISION_FP64 : v1::PRECISION_FP32;
+  if (options->optimizer() != v1::OPTIMIZER_DEFAULT && options->optimizer() != optimizer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.optimizer ", v1::Optimizer_Name(options->optimizer()),
+                     " is not what the workers run: training.optimizer \"", spec.optimizer(), "\"",
+                     spec.momentum() > 0 ? " with momentum" : "", " keeps ",
+                     v1::Optimizer_Name(optimizer), "'s state (leave options.optimizer unset)"));
   }
-  if (options->precision() == v1::PRECISION_DEFAULT) options->set_precision(v1::PRECISION_FP32);
+  if (options->precision() != v1::PRECISION_DEFAULT && options->precision() != precision) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.precision ", v1::Precision_Name(options->precision()),
+                     " is not what the workers run: training.dtype \"",
+                     spec.dtype().empty() ? "float32" : spec.dtype(), "\" trains in ",
+                     v1::Precision_Name(precision), " (leave options.precision unset)"));
+  }
+  options->set_optimizer(optimizer);
+  options->set_precision(precision);
   return absl::OkStatus();
 }
 

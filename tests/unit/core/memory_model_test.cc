@@ -35,6 +35,12 @@ TEST(MemoryModel, BytesPerParameterByOptimizerAndPrecision) {
       TrainingMemoryFor(Optimizer::kAdam, Precision::kBf16Mixed, 0, 2).param_state_factor, 8);
   EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kSgd, Precision::kFp32, 0, 2).tensor_scale, 2);
   EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kSgd, Precision::kBf16Mixed, 0, 2).tensor_scale, 1);
+  // fp64 (a float64 training job): 8 + 8 bytes and fp64 state buffers, 2x fp32.
+  EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kSgd, Precision::kFp64).param_state_factor, 4);
+  EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kMomentum, Precision::kFp64).param_state_factor, 6);
+  EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kAdam, Precision::kFp64).param_state_factor, 8);
+  EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kAdam, Precision::kFp64).tensor_scale, 2);
+  EXPECT_EQ(*ParsePrecision("fp64"), Precision::kFp64);
   // An explicit multiplier keeps its old meaning.
   EXPECT_DOUBLE_EQ(TrainingMemoryFor(Optimizer::kAdam, Precision::kFp32, 6).param_state_factor, 8);
   // The defaults are AdamW in bf16.

@@ -50,13 +50,40 @@ TEST(ApplyTrainingSpec, PlansForTheTrainingsMemory) {
   request = {};
   ASSERT_TRUE(ApplyTrainingSpec(sgd, &request).ok());
   EXPECT_EQ(request.options().optimizer(), v1::OPTIMIZER_MOMENTUM);
-  // What the request states wins.
+  // float64 training is planned in fp64.
+  v1::TrainingSpec f64 = Valid();
+  f64.set_dtype("float64");
   request = {};
+  ASSERT_TRUE(ApplyTrainingSpec(f64, &request).ok());
+  EXPECT_EQ(request.options().precision(), v1::PRECISION_FP64);
+  // A request may restate what runs, not plan for something else.
+  request = {};
+  request.mutable_options()->set_optimizer(v1::OPTIMIZER_ADAM);
+  request.mutable_options()->set_precision(v1::PRECISION_FP32);
+  EXPECT_TRUE(ApplyTrainingSpec(Valid(), &request).ok());
+}
+
+TEST(ApplyTrainingSpec, APlanForAnotherTrainingIsRejected) {
+  v1::PlanRequest request;
   request.mutable_options()->set_optimizer(v1::OPTIMIZER_SGD);
+  std::string error = ErrorOf(Valid(), request);
+  EXPECT_NE(error.find("options.optimizer OPTIMIZER_SGD"), std::string::npos) << error;
+  EXPECT_NE(error.find("OPTIMIZER_ADAM"), std::string::npos) << error;
+  request = {};
   request.mutable_options()->set_precision(v1::PRECISION_BF16_MIXED);
-  ASSERT_TRUE(ApplyTrainingSpec(Valid(), &request).ok());
-  EXPECT_EQ(request.options().optimizer(), v1::OPTIMIZER_SGD);
-  EXPECT_EQ(request.options().precision(), v1::PRECISION_BF16_MIXED);
+  error = ErrorOf(Valid(), request);
+  EXPECT_NE(error.find("training.dtype \"float32\" trains in PRECISION_FP32"), std::string::npos)
+      << error;
+  // The replan's path: new options of the same training.
+  v1::PlanOptions options;
+  options.set_precision(v1::PRECISION_FP32);
+  v1::TrainingSpec f64 = Valid();
+  f64.set_dtype("float64");
+  EXPECT_EQ(PlanForTheTraining(f64, &options).code(), absl::StatusCode::kInvalidArgument);
+  options.clear_precision();
+  ASSERT_TRUE(PlanForTheTraining(f64, &options).ok());
+  EXPECT_EQ(options.precision(), v1::PRECISION_FP64);
+  EXPECT_EQ(options.optimizer(), v1::OPTIMIZER_ADAM);
 }
 
 TEST(ApplyTrainingSpec, ErrorsNameTheField) {

@@ -336,6 +336,8 @@ absl::Status StepLoop::RunOneStep() {
   const double peak_memory = active_->executor->PeakMemoryBytes();
   v1::ReportStepRequest report = MakeStepReport(options_, active_->version, r, peak_memory, loss);
   report.set_peak_memory_source(active_->executor->PeakMemorySource());
+  const std::optional<double> exposed = active_->executor->LastExposedAllReduceSeconds();
+  if (exposed) report.set_allreduce_exposed_seconds(*exposed);
   if (unreported_switch_) {
     report.set_switch_seconds(unreported_switch_->seconds);
     report.set_switch_compile_wait_seconds(unreported_switch_->compile_wait_seconds);
@@ -346,6 +348,7 @@ absl::Status StepLoop::RunOneStep() {
     metrics_->ObserveStep(r.step_seconds);
     metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
     metrics_->SetOptimizerSeconds(r.optimizer_seconds);
+    if (exposed) metrics_->SetAllReduceExposedSeconds(*exposed);
     if (loss) metrics_->SetLoss(*loss);
     if (active_->samples_per_step > 0 && r.step_seconds > 0) {
       metrics_->SetSamplesPerSecond(static_cast<double>(active_->samples_per_step) /

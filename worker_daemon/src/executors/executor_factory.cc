@@ -90,6 +90,8 @@ absl::StatusOr<std::unique_ptr<Executor>> MakeTorch(const WorkerOptions& options
   o.loss = spec.loss();
   o.optimizer = OptimizerOf(spec);
   o.skip_nonfinite_steps = spec.skip_nonfinite_steps();
+  o.recompute = plan.recompute;
+  if (plan.allreduce_bucket_bytes > 0) o.allreduce_bucket_bytes = plan.allreduce_bucket_bytes;
   if (!spec.dtype().empty()) o.dtype = spec.dtype();
   o.seed = spec.seed();
   o.device = place.torch_device;

@@ -26,6 +26,7 @@ struct WorkerMetrics::Impl {
   prometheus::Gauge* compute_seconds = nullptr;
   prometheus::Gauge* comm_seconds = nullptr;
   prometheus::Gauge* optimizer_seconds = nullptr;
+  prometheus::Gauge* allreduce_exposed_seconds = nullptr;
   prometheus::Gauge* bubble_ratio = nullptr;
   prometheus::Gauge* peak_memory_bytes = nullptr;
   prometheus::Gauge* device_memory_bytes = nullptr;
@@ -90,6 +91,9 @@ void WorkerMetrics::Impl::AddBreakdownMetrics(const prometheus::Labels& labels) 
   m.optimizer_seconds = AddGauge(
       r, "pipeplan_worker_optimizer_seconds",
       "Seconds of the last step's update: gradient reductions, clipping, optimizer.", labels);
+  m.allreduce_exposed_seconds =
+      AddGauge(r, "pipeplan_worker_allreduce_exposed_seconds",
+               "Seconds the last update waited for the gradient all-reduce over replicas.", labels);
   m.bubble_ratio = AddGauge(r, "pipeplan_worker_bubble_ratio",
                             "Idle share of the last step: 1 - compute / step.", labels);
   m.peak_memory_bytes =
@@ -156,6 +160,9 @@ void WorkerMetrics::SetStepBreakdown(double compute_seconds, double comm_seconds
   impl_->peak_memory_bytes->Set(peak_memory_bytes);
 }
 void WorkerMetrics::SetOptimizerSeconds(double seconds) { impl_->optimizer_seconds->Set(seconds); }
+void WorkerMetrics::SetAllReduceExposedSeconds(double seconds) {
+  impl_->allreduce_exposed_seconds->Set(seconds);
+}
 void WorkerMetrics::SetSamplesPerSecond(double samples_per_second) {
   impl_->samples_per_second->Set(samples_per_second);
 }

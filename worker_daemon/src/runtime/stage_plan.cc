@@ -76,7 +76,9 @@ absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t versi
     out.backward_seconds.push_back(s.backward_seconds);
     out.time_factor.push_back(s.time_factor);
     out.param_bytes.push_back(s.param_bytes);
+    out.recompute.push_back(s.recompute);
   }
+  out.allreduce_bucket_bytes = plan.allreduce_bucket_bytes();
   PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, schedule::InsertSendRecv(decoded.compute_schedule));
   if (graph != nullptr && graph->nodes_size() == static_cast<int>(decoded.node_stage.size())) {
     AddGraphLayout(decoded, *graph, &out);

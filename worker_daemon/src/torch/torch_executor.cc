@@ -1,7 +1,9 @@
 // TorchExecutor's step: F, I, W and B of this rank's stages and the boundary
 // buffers they fill and read. Loading is in torch_loading.cc, the step's
 // update in torch_update.cc, state and checkpoints in torch_state.cc.
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,6 +110,8 @@ void ClearStep(TorchExecutor::Impl& impl) {
   impl.recv_f.clear();
   impl.recv_b.clear();
   impl.step_loss = torch::Tensor();
+  impl.gradient_passes.clear();
+  impl.final_pass_stage = -1;
 }
 
 // ---------------------------------------------------------------------------
@@ -143,8 +147,12 @@ absl::StatusOr<std::vector<torch::Tensor>> StageInputs(TorchExecutor::Impl& impl
   const CompiledStage& spec = *impl.stages.at(s).spec;
   std::vector<torch::Tensor> inputs;
   if (s == 0) {
-    const std::vector<torch::Tensor> all =
-        impl.data->Inputs(impl.step, m, impl.options.num_microbatches);
+    std::vector<torch::Tensor> all;
+    {
+      // The step's batch is the input pipeline's memory, not the stage's.
+      CpuMemoryAccount::Scope uncharged(nullptr);
+      all = impl.data->Inputs(impl.step, m, impl.options.num_microbatches);
+    }
     for (const TensorSpec& in : spec.inputs) {
       for (size_t i = 0; i < impl.options.package.inputs.size(); ++i) {
         if (impl.options.package.inputs[i].name != in.name) continue;
@@ -195,10 +203,12 @@ void SeedRandomOperators(TorchExecutor::Impl& impl, LocalStage& stage, int m) {
   stage.module.setattr("_pp_rng", RngBase(impl.options.seed, impl.step, microbatch));
 }
 
-absl::Status Forward(TorchExecutor::Impl& impl, int s, int m) {
+// The stage's module on mb.inputs (and the last stage's loss, into mb.roots
+// and `loss`); with autograd or without, as the caller's mode says.
+absl::Status RunForward(TorchExecutor::Impl& impl, int s, int m, MicrobatchState& mb,
+                        torch::Tensor* loss) {
   LocalStage& stage = impl.stages.at(s);
-  MicrobatchState& mb = impl.microbatches[{s, m}];
-  PIPEPLAN_ASSIGN_OR_RETURN(mb.inputs, StageInputs(impl, s, m));
+  // Seeded here, so a recomputed forward draws the masks the first one drew.
   SeedRandomOperators(impl, stage, m);
   std::vector<torch::IValue> args(mb.inputs.begin(), mb.inputs.end());
   try {
@@ -207,22 +217,62 @@ absl::Status Forward(TorchExecutor::Impl& impl, int s, int m) {
     return TorchError(absl::StrCat("forward of ", Where(s, m)), e);
   }
   PIPEPLAN_RETURN_IF_ERROR(CheckOutputs(mb.outputs, *stage.spec, m));
-  if (s == impl.last_stage) {
-    torch::Tensor loss;
-    try {
-      const torch::Tensor t =
-          ToDevice(impl, impl.data->Targets(impl.step, m, impl.options.num_microbatches));
-      loss = Loss(impl.loss, mb.outputs[0], t) / impl.options.num_microbatches;
-    } catch (const c10::Error& e) {
-      return TorchError(absl::StrCat(impl.loss, " loss of ", Where(s, m)), e);
+  if (s != impl.last_stage) return absl::OkStatus();
+  try {
+    torch::Tensor host;
+    {
+      CpuMemoryAccount::Scope uncharged(nullptr);  // the input pipeline's
+      host = impl.data->Targets(impl.step, m, impl.options.num_microbatches);
     }
+    const torch::Tensor t = ToDevice(impl, host);
+    *loss = Loss(impl.loss, mb.outputs[0], t) / impl.options.num_microbatches;
+  } catch (const c10::Error& e) {
+    return TorchError(absl::StrCat(impl.loss, " loss of ", Where(s, m)), e);
+  }
+  mb.roots = {*loss};
+  mb.root_grads = {torch::ones_like(*loss)};
+  return absl::OkStatus();
+}
+
+absl::Status Forward(TorchExecutor::Impl& impl, int s, int m) {
+  MicrobatchState& mb = impl.microbatches[{s, m}];
+  PIPEPLAN_ASSIGN_OR_RETURN(mb.inputs, StageInputs(impl, s, m));
+  torch::Tensor loss;
+  if (impl.Recomputes(s)) {
+    // Checkpointed: nothing is saved for the backward but the inputs (and
+    // the RNG state, so dropout draws the same masks again).
+    if (!impl.device.is_cuda()) mb.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+    torch::NoGradGuard no_grad;
+    PIPEPLAN_RETURN_IF_ERROR(RunForward(impl, s, m, mb, &loss));
+    mb.recompute_pending = true;
+  } else {
+    PIPEPLAN_RETURN_IF_ERROR(RunForward(impl, s, m, mb, &loss));
+  }
+  if (loss.defined()) {
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
     impl.step_loss = impl.step_loss.defined() ? impl.step_loss + value : value;
-    mb.roots = {loss};
-    mb.root_grads = {torch::ones_like(loss)};
   }
   TrackMemory(impl);
   return absl::OkStatus();
+}
+
+// A checkpointed stage's forward again, with autograd, from its kept inputs
+// and RNG state (the generator's own state is put back after).
+absl::Status Recompute(TorchExecutor::Impl& impl, int s, int m, MicrobatchState& mb) {
+  std::optional<torch::Tensor> resume;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle
+  if (mb.rng_state.defined()) {
+    resume = generator.get_state();
+    generator.set_state(mb.rng_state);
+  }
+  mb.roots.clear();
+  mb.root_grads.clear();
+  torch::Tensor loss;
+  absl::Status status = RunForward(impl, s, m, mb, &loss);
+  if (resume) generator.set_state(*resume);
+  mb.recompute_pending = false;
+  mb.rng_state = torch::Tensor();
+  return status;
 }
 
 // Fills mb.roots/root_grads of a non-last stage from the gradients w.r.t.
@@ -295,15 +345,20 @@ void Release(MicrobatchState& mb) {
 // parameters' and the input leaves' .grad.
 absl::Status BackwardInput(TorchExecutor::Impl& impl, int s, int m, bool split) {
   auto it = impl.microbatches.find({s, m});
-  if (it == impl.microbatches.end() || it->second.outputs.empty() || it->second.input_grads_done) {
+  if (it == impl.microbatches.end() ||
+      (it->second.outputs.empty() && !it->second.recompute_pending) ||
+      it->second.input_grads_done) {
     return absl::FailedPreconditionError(
         absl::StrCat("backward of ", Where(s, m), " without its forward"));
   }
   MicrobatchState& mb = it->second;
+  if (mb.recompute_pending) PIPEPLAN_RETURN_IF_ERROR(Recompute(impl, s, m, mb));
   if (s != impl.last_stage) PIPEPLAN_RETURN_IF_ERROR(GatherOutputGrads(impl, s, m, mb));
   LocalStage& stage = impl.stages.at(s);
   const std::vector<torch::Tensor> leaves = GradLeaves(impl, s, mb);
-  if (mb.roots.empty()) {  // nothing upstream depends on a gradient
+  if (mb.roots.empty()) {        // nothing upstream depends on a gradient
+    BeginGradientPass(impl, s);  // the stage's pass, without gradients
+    EndGradientPass(impl);
     SetInputGrads(impl, s, mb, {});
     Release(mb);
     return absl::OkStatus();
@@ -325,11 +380,14 @@ absl::Status BackwardInput(TorchExecutor::Impl& impl, int s, int m, bool split) 
                 << "); running the full backward at I and nothing at W\n";
     }
   }
+  BeginGradientPass(impl, s);
   try {
     torch::autograd::backward(mb.roots, mb.root_grads);
   } catch (const c10::Error& e) {
+    EndGradientPass(impl);
     return TorchError(absl::StrCat("backward of ", Where(s, m)), e);
   }
+  EndGradientPass(impl);
   std::vector<torch::Tensor> grads;
   for (const torch::Tensor& leaf : leaves) grads.push_back(leaf.grad());
   SetInputGrads(impl, s, mb, grads);
@@ -346,14 +404,17 @@ absl::Status BackwardWeight(TorchExecutor::Impl& impl, int s, int m) {
   if (!mb.weight_grads_pending) return absl::OkStatus();  // I ran the full backward
   std::vector<torch::Tensor> params;
   for (const auto& [name, p] : impl.stages.at(s).params) params.push_back(p);
+  BeginGradientPass(impl, s);
   if (!params.empty()) {
     try {
       torch::autograd::backward(mb.roots, mb.root_grads, /*retain_graph=*/false,
                                 /*create_graph=*/false, params);
     } catch (const c10::Error& e) {
+      EndGradientPass(impl);
       return TorchError(absl::StrCat("W of ", Where(s, m)), e);
     }
   }
+  EndGradientPass(impl);
   Release(mb);
   return absl::OkStatus();
 }
@@ -363,14 +424,22 @@ absl::Status BackwardWeight(TorchExecutor::Impl& impl, int s, int m) {
 absl::Status TorchExecutor::BeginStep(int64_t step) {
   // A step the runtime abandoned (a transport error) left its tensors and
   // partial gradients behind; the retried step starts clean.
+  CpuMemoryAccount::Scope charge(impl_->memory.get());
   ClearStep(*impl_);
   impl_->step = step;
+  if (impl_->buckets) impl_->buckets->BeginStep(step);
   return absl::OkStatus();
 }
 
 namespace {
 absl::Status RunCompute(TorchExecutor::Impl& impl, const Action& a) {
   torch::AutoGradMode grad_mode(true);
+  // Stages run op by op under autograd, as eager PyTorch runs the model
+  // (what the exporter's activation bytes describe): the profiling
+  // executor's differentiable graphs would keep every tensor a stage saved
+  // until its whole backward ends, with that backward's intermediates (the
+  // setting is per thread, hence here).
+  torch::jit::GraphOptimizerEnabledGuard eager_autograd(false);
   switch (a.type) {
     case ActionType::kForward:
       return Forward(impl, a.stage, a.microbatch);
@@ -398,6 +467,7 @@ absl::Status TorchExecutor::Compute(const Action& a) {
   // the action (and Stop waits for it, so the sends that follow read
   // finished tensors). On the CPU the runtime's clock is exact.
   const bool timed = impl_->device.is_cuda();
+  CpuMemoryAccount::Scope charge(impl_->memory.get());
   if (timed) impl_->timer->Start();
   absl::Status status = RunCompute(*impl_, a);
   if (timed && status.ok()) impl_->last_compute_seconds = impl_->timer->Stop();
@@ -424,8 +494,14 @@ absl::StatusOr<std::span<const std::byte>> TorchExecutor::SendBuffer(const Actio
   MicrobatchState& mb = it->second;
   torch::Tensor& buffer = forward ? mb.send_f : mb.send_b;
   if (!buffer.defined()) {
+    CpuMemoryAccount::Scope charge(impl_->memory.get());
     torch::NoGradGuard no_grad;
     buffer = Pack(forward ? mb.outputs : mb.input_grads, BufferOptions(*impl_));
+    // A checkpointed stage keeps only its inputs: its backward makes the
+    // outputs again.
+    if (forward && mb.recompute_pending) mb.outputs.clear();
+    // The gradients now sit in the send buffer (no local stage reads them).
+    if (!forward) mb.input_grads.clear();
     TrackMemory(*impl_);
   }
   return std::span<const std::byte>(Span(buffer));
@@ -441,6 +517,7 @@ absl::StatusOr<std::span<std::byte>> TorchExecutor::RecvBuffer(const Action& rec
   const int64_t bytes =
       forward ? BoundaryBytes(spec.inputs, false) : BoundaryBytes(spec.outputs, true);
   torch::Tensor& buffer = (forward ? impl_->recv_f : impl_->recv_b)[{recv.stage, recv.microbatch}];
+  CpuMemoryAccount::Scope charge(impl_->memory.get());
   buffer = torch::empty({bytes}, BufferOptions(*impl_));
   TrackMemory(*impl_);
   return Span(buffer);

@@ -17,8 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cpu_memory_account.h"
 #include "device_stats.h"
 #include "pipeplan/worker/package/state_pack.h"
+#include "gradient_buckets.h"
 #include "pipeplan/worker/torch/torch_executor.h"
 #include "torch_data.h"
 
@@ -47,6 +49,10 @@ struct MicrobatchState {
   std::vector<torch::Tensor> input_grads;
   bool input_grads_done = false;
   bool weight_grads_pending = false;
+  // A recomputing stage ran its forward without autograd: the backward
+  // runs it again from `inputs` with the RNG state it started from.
+  bool recompute_pending = false;
+  torch::Tensor rng_state;
   torch::Tensor send_f;  // uint8 transport buffers (BufferOptions)
   torch::Tensor send_b;
 };
@@ -80,7 +86,20 @@ struct TorchExecutor::Impl {
   std::optional<double> last_loss;
   bool last_skipped = false;
   double peak_bytes = 0;
+  // The tensor bytes this executor's calls hold on the CPU (its peak is
+  // PeakMemoryBytes on the CPU).
+  std::shared_ptr<CpuMemoryAccount> memory;
+  // With replicas and bucketing (allreduce_bucket_bytes > 0).
+  std::unique_ptr<GradientBuckets> buckets;
+  std::optional<double> last_exposed_allreduce;
+  // Per local stage: backward passes that produced parameter gradients this
+  // step; the num_microbatches-th is the last, whose gradients are final.
+  std::map<int, int> gradient_passes;
+  int final_pass_stage = -1;  // the stage whose last such pass is running
 
+  bool Recomputes(int stage) const {
+    return stage < static_cast<int>(options.recompute.size()) && options.recompute[stage];
+  }
   bool IsLocal(int stage) const { return stages.contains(stage); }
   int NumRanks() const;
   // The lowest rank holding `name` is the one that checkpoints it and
@@ -145,6 +164,13 @@ absl::Status ImportRecord(TorchExecutor::Impl& impl, const std::string& name,
 // This rank's parameters (only those it is the lowest owner of with
 // `primary_only`: a checkpoint shard's) as records in `pack`.
 absl::Status ExportRecords(const TorchExecutor::Impl& impl, bool primary_only, StatePack& pack);
+// Registers the gradient hooks and makes the buckets when the executor has
+// replicas and buckets (torch_update.cc).
+void SetUpBuckets(TorchExecutor::Impl& impl);
+// Around a backward of stage `s` that produces parameter gradients: marks
+// the stage's last such pass of the step, whose hooks fill the buckets.
+void BeginGradientPass(TorchExecutor::Impl& impl, int s);
+void EndGradientPass(TorchExecutor::Impl& impl);
 
 // The optimizer the options name, over `params` in name order.
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(

@@ -294,6 +294,8 @@ absl::StatusOr<torch::Device> ExistingDevice(const std::string& name) {
 absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecutorOptions options) {
   PIPEPLAN_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Impl>();
+  impl->memory = CpuMemoryAccount::Make();
+  CpuMemoryAccount::Scope charge(impl->memory.get());
   impl->options = std::move(options);
   const TorchExecutorOptions& o = impl->options;
   impl->loss = o.loss.empty() ? o.package.loss : o.loss;
@@ -318,7 +320,14 @@ absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecut
   if (!impl->params.empty()) {
     PIPEPLAN_ASSIGN_OR_RETURN(impl->optimizer, MakeOptimizer(o.optimizer, impl->params));
   }
-  PIPEPLAN_RETURN_IF_ERROR(OpenData(*impl));
+  {
+    // The data file is the input pipeline's memory, not the stage's.
+    CpuMemoryAccount::Scope uncharged(nullptr);
+    PIPEPLAN_RETURN_IF_ERROR(OpenData(*impl));
+  }
+  SetUpBuckets(*impl);
+  initial.clear();  // every stage's initial values: only this rank's are kept
+  impl->memory->ResetPeak();
   return std::unique_ptr<TorchExecutor>(new TorchExecutor(std::move(impl)));
 }
 
@@ -332,10 +341,11 @@ void TorchExecutor::set_transport(Transport* transport) {
 }
 const ParameterOwners& TorchExecutor::owners() const { return impl_->owners; }
 double TorchExecutor::PeakMemoryBytes() const {
-  return AllocatorPeakBytes(impl_->device).value_or(impl_->peak_bytes);
+  if (impl_->device.is_cuda()) return AllocatorPeakBytes(impl_->device).value_or(impl_->peak_bytes);
+  return static_cast<double>(impl_->memory->peak_bytes());
 }
 std::string TorchExecutor::PeakMemorySource() const {
-  return impl_->device.is_cuda() ? "cuda_allocator" : "estimate";
+  return impl_->device.is_cuda() ? "cuda_allocator" : "cpu_allocator";
 }
 std::optional<double> TorchExecutor::LastLoss() const { return impl_->last_loss; }
 bool TorchExecutor::LastStepSkipped() const { return impl_->last_skipped; }

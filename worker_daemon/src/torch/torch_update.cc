@@ -1,9 +1,11 @@
 // TorchExecutor::EndStep: the step's update — the gradient all-reduce over
-// replicas, the sums of tied parameters' gradients across ranks, the agreed
-// clipping and skip decision, and the optimizer step.
+// replicas (in buckets started by gradient hooks during the last backward,
+// or at once), the sums of tied parameters' gradients across ranks, the
+// agreed clipping and skip decision, and the optimizer step.
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <iterator>
@@ -76,6 +78,39 @@ absl::Status AverageOverReplicas(TorchExecutor::Impl& impl) {
     offset += p.numel();
   }
   return absl::OkStatus();
+}
+
+// Parameters in the order the backward finalises their gradients: stages
+// from the last, each's parameters in reverse module order (the package's
+// parameter order), a parameter two local stages share with the later one.
+std::vector<std::pair<std::string, torch::Tensor>> BackwardOrder(const TorchExecutor::Impl& impl) {
+  std::map<std::string, int> rank_of;  // package order
+  for (const TensorSpec& p : impl.options.package.parameters) {
+    rank_of.emplace(p.name, static_cast<int>(rank_of.size()));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::set<std::string> seen;
+  for (auto it = impl.stages.rbegin(); it != impl.stages.rend(); ++it) {
+    std::vector<std::pair<int, std::string>> names;
+    for (const auto& [name, p] : it->second.params) {
+      if (!seen.insert(name).second) continue;
+      auto r = rank_of.find(name);
+      names.emplace_back(r == rank_of.end() ? -1 : r->second, name);
+    }
+    std::sort(names.rbegin(), names.rend());
+    for (const auto& [r, name] : names) out.emplace_back(name, impl.params.at(name));
+  }
+  return out;
+}
+
+// The final gradient of `name` (used by local stage `s` only) as the last
+// pass computes it: what .grad will hold once `grad` is accumulated.
+void OnGradient(TorchExecutor::Impl& impl, int s, const std::string& name,
+                const torch::Tensor& grad) {
+  if (impl.final_pass_stage != s || !impl.buckets) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& held = impl.params.at(name).grad();
+  impl.buckets->Ready(name, held.defined() ? held + grad : grad);
 }
 
 // The mean of the replicas' losses (each its slice's mean), on the last
@@ -183,9 +218,27 @@ absl::StatusOr<bool> AgreeAndClip(TorchExecutor::Impl& impl, std::optional<doubl
   return true;
 }
 
-absl::Status ApplyUpdate(TorchExecutor::Impl& impl, std::optional<double> loss) {
-  // Replicas first: the tied sums then add identical values on every rank.
+// The replicas' mean gradient: the buckets' (waited for), or one all-reduce
+// now; the seconds it waited are the step's exposed all-reduce.
+absl::Status AllReduceGradients(TorchExecutor::Impl& impl) {
+  impl.last_exposed_allreduce.reset();
+  if (impl.options.num_replicas < 2 || impl.options.replica_group == nullptr) {
+    return absl::OkStatus();
+  }
+  if (impl.buckets) {
+    PIPEPLAN_ASSIGN_OR_RETURN(impl.last_exposed_allreduce, impl.buckets->Finish());
+    return absl::OkStatus();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   PIPEPLAN_RETURN_IF_ERROR(AverageOverReplicas(impl));
+  impl.last_exposed_allreduce =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+absl::Status ApplyUpdate(TorchExecutor::Impl& impl, std::optional<double> loss) {
+  // Replicas first (EndStep reduced them): the tied sums then add identical
+  // values on every rank.
   PIPEPLAN_RETURN_IF_ERROR(SumTiedGradients(impl));
   std::string why;
   PIPEPLAN_ASSIGN_OR_RETURN(bool finite, AgreeAndClip(impl, loss, &why));
@@ -211,12 +264,54 @@ absl::Status ApplyUpdate(TorchExecutor::Impl& impl, std::optional<double> loss) 
 
 }  // namespace
 
+void SetUpBuckets(TorchExecutor::Impl& impl) {
+  const TorchExecutorOptions& o = impl.options;
+  if (o.num_replicas < 2 || o.replica_group == nullptr || o.allreduce_bucket_bytes <= 0 ||
+      impl.params.empty()) {
+    return;
+  }
+  torch::ScalarType type = torch::kFloat32;
+  for (const auto& [name, p] : impl.params) {
+    if (p.scalar_type() == torch::kFloat64) type = torch::kFloat64;
+  }
+  // NCCL must be driven by one thread: its buckets run in EndStep.
+  impl.buckets = std::make_unique<GradientBuckets>(
+      BackwardOrder(impl), type,
+      BucketOptions{.group = o.replica_group,
+                    .replicas = o.num_replicas,
+                    .bucket_bytes = o.allreduce_bucket_bytes,
+                    .timeout = o.comm_timeout,
+                    .threaded = o.replica_group->name() != "nccl"});
+  // A parameter one local stage uses is final after that stage's last
+  // pass; one that two share waits for EndStep.
+  std::map<std::string, std::vector<int>> users;
+  for (const auto& [s, stage] : impl.stages) {
+    for (const auto& [name, p] : stage.params) users[name].push_back(s);
+  }
+  for (const auto& [name, stages] : users) {
+    if (stages.size() != 1) continue;
+    const int s = stages[0];
+    TorchExecutor::Impl* self = &impl;
+    impl.params.at(name).register_hook(
+        [self, s, name](const torch::Tensor& grad) { OnGradient(*self, s, name, grad); });
+  }
+}
+
+void BeginGradientPass(TorchExecutor::Impl& impl, int s) {
+  const int passes = ++impl.gradient_passes[s];
+  impl.final_pass_stage = passes == impl.options.num_microbatches ? s : -1;
+}
+
+void EndGradientPass(TorchExecutor::Impl& impl) { impl.final_pass_stage = -1; }
+
 absl::Status TorchExecutor::EndStep() {
   Impl& impl = *impl_;
+  CpuMemoryAccount::Scope charge(impl.memory.get());
   impl.last_skipped = false;
   std::optional<double> loss;
-  absl::Status status = absl::OkStatus();
-  if (impl.IsLocal(impl.last_stage)) {
+  // The buckets first: the loss's mean then has the replica group alone.
+  absl::Status status = AllReduceGradients(impl);
+  if (status.ok() && impl.IsLocal(impl.last_stage)) {
     absl::StatusOr<double> mean =
         MeanOverReplicas(impl, impl.step_loss.defined() ? impl.step_loss.item<double>() : 0.0);
     if (mean.ok()) loss = *mean;
@@ -231,4 +326,10 @@ absl::Status TorchExecutor::EndStep() {
   return status;
 }
 
+}  // namespace pipeplan::worker
+
+namespace pipeplan::worker {
+std::optional<double> TorchExecutor::LastExposedAllReduceSeconds() const {
+  return impl_->last_exposed_allreduce;
+}
 }  // namespace pipeplan::worker

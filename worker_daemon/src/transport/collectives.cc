@@ -74,12 +74,13 @@ absl::Status RingStep(Transport& t, std::span<T> values, std::vector<T>& scratch
 }
 
 template <typename T>
-absl::Status RingSum(Transport& t, std::span<T> values, uint64_t epoch, absl::Duration timeout) {
+absl::Status RingSum(Transport& t, std::span<T> values, uint64_t epoch, absl::Duration timeout,
+                     uint32_t call) {
   const int n = t.size();
   if (n == 1 || values.empty()) return absl::OkStatus();
   std::vector<T> scratch(values.size() / n + 1);
   const int me = t.rank();
-  uint64_t index = 0;
+  uint64_t index = uint64_t{call} << 16;
   // After step k of the reduce-scatter, chunk (me - k - 1) holds k + 2
   // ranks' values; after n - 1 steps rank me holds chunk (me + 1) summed.
   for (int k = 0; k < n - 1; ++k) {
@@ -98,13 +99,13 @@ absl::Status RingSum(Transport& t, std::span<T> values, uint64_t epoch, absl::Du
 }  // namespace
 
 absl::Status RingAllReduceSum(Transport& transport, std::span<float> values, uint64_t epoch,
-                              absl::Duration timeout) {
-  return RingSum(transport, values, epoch, timeout);
+                              absl::Duration timeout, uint32_t call) {
+  return RingSum(transport, values, epoch, timeout, call);
 }
 
 absl::Status RingAllReduceSum(Transport& transport, std::span<double> values, uint64_t epoch,
-                              absl::Duration timeout) {
-  return RingSum(transport, values, epoch, timeout);
+                              absl::Duration timeout, uint32_t call) {
+  return RingSum(transport, values, epoch, timeout, call);
 }
 
 }  // namespace pipeplan::worker

@@ -27,6 +27,7 @@
 #ifndef PIPEPLAN_CORE_COST_MODEL_H_
 #define PIPEPLAN_CORE_COST_MODEL_H_
 
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -73,6 +74,11 @@ struct StageCost {
   // microbatch: all that recomputation keeps.
   double input_bytes = 0;
   double transient_bytes = 0;  // the loss's gradient buffer, once
+  // The backward's working set: the most gradient bytes one node's backward
+  // holds at once (the gradient of its output, those of its inputs, its
+  // new weight gradient before it is accumulated); transient like the
+  // loss's buffer, which is the loss node's.
+  double workspace_bytes = 0;
   bool recompute = false;
 
   double comm_seconds() const { return forward_comm_seconds + backward_comm_seconds; }
@@ -84,9 +90,10 @@ struct StageCost {
                                   : activation_bytes * inflight_microbatches;
     return param_state_bytes + kept;
   }
-  // The stage's peak: memory_bytes plus the loss's transient buffer.
+  // The stage's peak: memory_bytes plus the backward's transient buffers
+  // (the loss's, or one node's gradients).
   double peak_memory_bytes(int inflight_microbatches) const {
-    return memory_bytes(inflight_microbatches) + transient_bytes;
+    return memory_bytes(inflight_microbatches) + std::max(transient_bytes, workspace_bytes);
   }
 };
 
@@ -118,6 +125,8 @@ class CostModel {
   double activation_bytes(int v) const { return activation_[v]; }
   // The loss's transient gradient buffer held by the stage of v.
   double transient_bytes(int v) const { return transient_[v]; }
+  // Gradient bytes node v's backward holds at once (StageCost::workspace_bytes).
+  double workspace_bytes(int v) const { return workspace_[v]; }
   // Bytes per parameter byte: weights + gradients + optimizer state.
   double param_state_factor() const { return 2 + options_.optimizer_state_multiplier; }
 
@@ -133,7 +142,7 @@ class CostModel {
   const Cluster* cluster_;
   CostOptions options_;
   std::vector<double> forward_ref_, backward_ref_, weight_ref_;
-  std::vector<double> activation_, transient_, source_input_;
+  std::vector<double> activation_, transient_, source_input_, workspace_;
   std::vector<double> slowdown_;
 };
 

@@ -12,6 +12,7 @@
 
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/partition.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan {
@@ -58,6 +59,8 @@ struct PlanResult {
   double search_gap = 0;
   // Step time past the slowest pipeline spent finishing all-reduces.
   double allreduce_exposed_seconds = 0;
+  // The bucket size it was modelled with (PlanOptions', default resolved).
+  double allreduce_bucket_bytes = kDefaultBucketBytes;
   // A stage without compute (only when memory left no other plan).
   bool degenerate = false;
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;

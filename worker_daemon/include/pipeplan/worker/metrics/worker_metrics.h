@@ -40,6 +40,8 @@ class WorkerMetrics {
   void SetStepBreakdown(double compute_seconds, double comm_seconds, double bubble_ratio,
                         double peak_memory_bytes);
   void SetOptimizerSeconds(double seconds);
+  // The last step's exposed gradient all-reduce (replicas only).
+  void SetAllReduceExposedSeconds(double seconds);
   void SetSamplesPerSecond(double samples_per_second);
   // The device memory this worker registered (--memory-bytes): what the
   // dashboard's memory headroom divides the peak by.

@@ -45,8 +45,9 @@ class Executor {
   // Largest number of bytes held at once so far.
   virtual double PeakMemoryBytes() const = 0;
   // What PeakMemoryBytes measures: "cuda_allocator" (the CUDA caching
-  // allocator's peak of allocated bytes) or "estimate" (the executor's own
-  // count of the tensors it holds).
+  // allocator's peak of allocated bytes), "cpu_allocator" (the tensor bytes
+  // the executor's calls hold at LibTorch's CPU allocator) or "estimate"
+  // (the executor's own count of the tensors it holds).
   virtual std::string PeakMemorySource() const { return "estimate"; }
   // The device time of the last Compute call when the executor measures it
   // itself: a GPU's kernels run after the call returns, so the host's clock
@@ -55,6 +56,10 @@ class Executor {
   virtual std::optional<double> LastComputeSeconds() const { return std::nullopt; }
   // The last completed step's loss, when this rank computes it.
   virtual std::optional<double> LastLoss() const { return std::nullopt; }
+  // The seconds of the last EndStep spent waiting for the gradient
+  // all-reduce over the replicas, past what the backward overlapped;
+  // nullopt when the executor has no replicas or does not measure it.
+  virtual std::optional<double> LastExposedAllReduceSeconds() const { return std::nullopt; }
 };
 
 }  // namespace pipeplan::worker

@@ -40,6 +40,13 @@ struct StagePlan {
   // Per stage, bytes of its parameters (what its gradient all-reduce over
   // the replicas carries).
   std::vector<double> param_bytes;
+  // Per stage, whether the plan has it recompute its forward in the
+  // backward (Stage.recompute): the torch executor then checkpoints it.
+  std::vector<bool> recompute;
+  // Gradient bytes per all-reduce bucket the plan was modelled with
+  // (Plan.allreduce_bucket_bytes; 0 from a planner that predates it: the
+  // executor's default).
+  double allreduce_bucket_bytes = 0;
   // Per stage, the plan's calibration factor of the stage's device
   // (Plan.calibration: measured / modelled time; 1 when the plan models the
   // request's cluster as given). forward_seconds / factor is the time the

@@ -99,6 +99,19 @@ struct TorchExecutorOptions {
   // global): a CUDA run repeats exactly. Float32 on CUDA is always true
   // float32 (TF32 off), as the plan's cost model and the reference assume.
   bool deterministic = false;
+  // Per stage (empty: none): the plan has the stage recompute. Its forward
+  // then runs without autograd, keeping only its inputs (and the RNG
+  // state), and its backward first runs the forward again with autograd
+  // (activation checkpointing, torch.utils.checkpoint's way): the same
+  // gradients for the memory of the inputs instead of every activation.
+  std::vector<bool> recompute;
+  // With replicas: gradient bytes per all-reduce bucket. A parameter's
+  // gradient joins its bucket as the last microbatch's backward produces
+  // it; a full bucket is reduced (a ring over replica_group, on a thread of
+  // the executor) while the backward goes on, and EndStep waits for the
+  // buckets before the optimizer step. <= 0: one all-reduce of every
+  // gradient, started at EndStep (nothing overlapped).
+  double allreduce_bucket_bytes = 25.0 * (1 << 20);
   // Carries EndStep's reductions and checkpoint barriers; may be null with a
   // single rank. Must outlive the executor (or be replaced by set_transport).
   Transport* transport = nullptr;
@@ -125,11 +138,16 @@ class TorchExecutor final : public Executor {
   absl::StatusOr<std::span<std::byte>> RecvBuffer(const schedule::Action& recv) override;
   absl::Status EndStep() override;
   // On a GPU: the CUDA caching allocator's peak of allocated bytes since
-  // Create (all of autograd's memory included). On the CPU an estimate:
-  // parameters, their gradients and the boundary tensors held at once
-  // (autograd's saved activations are not counted). PeakMemorySource says
-  // which.
+  // Create (all of autograd's memory included). On the CPU the peak of the
+  // tensor bytes this executor's calls allocated and still held, counted at
+  // LibTorch's CPU allocator (src/torch/cpu_memory_account.h): parameters,
+  // gradients, optimizer state, saved activations, buffers, op temporaries;
+  // from the end of Create (loading's transient copies left out).
+  // PeakMemorySource says which.
   double PeakMemoryBytes() const override;
+  // With replicas: the seconds of the last EndStep spent waiting for the
+  // gradient all-reduce (what backward did not hide); nullopt without.
+  std::optional<double> LastExposedAllReduceSeconds() const override;
   std::string PeakMemorySource() const override;
   // On a GPU the last Compute's time by CUDA events; nullopt on the CPU.
   std::optional<double> LastComputeSeconds() const override;

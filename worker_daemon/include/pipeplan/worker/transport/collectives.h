@@ -48,11 +48,12 @@ absl::Status SumOverRanks(Transport& transport, std::span<double> values, uint64
 // values[i] <- sum over ranks of values[i], by a ring (reduce-scatter, then
 // all-gather): each rank sends and receives 2 (n - 1) / n of the buffer,
 // whatever n. Every rank passes a buffer of the same length. Errors as
-// SumOverRanks.
+// SumOverRanks. `call` tells several all-reduces of one epoch apart (the
+// buckets of one step; below 1 << 15, with at most 1 << 15 ranks).
 absl::Status RingAllReduceSum(Transport& transport, std::span<float> values, uint64_t epoch,
-                              absl::Duration timeout);
+                              absl::Duration timeout, uint32_t call = 0);
 absl::Status RingAllReduceSum(Transport& transport, std::span<double> values, uint64_t epoch,
-                              absl::Duration timeout);
+                              absl::Duration timeout, uint32_t call = 0);
 
 }  // namespace pipeplan::worker
 

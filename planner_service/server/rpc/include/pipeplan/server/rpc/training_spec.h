@@ -15,10 +15,18 @@ namespace pipeplan::server {
 // is not trainable. With a valid spec the request plans for its batch:
 // options.global_batch is set to training.batch_size (INVALID_ARGUMENT when
 // the request already asks for another global batch, or for a microbatch
-// count that does not divide it), and the memory model follows the training
-// when the request leaves it open: the spec's optimizer, fp32 precision. An
-// empty spec (planning-only job) is OK and leaves `request` alone.
+// count that does not divide it), and the memory and time model are the
+// training's (PlanForTheTraining). An empty spec (planning-only job) is OK and
+// leaves `request` alone.
 absl::Status ApplyTrainingSpec(const v1::TrainingSpec& spec, v1::PlanRequest* request);
+
+// Sets the options' optimizer and precision to what the torch executor runs
+// for `spec` (a checked spec): sgd (momentum when training.momentum > 0) or
+// adam for adam/adamw; fp32, or fp64 for training.dtype float64. A request
+// that names another optimizer or precision is INVALID_ARGUMENT saying
+// what the workers run: the plan must count the memory that runs. Also for
+// a replan's new options. An empty spec leaves `options` alone.
+absl::Status PlanForTheTraining(const v1::TrainingSpec& spec, v1::PlanOptions* options);
 
 }  // namespace pipeplan::server
 
