@@ -217,9 +217,10 @@ std::string PercentOrDash(bool known, double ratio) {
 }  // namespace
 
 std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const v1::Job& job) {
-  std::string out = absl::StrFormat("%7s %5s %8s %-16s %4s %10s %10s %10s %10s %10s %7s %15s  %s\n",
-                                    "VERSION", "RANKS", "REPLICAS", "SCHEDULE", "MB", "PLANNED", "PREDICTED",
-                                    "P50", "P90", "MEASURED", "ERROR", "GAIN PRED/MEAS", "REASON");
+  std::string out =
+      absl::StrFormat("%7s %5s %8s %-16s %4s %10s %10s %10s %10s %10s %7s %15s  %s\n", "VERSION",
+                      "RANKS", "REPLICAS", "SCHEDULE", "MB", "PLANNED", "PREDICTED", "P50", "P90",
+                      "MEASURED", "ERROR", "GAIN PRED/MEAS", "REASON");
   for (const VersionRow& r : VersionRows(versions, job)) {
     const v1::Plan& plan = r.v->plan();
     const std::string gain = r.has_gain ? absl::StrCat(PercentOrDash(true, r.predicted_gain), "/",
@@ -227,11 +228,10 @@ std::string FormatVersions(const std::vector<v1::VersionedPlan>& versions, const
                                         : "-";
     absl::StrAppendFormat(&out, "%7d %5d %8d %-16s %4d %10s %10s %10s %10s %10s %7s %15s  %s\n",
                           r.v->version(), PlanRanks(plan), PlanReplicas(plan),
-                          ScheduleDisplayName(plan.schedule()),
-                          plan.microbatches(), HumanSeconds(plan.step_seconds()),
-                          SecondsOrDash(r.predicted), SecondsOrDash(r.p50), SecondsOrDash(r.p90),
-                          SecondsOrDash(r.measured), PercentOrDash(r.error >= 0, r.error), gain,
-                          r.v->reason());
+                          ScheduleDisplayName(plan.schedule()), plan.microbatches(),
+                          HumanSeconds(plan.step_seconds()), SecondsOrDash(r.predicted),
+                          SecondsOrDash(r.p50), SecondsOrDash(r.p90), SecondsOrDash(r.measured),
+                          PercentOrDash(r.error >= 0, r.error), gain, r.v->reason());
   }
   return out;
 }
@@ -243,7 +243,8 @@ std::string VersionsJson(const std::vector<v1::VersionedPlan>& versions, const v
     const v1::VersionedPlan& v = *r.v;
     absl::StrAppendFormat(
         &out,
-        "%s\n  {\"version\": %d, \"ranks\": %d, \"replicas\": %d, \"chunks_per_rank\": %d, \"schedule\": \"%s\", "
+        "%s\n  {\"version\": %d, \"ranks\": %d, \"replicas\": %d, \"chunks_per_rank\": %d, "
+        "\"schedule\": \"%s\", "
         "\"microbatches\": %d, \"step_seconds\": %s, \"bubble_ratio\": %s, "
         "\"predicted_step_seconds\": %s, \"predicted_p50_step_seconds\": %s, "
         "\"predicted_p90_step_seconds\": %s, \"calibrated_on_version\": %d, "

@@ -16,8 +16,8 @@
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/step_spread.h"
-#include "pipeplan/server/replan/version_prediction.h"
 #include "pipeplan/server/replan/measured_steps.h"
+#include "pipeplan/server/replan/version_prediction.h"
 
 namespace pipeplan::server {
 namespace {

@@ -19,8 +19,8 @@
 #include "absl/strings/str_join.h"
 #include "cpu_memory_account.h"
 #include "device_stats.h"
-#include "pipeplan/worker/package/state_pack.h"
 #include "gradient_buckets.h"
+#include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/torch/torch_executor.h"
 #include "torch_data.h"
 
