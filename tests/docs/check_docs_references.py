@@ -78,7 +78,7 @@ def script_flags():
     """{script name: flags its source declares} for the repository's scripts."""
     out = {}
     for pattern in ("client/python/*.py", "client/python/pipeplan/export/*.py", "scripts/*.py",
-                    "scripts/*.sh", "scripts/*/*.py", "bench/*.py", "bench/*.cc",
+                    "scripts/*.sh", "scripts/*/*.py", "bench/*.py", "bench/*.cc", "bench/python/*.py",
                     "tests/models/*.py"):
         for path in glob.glob(os.path.join(ROOT, pattern)):
             with open(path, errors="replace") as f:

@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "planner_process.h"
+#include "torch_job.h"
 #include "worker_process.h"
 
 namespace pipeplan::testing {
@@ -93,53 +94,13 @@ class SnapshotTrainingTest : public ::testing::Test {
 
   // No --snapshot-every: the default (every step) is what is tested.
   std::string CreateJob(int max_steps) {
-    std::vector<std::string> argv = {PIPEPLAN_CLI_BIN,
-                                     "--planner",
-                                     planner_->address(),
-                                     "jobs",
-                                     "create",
-                                     "--graph",
-                                     Path("gpt.json"),
-                                     "--cluster",
-                                     Path("cluster.json"),
-                                     "--ranks",
-                                     "4",
-                                     "--schedule",
-                                     "1F1B",
-                                     "--microbatches",
-                                     "4",
-                                     "--method",
-                                     "dp",
-                                     "--model-package",
-                                     Path("gpt.ptpkg"),
-                                     "--data",
-                                     "tensors:" + Path("gpt_data.pt"),
-                                     "--batch-size",
-                                     "8",
-                                     "--optimizer",
-                                     "adamw",
-                                     "--lr",
-                                     "1e-3",
-                                     "--max-steps",
-                                     absl::StrCat(max_steps),
-                                     "--checkpoint-dir",
-                                     Path("ckpt"),
-                                     "--checkpoint-every",
-                                     "50",
-                                     "--json"};
-    std::string out;
-    EXPECT_EQ(RunCommand(argv, &out, absl::Seconds(120)), 0) << out;
-    v1::Job job;
-    if (!ParseJson(out, &job).ok()) return "";
-    return job.id();
+    return CreateTorchJob(PIPEPLAN_CLI_BIN, planner_->address(), dir_.path(),
+                          {"--max-steps", absl::StrCat(max_steps), "--checkpoint-dir", Path("ckpt"),
+                           "--checkpoint-every", "50"});
   }
 
   std::unique_ptr<WorkerProcess> StartWorker(const std::string& job, int r) {
-    std::vector<std::string> args =
-        WorkerArgs(planner_->address(), job, absl::StrCat("w", r), absl::StrCat("cpu", r));
-    for (const char* a : {"--executor", "torch", "--stage-cache"}) args.push_back(a);
-    args.push_back(Path("stage-cache"));
-    return std::make_unique<WorkerProcess>(dir_.path(), absl::StrCat("w", r), args);
+    return StartTorchWorker(planner_->address(), dir_.path(), job, r, ++started_);
   }
 
   // step -> loss of the single-process reference trainer.
@@ -185,6 +146,7 @@ class SnapshotTrainingTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
 
   TempDir dir_;
+  int started_ = 0;  // numbers the workers' logs
   std::unique_ptr<PlannerProcess> planner_;
   std::unique_ptr<client::PlannerClient> client_;
 };

@@ -136,7 +136,7 @@ TEST(SnapshotStore, KeepsTwoOfEachAndRefusesPastItsLimit) {
 
 // Three ranks, a round after steps 1, 2 and 3: each holds its own state at
 // the last two steps and its predecessor's at step 2 (3 is in flight until
-// the next round or Settle).
+// the next round or Finish).
 TEST(SnapshotExchange, EachRankHoldsItsPredecessorsState) {
   std::vector<std::unique_ptr<SnapshotStore>> stores;
   for (int r = 0; r < 3; ++r) stores.push_back(std::make_unique<SnapshotStore>(1 << 20));
@@ -153,7 +153,9 @@ TEST(SnapshotExchange, EachRankHoldsItsPredecessorsState) {
     }
     const std::string prev = absl::StrCat("p", (r + 2) % 3);
     EXPECT_TRUE(stores[r]->Holds(2, prev));
-    x.Settle();  // the in-memory transport delivers at once
+    // Finish waits for step 3's transfer; Settle would drop it when the
+    // predecessor has not sent it yet (the ranks are threads that race).
+    ASSERT_TRUE(x.Finish().ok());
     EXPECT_EQ(Text(stores[r]->At(3).at(prev)), prev + "@3");
     EXPECT_EQ(Text(stores[r]->At(3).at(absl::StrCat("p", r))), absl::StrCat("p", r, "@3"));
   });

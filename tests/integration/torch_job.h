@@ -1,0 +1,76 @@
+// The four-rank torch job and worker of the elastic and snapshot integration
+// tests: the fixtures' small transformer (gpt.json, gpt.ptpkg, gpt_data.pt
+// and cluster.json in one folder) created with the CLI, 1F1B, 4 microbatches
+// of batch 8, AdamW at 1e-3, and `pipeplan-worker --executor torch`
+// processes sharing one stage cache.
+#ifndef PIPEPLAN_TESTS_INTEGRATION_TORCH_JOB_H_
+#define PIPEPLAN_TESTS_INTEGRATION_TORCH_JOB_H_
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "pipeplan/convert/proto_convert.h"
+#include "planner_process.h"
+#include "worker_process.h"
+
+namespace pipeplan::testing {
+
+// `jobs create` of the job with `extra` flags; the job's id, or "" (with a
+// test failure saying why) when the CLI fails.
+inline std::string CreateTorchJob(const std::string& cli, const std::string& planner,
+                                  const std::string& dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {cli,
+                                   "--planner",
+                                   planner,
+                                   "jobs",
+                                   "create",
+                                   "--graph",
+                                   dir + "/gpt.json",
+                                   "--cluster",
+                                   dir + "/cluster.json",
+                                   "--ranks",
+                                   "4",
+                                   "--schedule",
+                                   "1F1B",
+                                   "--microbatches",
+                                   "4",
+                                   "--method",
+                                   "dp",
+                                   "--model-package",
+                                   dir + "/gpt.ptpkg",
+                                   "--data",
+                                   "tensors:" + dir + "/gpt_data.pt",
+                                   "--batch-size",
+                                   "8",
+                                   "--optimizer",
+                                   "adamw",
+                                   "--lr",
+                                   "1e-3",
+                                   "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::string out;
+  EXPECT_EQ(RunCommand(argv, &out, absl::Seconds(120)), 0) << out;
+  v1::Job job;
+  if (!ParseJson(out, &job).ok()) return "";
+  return job.id();
+}
+
+// Worker `r` of the job as device cpu<r>; `started` numbers its log.
+inline std::unique_ptr<WorkerProcess> StartTorchWorker(const std::string& planner,
+                                                       const std::string& dir,
+                                                       const std::string& job, int r, int started) {
+  std::vector<std::string> args =
+      WorkerArgs(planner, job, absl::StrCat("w", r), absl::StrCat("cpu", r));
+  for (const char* a : {"--executor", "torch", "--stage-cache"}) args.push_back(a);
+  args.push_back(dir + "/stage-cache");
+  return std::make_unique<WorkerProcess>(dir, absl::StrCat("w", r, "-", started), args);
+}
+
+}  // namespace pipeplan::testing
+
+#endif  // PIPEPLAN_TESTS_INTEGRATION_TORCH_JOB_H_
