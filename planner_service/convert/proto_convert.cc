@@ -138,6 +138,44 @@ absl::StatusOr<Precision> PrecisionFromProto(v1::Precision p) {
 }  // namespace
 #pragma GCC diagnostic pop
 
+namespace {
+
+absl::StatusOr<PartitionMethod> MethodFromProto(v1::PartitionMethod method) {
+  switch (method) {
+    case v1::METHOD_AUTO:
+      return PartitionMethod::kAuto;
+    case v1::METHOD_DP:
+      return PartitionMethod::kDp;
+    case v1::METHOD_MILP:
+      return PartitionMethod::kMilp;
+    case v1::METHOD_UNIFORM:
+      return PartitionMethod::kUniform;
+    case v1::METHOD_PARAMS:
+      return PartitionMethod::kParams;
+    case v1::METHOD_TIME:
+      return PartitionMethod::kTime;
+    case v1::METHOD_IDEAL_DP:
+      return PartitionMethod::kIdealDp;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.method ", static_cast<int>(method), " is not a known method"));
+  }
+}
+
+absl::StatusOr<CommModel> CommModelFromProto(v1::CommModel comm) {
+  switch (comm) {
+    case v1::COMM_DIRECT:
+      return CommModel::kDirect;
+    case v1::COMM_RELAY:
+      return CommModel::kRelay;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.comm_model ", static_cast<int>(comm), " is not a known model"));
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
   PlanOptions out{.num_replicas = o.num_replicas(),
                   .max_replicas = o.max_replicas(),
@@ -163,43 +201,8 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
   PIPEPLAN_ASSIGN_OR_RETURN(out.optimizer, OptimizerFromProto(o.optimizer()));
   PIPEPLAN_ASSIGN_OR_RETURN(out.precision, PrecisionFromProto(o.precision()));
-  switch (o.method()) {
-    case v1::METHOD_AUTO:
-      out.method = PartitionMethod::kAuto;
-      break;
-    case v1::METHOD_DP:
-      out.method = PartitionMethod::kDp;
-      break;
-    case v1::METHOD_MILP:
-      out.method = PartitionMethod::kMilp;
-      break;
-    case v1::METHOD_UNIFORM:
-      out.method = PartitionMethod::kUniform;
-      break;
-    case v1::METHOD_PARAMS:
-      out.method = PartitionMethod::kParams;
-      break;
-    case v1::METHOD_TIME:
-      out.method = PartitionMethod::kTime;
-      break;
-    case v1::METHOD_IDEAL_DP:
-      out.method = PartitionMethod::kIdealDp;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.method ", static_cast<int>(o.method()), " is not a known method"));
-  }
-  switch (o.comm_model()) {
-    case v1::COMM_DIRECT:
-      out.comm_model = CommModel::kDirect;
-      break;
-    case v1::COMM_RELAY:
-      out.comm_model = CommModel::kRelay;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.comm_model ", static_cast<int>(o.comm_model()), " is not a known model"));
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(out.method, MethodFromProto(o.method()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model, CommModelFromProto(o.comm_model()));
   return out;
 }
 

@@ -314,6 +314,19 @@ void StepLoop::WaitForVersionAfter(int64_t version) {
   }
 }
 
+void StepLoop::ObserveStep(const StepResult& r, double peak_memory, std::optional<double> loss,
+                           std::optional<double> exposed) {
+  if (!metrics_) return;
+  metrics_->ObserveStep(r.step_seconds);
+  metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
+  metrics_->SetOptimizerSeconds(r.optimizer_seconds);
+  if (exposed) metrics_->SetAllReduceExposedSeconds(*exposed);
+  if (loss) metrics_->SetLoss(*loss);
+  if (active_->samples_per_step > 0 && r.step_seconds > 0) {
+    metrics_->SetSamplesPerSecond(static_cast<double>(active_->samples_per_step) / r.step_seconds);
+  }
+}
+
 absl::Status StepLoop::RunOneStep() {
   absl::StatusOr<StepResult> run;
   {
@@ -344,17 +357,7 @@ absl::Status StepLoop::RunOneStep() {
     unreported_switch_.reset();
   }
   const std::string report_result = reports_.Add(std::move(report));
-  if (metrics_) {
-    metrics_->ObserveStep(r.step_seconds);
-    metrics_->SetStepBreakdown(r.compute_seconds, r.comm_seconds, BubbleRatio(r), peak_memory);
-    metrics_->SetOptimizerSeconds(r.optimizer_seconds);
-    if (exposed) metrics_->SetAllReduceExposedSeconds(*exposed);
-    if (loss) metrics_->SetLoss(*loss);
-    if (active_->samples_per_step > 0 && r.step_seconds > 0) {
-      metrics_->SetSamplesPerSecond(static_cast<double>(active_->samples_per_step) /
-                                    r.step_seconds);
-    }
-  }
+  ObserveStep(r, peak_memory, loss, exposed);
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,
                     " step=", step_, " plan_version=", active_->version, " rank=", active_->rank,
                     " replica=", active_->replica, " seconds=", r.step_seconds, " report=",

@@ -110,6 +110,9 @@ class StepLoop {
   // The boundary where ranks leave: saves the step, then ends this rank's
   // part (true) or drops the running version to wait for the next (false).
   bool Leave(const Boundary& boundary);
+  // The step's figures into the worker's metrics (when it exports any).
+  void ObserveStep(const StepResult& r, double peak_memory, std::optional<double> loss,
+                   std::optional<double> exposed);
   absl::Status RunOneStep();
   bool ReachedMaxSteps() const;
   // NOT_FOUND for a job whose watch ended NOT_FOUND: cancelled (with its
