@@ -105,26 +105,7 @@ class SnapshotTrainingTest : public ::testing::Test {
 
   // step -> loss of the single-process reference trainer.
   std::map<int64_t, double> Reference(int steps) {
-    std::string out;
-    const std::string losses = Path("reference.json");
-    EXPECT_EQ(RunCommand({kPython, Source("client/python/pipeplan_reference_train.py"), "--package",
-                          Path("gpt.ptpkg"), "--data", "tensors:" + Path("gpt_data.pt"),
-                          "--optimizer", "adamw", "--lr", "1e-3", "--batch-size", "8",
-                          "--microbatches", "4", "--steps", absl::StrCat(steps), "--out", losses},
-                         &out, absl::Seconds(300)),
-              0)
-        << out;
-    std::ifstream in(losses);
-    const std::string json((std::istreambuf_iterator<char>(in)), {});
-    std::map<int64_t, double> want;
-    size_t pos = 0;
-    while ((pos = json.find("\"step\":", pos)) != std::string::npos) {
-      const size_t loss = json.find("\"loss\":", pos);
-      if (loss == std::string::npos) break;
-      want[std::stoll(json.substr(pos + 7))] = std::stod(json.substr(loss + 7));
-      pos = loss;
-    }
-    return want;
+    return TorchJobReference(kPython, PIPEPLAN_SOURCE_DIR, dir_.path(), steps);
   }
 
   // Every reported loss (steps run twice included) is the reference's.

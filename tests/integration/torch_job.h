@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +73,34 @@ inline std::unique_ptr<WorkerProcess> StartTorchWorker(const std::string& planne
   for (const char* a : {"--executor", "torch", "--stage-cache"}) args.push_back(a);
   args.push_back(dir + "/stage-cache");
   return std::make_unique<WorkerProcess>(dir, absl::StrCat("w", r, "-", started), args);
+}
+
+// step -> loss of the single-process reference trainer over `steps` steps of
+// the same job (`python` runs `source`/client/python/pipeplan_reference_train.py).
+inline std::map<int64_t, double> TorchJobReference(const std::string& python,
+                                                   const std::string& source,
+                                                   const std::string& dir, int steps) {
+  std::string out;
+  const std::string losses = dir + "/reference.json";
+  EXPECT_EQ(RunCommand({python, source + "/client/python/pipeplan_reference_train.py", "--package",
+                        dir + "/gpt.ptpkg", "--data", "tensors:" + dir + "/gpt_data.pt",
+                        "--optimizer", "adamw", "--lr", "1e-3", "--batch-size", "8",
+                        "--microbatches", "4", "--steps", absl::StrCat(steps), "--out", losses},
+                       &out, absl::Seconds(300)),
+            0)
+      << out;
+  std::ifstream in(losses);
+  const std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::map<int64_t, double> want;
+  // {"losses": [{"step": 0, "loss": ...}, ...]}
+  size_t pos = 0;
+  while ((pos = json.find("\"step\":", pos)) != std::string::npos) {
+    const size_t loss = json.find("\"loss\":", pos);
+    if (loss == std::string::npos) break;
+    want[std::stoll(json.substr(pos + 7))] = std::stod(json.substr(loss + 7));
+    pos = loss;
+  }
+  return want;
 }
 
 }  // namespace pipeplan::testing
