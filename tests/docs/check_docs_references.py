@@ -109,6 +109,20 @@ def path_exists(path, base):
     return True
 
 
+def ignored_top_level():
+    """Top-level folders .gitignore names (/build*/, /out/): a clean clone has none of them, so a
+    doc naming a path under one (out/gpu-check-<time>/) names an output, not a repository file."""
+    names = set()
+    with open(os.path.join(ROOT, ".gitignore")) as f:
+        for line in f:
+            m = re.match(r"^/([^/*]+)\*?/\s*$", line.strip())
+            if m:
+                names |= {e for e in os.listdir(ROOT) if e == m.group(1) or
+                          (line.strip().startswith("/%s*" % m.group(1)) and e.startswith(m.group(1)))}
+                names.add(m.group(1))
+    return names
+
+
 def looks_like_repo_path(token, top_level):
     first = token.split("/", 1)[0]
     return ("/" in token or "." in token) and first in top_level and not token.startswith("-")
@@ -119,7 +133,7 @@ class Checker:
         self.commands = command_table()
         self.scripts = script_flags()
         self.all_flags = set().union(*self.commands.values(), *self.scripts.values())
-        self.top_level = set(os.listdir(ROOT)) - {"build", ".git"}
+        self.top_level = set(os.listdir(ROOT)) - {".git"} - ignored_top_level()
         self.global_values = global_value_flags()
         self.problems = []
 
