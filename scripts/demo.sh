@@ -167,7 +167,7 @@ DATA_PID=$!
 PIDS+=("$DATA_PID")
 say "\$ pipeplan_export.py --model tiny_models:gpt --package model.ptpkg --loss cross_entropy"
 PYTHONPATH=tests/models waitable "$PY" client/python/pipeplan_export.py --model tiny_models:gpt \
-  --out "$RUN/model.json" --package "$RUN/model.ptpkg" --loss cross_entropy \
+  --out "$RUN/model.json" --package "$RUN/model.ptpkg" --loss cross_entropy --quiet \
   > "$RUN/export.log" 2>&1 || fail "the export failed: $(tail -3 "$RUN/export.log")"
 sed 's/^/  /' "$RUN/export.log"
 rc=0

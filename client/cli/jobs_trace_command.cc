@@ -28,25 +28,27 @@
 namespace pipeplan::cli {
 namespace {
 
-// One step's reports, one per rank, and the plan version they ran.
+// One step's reports, one per (replica, rank), and the plan version they ran.
 struct ReportedStep {
   std::vector<StepSample> samples;
   int64_t plan_version = 0;
 };
 
-// The reports of `step` (the latest step every rank of its version reported
-// when `step` < 0), one per rank: a re-run step keeps its last run.
+// The reports of `step` (the latest step every worker of its version
+// reported when `step` < 0), one per (replica, rank): a re-run step keeps
+// its last run.
 absl::StatusOr<ReportedStep> StepOf(const v1::ListStepReportsResponse& reports, int64_t step) {
-  std::map<int64_t, std::map<int, const v1::ReportStepRequest*>> by_step;
-  std::map<int64_t, std::set<int>> ranks_of_version;
+  using Worker = std::pair<int, int>;  // (replica, rank)
+  std::map<int64_t, std::map<Worker, const v1::ReportStepRequest*>> by_step;
+  std::map<int64_t, std::set<Worker>> workers_of_version;
   for (const v1::ReportStepRequest& r : reports.reports()) {  // oldest first
-    by_step[r.step()][r.rank()] = &r;
-    ranks_of_version[r.plan_version()].insert(r.rank());
+    by_step[r.step()][{r.replica(), r.rank()}] = &r;
+    workers_of_version[r.plan_version()].insert({r.replica(), r.rank()});
   }
   if (step < 0) {
     for (auto it = by_step.rbegin(); it != by_step.rend() && step < 0; ++it) {
       const int64_t version = it->second.begin()->second->plan_version();
-      if (it->second.size() == ranks_of_version[version].size()) step = it->first;
+      if (it->second.size() == workers_of_version[version].size()) step = it->first;
     }
   }
   auto it = by_step.find(step);
@@ -56,7 +58,7 @@ absl::StatusOr<ReportedStep> StepOf(const v1::ListStepReportsResponse& reports, 
   }
   ReportedStep out;
   out.plan_version = it->second.begin()->second->plan_version();
-  for (const auto& [rank, r] : it->second) out.samples.push_back(StepSampleFromProto(*r, ""));
+  for (const auto& [worker, r] : it->second) out.samples.push_back(StepSampleFromProto(*r, ""));
   return out;
 }
 
@@ -85,18 +87,40 @@ absl::Status JobsTrace(const CommandContext& ctx) {
   PIPEPLAN_ASSIGN_OR_RETURN(ReportedStep reported, StepOf(reports, step));
   const std::vector<StepSample>& samples = reported.samples;
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<TraceSpan> spans, SpansOfReports(samples));
-  const int ranks = static_cast<int>(samples.size());
+  int ranks = 0;
+  for (const StepSample& s : samples) ranks = std::max(ranks, s.rank + 1);
   if (path) {
     PIPEPLAN_RETURN_IF_ERROR(WriteTextFile(
         *path, FormatChromeTrace(
                    spans, ranks,
                    absl::StrCat("measured: job ", ctx.args[0], " step ", samples.front().step))));
-    std::cout << "wrote step " << samples.front().step << " (" << ranks << " ranks, "
-              << spans.size() << " actions) to " << *path << "\n";
+    std::cout << "wrote step " << samples.front().step << " (" << samples.size()
+              << " workers: " << ranks << " ranks x " << samples.size() / std::max(1, ranks)
+              << " replicas, " << spans.size() << " actions) to " << *path << "\n";
   }
   if (svg) PIPEPLAN_RETURN_IF_ERROR(WriteStepSvg(*c, ctx.args[0], reported, *svg));
   if (ctx.flags.Has("ascii")) std::cout << FormatGantt(spans, ranks, 100);
   return absl::OkStatus();
+}
+
+// The measured step as one panel, or one per data-parallel replica (each a
+// pipeline of its own: the predicted panel below is every replica's).
+std::vector<TimelinePanel> MeasuredPanels(int64_t step, std::vector<TraceSpan> measured,
+                                          int ranks) {
+  int replicas = 1;
+  double seconds = 0;
+  for (const TraceSpan& s : measured) {
+    replicas = std::max(replicas, s.replica + 1);
+    seconds = std::max(seconds, s.end);
+  }
+  std::vector<TimelinePanel> out(replicas);
+  for (int q = 0; q < replicas; ++q) {
+    out[q].label = absl::StrFormat("measured: step %d, %s%s", step, HumanSeconds(seconds),
+                                   replicas > 1 ? absl::StrFormat(", replica %d", q) : "");
+    out[q].num_ranks = ranks;
+  }
+  for (TraceSpan& s : measured) out[s.replica].spans.push_back(std::move(s));
+  return out;
 }
 
 }  // namespace
@@ -106,16 +130,14 @@ absl::StatusOr<std::string> StepTraceSvg(const std::string& job, std::span<const
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<TraceSpan> measured, SpansOfReports(step));
   PIPEPLAN_ASSIGN_OR_RETURN(Scenario sc, ScenarioFromPlan(plan));
   PIPEPLAN_ASSIGN_OR_RETURN(SimulatedScenario predicted, SimulateScenario(sc, true));
-  double measured_seconds = 0;
-  for (const TraceSpan& s : measured) measured_seconds = std::max(measured_seconds, s.end);
-  const int ranks = predicted.lowered.num_ranks;
+  int ranks = predicted.lowered.num_ranks;
+  for (const StepSample& s : step) ranks = std::max(ranks, s.rank + 1);
   const int64_t step_number = step.empty() ? 0 : step.front().step;
-  const TimelinePanel panels[] = {
-      {absl::StrFormat("measured: step %d, %s", step_number, HumanSeconds(measured_seconds)),
-       std::move(measured), std::max(ranks, static_cast<int>(step.size()))},
+  std::vector<TimelinePanel> panels = MeasuredPanels(step_number, std::move(measured), ranks);
+  panels.push_back(
       {absl::StrFormat("predicted by plan version %d: %s, bubble %.1f%%", plan_version,
                        HumanSeconds(predicted.sim.step_seconds), 100 * predicted.sim.bubble_ratio),
-       SpansOfSimulation(predicted.sim), ranks}};
+       SpansOfSimulation(predicted.sim), predicted.lowered.num_ranks});
   return TimelineSvg(
       absl::StrFormat("job %s, step %d: measured vs predicted (%s, %d microbatches)", job,
                       step_number, ScheduleDisplayName(plan.schedule()), plan.microbatches()),

@@ -372,7 +372,7 @@ def compile_stages(package, node_stage, microbatch_size):
     manifest = {"format": FORMAT, "package_digest": package.manifest["digest"],
                 "assignment_digest": assignment_digest(node_stage),
                 "microbatch_size": microbatch_size, "num_stages": num_stages,
-                "stages": entries}
+                "compiler": compiler_digest(), "stages": entries}
     return manifest, modules
 
 
@@ -383,6 +383,22 @@ def _output_leaves(plan):
     if not isinstance(spec, TensorSpec):
         raise CompileError("the model's output must be one tensor")
     return [(value, (), value.name, spec)]
+
+
+def compiler_digest():
+    """sha256 of this script, the pipeplan package beside it and torch's version:
+    stages an older compiler wrote (before dropout was seeded, say) are not reused."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.abspath(__file__)]
+    for root, dirs, names in os.walk(os.path.join(here, "pipeplan")):
+        dirs.sort()
+        files += sorted(os.path.join(root, n) for n in names if n.endswith(".py"))
+    h = hashlib.sha256(torch.__version__.encode())
+    for path in files:
+        h.update(os.path.relpath(path, here).encode() + b"\n")
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
 
 
 def _is_complete(out, digest, assignment, microbatch_size):
@@ -396,6 +412,7 @@ def _is_complete(out, digest, assignment, microbatch_size):
             and have.get("package_digest") == digest
             and have.get("assignment_digest") == assignment
             and have.get("microbatch_size") == microbatch_size
+            and have.get("compiler") == compiler_digest()
             and isinstance(have.get("stages"), list)
             and all(isinstance(st, dict) and
                     os.path.isfile(os.path.join(out, str(st.get("file"))))

@@ -10,6 +10,7 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
                .step = r.step(),
                .timings = {},
                .rank = r.rank(),
+               .replica = r.replica(),
                .start_unix_us = r.start_unix_us(),
                .step_seconds = r.step_seconds(),
                .compute_seconds = r.compute_seconds(),

@@ -34,17 +34,37 @@ char GanttLetter(schedule::ActionType type) {
   }
 }
 
+// Ranks per replica (at least `num_ranks`, more when a span names a higher
+// rank) and replicas (1 unless a measured span names another).
+struct Lanes {
+  int ranks = 0;
+  int replicas = 1;
+};
+
+Lanes LanesOf(std::span<const TraceSpan> spans, int num_ranks) {
+  Lanes out{.ranks = num_ranks};
+  for (const TraceSpan& s : spans) {
+    out.ranks = std::max(out.ranks, s.rank + 1);
+    out.replicas = std::max(out.replicas, s.replica + 1);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatChromeTrace(std::span<const TraceSpan> spans, int num_ranks,
                               std::string_view title) {
   std::string events;
-  int ranks = num_ranks;
-  for (const TraceSpan& s : spans) ranks = std::max(ranks, s.rank + 1);
-  for (int r = 0; r < ranks; ++r) {
-    AppendMetadata(&events, r, 0, "process_name", absl::StrCat("rank ", r));
-    AppendMetadata(&events, r, 0, "thread_name", "compute");
-    AppendMetadata(&events, r, 1, "thread_name", "comm");
+  const Lanes lanes = LanesOf(spans, num_ranks);
+  for (int q = 0; q < lanes.replicas; ++q) {
+    for (int r = 0; r < lanes.ranks; ++r) {
+      const int pid = q * lanes.ranks + r;
+      AppendMetadata(
+          &events, pid, 0, "process_name",
+          lanes.replicas > 1 ? absl::StrCat("replica ", q, " rank ", r) : absl::StrCat("rank ", r));
+      AppendMetadata(&events, pid, 0, "thread_name", "compute");
+      AppendMetadata(&events, pid, 1, "thread_name", "comm");
+    }
   }
   for (const TraceSpan& s : spans) {
     const bool compute = schedule::IsCompute(s.action.type);
@@ -52,7 +72,7 @@ std::string FormatChromeTrace(std::span<const TraceSpan> spans, int num_ranks,
         &events,
         ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":%s,\"cat\":\"%s\",\"ts\":%.3f,"
         "\"dur\":%.3f,\"args\":{\"stage\":%d,\"microbatch\":%d}}",
-        s.rank, compute ? 0 : 1, JsonString(SpanName(s.action)),
+        SpanLane(s, lanes.ranks), compute ? 0 : 1, JsonString(SpanName(s.action)),
         std::string(schedule::ActionTypeName(s.action.type)), s.start * 1e6,
         std::max(0.0, s.end - s.start) * 1e6, static_cast<int>(s.action.stage),
         s.action.microbatch);
@@ -72,17 +92,24 @@ std::string FormatGantt(std::span<const TraceSpan> spans, int num_ranks, int wid
     any = true;
   }
   const double span = t1 > t0 ? t1 - t0 : 1;
-  std::vector<std::string> rows(std::max(0, num_ranks), std::string(width, '.'));
+  int replicas = 1;
+  for (const TraceSpan& s : spans) replicas = std::max(replicas, s.replica + 1);
+  num_ranks = std::max(0, num_ranks);
+  std::vector<std::string> rows(replicas * num_ranks, std::string(width, '.'));
   for (const TraceSpan& s : spans) {
     if (!schedule::IsCompute(s.action.type) || s.rank < 0 || s.rank >= num_ranks) continue;
     const int a = static_cast<int>(std::floor((s.start - t0) / span * width));
     const int b = static_cast<int>(std::ceil((s.end - t0) / span * width));
     for (int c = std::max(0, a); c < std::min(width, std::max(b, a + 1)); ++c) {
-      rows[s.rank][c] = GanttLetter(s.action.type);
+      rows[SpanLane(s, num_ranks)][c] = GanttLetter(s.action.type);
     }
   }
   std::string out;
-  for (int r = 0; r < num_ranks; ++r) absl::StrAppendFormat(&out, "rank %2d |%s|\n", r, rows[r]);
+  for (int lane = 0; lane < static_cast<int>(rows.size()); ++lane) {
+    const std::string name =
+        replicas > 1 ? absl::StrFormat("q%d ", lane / num_ranks) : std::string();
+    absl::StrAppendFormat(&out, "%srank %2d |%s|\n", name, lane % num_ranks, rows[lane]);
+  }
   absl::StrAppendFormat(&out, "        0%*s\n", width, absl::StrFormat("%.4g s", span));
   return out;
 }

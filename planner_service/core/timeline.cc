@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/status_macros.h"
@@ -31,15 +33,15 @@ std::vector<TraceSpan> SpansOfSimulation(const schedule::SimulationResult& resul
 
 absl::StatusOr<std::vector<TraceSpan>> SpansOfReports(std::span<const StepSample> step) {
   int64_t origin = INT64_MAX;
-  std::set<int> ranks;
+  std::set<std::pair<int, int>> workers;  // (replica, rank)
   for (const StepSample& r : step) {
     if (r.rank < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("report of worker ", r.worker_id, " step ", r.step, " has no rank"));
     }
-    if (!ranks.insert(r.rank).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("two reports of rank ", r.rank, " for step ", r.step));
+    if (!workers.insert({r.replica, r.rank}).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two reports of replica ", r.replica, " rank ",
+                                                     r.rank, " for step ", r.step));
     }
     origin = std::min(origin, r.start_unix_us);
   }
@@ -49,7 +51,8 @@ absl::StatusOr<std::vector<TraceSpan>> SpansOfReports(std::span<const StepSample
     for (const TimingSample& t : r.timings) {
       PIPEPLAN_ASSIGN_OR_RETURN(std::optional<schedule::Action> a, schedule::ParseAction(t.action));
       if (!a) continue;
-      TraceSpan span{r.rank, *a, offset + t.start_seconds, offset + t.start_seconds + t.seconds};
+      TraceSpan span{r.rank, *a, offset + t.start_seconds, offset + t.start_seconds + t.seconds,
+                     r.replica};
       if (!schedule::IsCompute(a->type) && t.post_unix_us > 0 && t.complete_unix_us > 0) {
         span.start = static_cast<double>(t.post_unix_us - origin) * 1e-6;
         span.end = static_cast<double>(t.complete_unix_us - origin) * 1e-6;
@@ -58,7 +61,7 @@ absl::StatusOr<std::vector<TraceSpan>> SpansOfReports(std::span<const StepSample
     }
   }
   std::stable_sort(out.begin(), out.end(), [](const TraceSpan& a, const TraceSpan& b) {
-    return a.rank != b.rank ? a.rank < b.rank : a.start < b.start;
+    return std::tie(a.replica, a.rank, a.start) < std::tie(b.replica, b.rank, b.start);
   });
   return out;
 }

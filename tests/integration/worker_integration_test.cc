@@ -159,13 +159,17 @@ TEST(WorkerIntegration, TwoReplicasOfTwoRanksRunTogether) {
   for (auto& w : c.workers) ASSERT_EQ(w->Wait(absl::Seconds(60)), 0) << w->Output();
   auto by_worker = ReportsByWorker(c);
   ASSERT_EQ(by_worker.size(), 4u);
+  std::set<std::pair<int, int>> reported;  // (replica, rank): jobs trace keeps them apart
   for (auto& [id, reports] : by_worker) {
     ASSERT_EQ(reports.size(), 4u) << id;
     for (const auto& r : reports) {
       EXPECT_EQ(r.timings_size(), 16) << id;  // each replica runs the whole 1F1B program
       EXPECT_GT(r.step_seconds(), 0) << id;
+      EXPECT_EQ(r.replica(), reports.front().replica()) << id;
     }
+    reported.insert({reports.front().replica(), reports.front().rank()});
   }
+  EXPECT_EQ(reported, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
   for (int i = 0; i < 4; ++i) {
     const auto replica = c.workers[i]->Values("plan_switch", "replica");
     const auto rank = c.workers[i]->Values("plan_switch", "rank");

@@ -287,6 +287,33 @@ TEST(JobsTraceSvgTest, MeasuredAbovePredictedWithOneBoxPerReportedAction) {
   EXPECT_TRUE(absl::StartsWith(labels[2]->text, "predicted by plan version 3"));
 }
 
+// With data-parallel replicas every replica's pipeline is a measured panel
+// of its own (before, the reports of one rank folded into one lane).
+TEST(JobsTraceSvgTest, OneMeasuredPanelPerReplica) {
+  const v1::Plan plan = PlanOfGpt1k();
+  std::vector<StepSample> step = MeasuredStep(plan);
+  std::vector<StepSample> second = step;
+  for (StepSample& s : second) {
+    s.replica = 1;
+    s.timings.pop_back();  // replica 1 reports one action less on every rank
+  }
+  step.insert(step.end(), second.begin(), second.end());
+  absl::StatusOr<std::string> text = StepTraceSvg("7", step, plan, 2);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const XmlElement svg = ParseSvg(*text);
+  std::vector<int> replica0, replica1;
+  for (const StepSample& s : step) {
+    (s.replica == 0 ? replica0 : replica1).push_back(static_cast<int>(s.timings.size()));
+  }
+  EXPECT_EQ(BoxesPerLane(svg),
+            (std::vector<std::vector<int>>{replica0, replica1, ActionsPerRank(plan)}));
+  auto labels = svg.FindAll(
+      [](const XmlElement& e) { return e.name == "text" && e.Attr("font-weight") == "bold"; });
+  ASSERT_GE(labels.size(), 4u);
+  EXPECT_TRUE(absl::StrContains(labels[1]->text, "replica 0"));
+  EXPECT_TRUE(absl::StrContains(labels[2]->text, "replica 1"));
+}
+
 // rsvg-convert on PATH, or "".
 std::string Rsvg() {
   const char* path = std::getenv("PATH");

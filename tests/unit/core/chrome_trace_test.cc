@@ -2,11 +2,13 @@
 // rank and every action once; measured reports turn into the same spans.
 #include "pipeplan/core/chrome_trace.h"
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
@@ -94,6 +96,37 @@ TEST(ChromeTrace, MeasuredSpansFollowWallClock) {
   r0.rank = 1;
   const std::vector<StepSample> twice = {r0, r1};
   EXPECT_EQ(SpansOfReports(twice).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Two data-parallel replicas report the same ranks: each (replica, rank) is
+// a lane of its own, in the trace and in the Gantt picture.
+TEST(ChromeTrace, ReplicasAreLanesOfTheirOwn) {
+  std::vector<StepSample> step;
+  for (int q = 0; q < 2; ++q) {
+    for (int r = 0; r < 2; ++r) {
+      StepSample s{.worker_id = absl::StrCat("w", q, r), .step = 5, .timings = {}, .rank = r};
+      s.replica = q;
+      s.start_unix_us = 1'000'000;
+      s.timings.push_back({.action = absl::StrCat(r, "F0"),
+                           .seconds = 0.001 * (q + 1),
+                           .start_seconds = 0.001 * r});
+      step.push_back(s);
+    }
+  }
+  auto spans = SpansOfReports(step);
+  ASSERT_TRUE(spans.ok()) << spans.status();
+  ASSERT_EQ(spans->size(), 4u);
+  EXPECT_EQ((*spans)[2].replica, 1);
+  EXPECT_EQ(SpanLane((*spans)[3], 2), 3);
+  const std::string json = FormatChromeTrace(*spans, 2, "replicas");
+  EXPECT_NE(json.find("\"replica 1 rank 0\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"pid\":3"), std::string::npos) << json;
+  const std::string gantt = FormatGantt(*spans, 2, 20);
+  EXPECT_NE(gantt.find("q1 rank  1 |"), std::string::npos) << gantt;
+  EXPECT_EQ(std::count(gantt.begin(), gantt.end(), '\n'), 5) << gantt;  // 4 lanes + axis
+
+  step[3].replica = 0;  // two reports of replica 0 rank 1
+  EXPECT_EQ(SpansOfReports(step).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

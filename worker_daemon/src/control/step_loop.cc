@@ -349,6 +349,7 @@ absl::Status StepLoop::RunOneStep() {
   const double peak_memory = active_->executor->PeakMemoryBytes();
   v1::ReportStepRequest report = MakeStepReport(options_, active_->version, r, peak_memory, loss);
   report.set_peak_memory_source(active_->executor->PeakMemorySource());
+  report.set_replica(active_->replica);
   const std::optional<double> exposed = active_->executor->LastExposedAllReduceSeconds();
   if (exposed) report.set_allreduce_exposed_seconds(*exposed);
   if (unreported_switch_) {

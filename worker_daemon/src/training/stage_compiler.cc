@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -95,11 +98,30 @@ absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Dura
 
 }  // namespace
 
+uint64_t CompilerFingerprint(const std::string& script) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files = {script};
+  std::error_code ec;
+  const fs::path package = fs::path(script).parent_path() / "pipeplan";
+  for (fs::recursive_directory_iterator it(package, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().extension() == ".py") files.push_back(it->path());
+  }
+  std::sort(files.begin() + 1, files.end());
+  std::string bytes;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return 0;
+    absl::StrAppend(&bytes, f.lexically_relative(package.parent_path()).string(), "\n",
+                    std::string(std::istreambuf_iterator<char>(in), {}), "\n");
+  }
+  return Fnv1a(bytes);
+}
+
 std::string CompiledStagesDir(const StageCompileRequest& r) {
-  const std::string assignment =
-      absl::StrCat(absl::StrJoin(r.node_stage, ","), "/", r.microbatch_size);
+  const std::string key = absl::StrCat(absl::StrJoin(r.node_stage, ","), "/", r.microbatch_size,
+                                       "/", CompilerFingerprint(r.script));
   return absl::StrFormat("%s/%s-%016x-mb%d", r.cache_dir, r.package_digest.substr(0, 16),
-                         Fnv1a(assignment), r.microbatch_size);
+                         Fnv1a(key), r.microbatch_size);
 }
 
 absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {

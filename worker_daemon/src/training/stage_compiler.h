@@ -4,9 +4,13 @@
 // replan needs new ones. The worker runs the Python stage compiler
 // (client/python/pipeplan_stage_compile.py) as a subprocess — the C++ side
 // never embeds Python — into a cache directory keyed by (package digest,
-// assignment, microbatch size), so the ranks of one host compile once and a
-// return to an earlier plan costs nothing. The compiler writes atomically; a
-// directory with a stages.json is complete.
+// assignment, microbatch size, compiler), so the ranks of one host compile
+// once and a return to an earlier plan costs nothing. "Compiler" is the
+// bytes of the compiler script and of the pipeplan Python package beside it
+// (its seeding of random operators, its tracer): stages an older compiler
+// wrote (say, before dropout was seeded) are never reused by a newer one.
+// The compiler writes atomically; a directory with a stages.json is
+// complete.
 #ifndef PIPEPLAN_WORKER_STAGE_COMPILER_H_
 #define PIPEPLAN_WORKER_STAGE_COMPILER_H_
 
@@ -38,6 +42,11 @@ struct StageCompileRequest {
 
 // The cache directory this request compiles into.
 std::string CompiledStagesDir(const StageCompileRequest& request);
+
+// FNV-1a over the bytes of `script` and of every .py file below the
+// `pipeplan` folder beside it, in path order (0 for files that cannot be
+// read: such a compiler fails at once when run). Part of the cache key.
+uint64_t CompilerFingerprint(const std::string& script);
 
 // Returns CompiledStagesDir(request) once it holds complete stages (at once
 // on a cache hit). INVALID_ARGUMENT when the compiler rejects its input

@@ -16,6 +16,7 @@ from pipeplan.export.errors import ExportError
 from pipeplan.export.examples import BUILTINS, builtin
 from pipeplan.export.graph_export import export, write_graph
 from pipeplan.export.inputs import DTYPES, example_tensor, inputs_from_specs
+from pipeplan.progress import Progress
 
 
 def _load(spec):
@@ -92,6 +93,9 @@ def _parser():
     parser.add_argument("--real-forward", action="store_true",
                         help="get shapes by running the model on the example inputs "
                              "(slow, memory of a real forward) instead of fake tensors")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (by default each phase prints a line; "
+                             "on a terminal one live line with nodes done and seconds)")
     return parser
 
 
@@ -104,12 +108,14 @@ def main(argv=None):
         module, inputs = _load(args.model)
     try:
         inputs = _inputs_from_args(args, module, inputs)
-        graph = export(module, inputs, name=args.name or args.model,
-                       batch_size=args.batch_size, leaf_modules=args.leaf_module,
-                       leaf_names=args.leaf_name, default_leaves=not args.no_default_leaves,
-                       transformer_layers_as_leaves=args.transformer_layers_as_leaves,
-                       package=args.package, loss=args.loss,
-                       real_forward=args.real_forward)
+        with Progress("pipeplan_export", enabled=not args.quiet) as progress:
+            graph = export(module, inputs, name=args.name or args.model,
+                           batch_size=args.batch_size, leaf_modules=args.leaf_module,
+                           leaf_names=args.leaf_name,
+                           default_leaves=not args.no_default_leaves,
+                           transformer_layers_as_leaves=args.transformer_layers_as_leaves,
+                           package=args.package, loss=args.loss,
+                           real_forward=args.real_forward, progress=progress)
     except (ExportError, ValueError) as e:  # package.PackageError is a ValueError
         print("pipeplan_export: %s" % e, file=sys.stderr)
         return 2

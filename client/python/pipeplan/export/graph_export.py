@@ -43,6 +43,7 @@ from pipeplan.export.package import get_attr, write_package
 from pipeplan.export.propagation import propagate
 from pipeplan.export.tensor_meta import node_meta, tensor_args, tensor_bytes
 from pipeplan.export.tracer import trace
+from pipeplan.progress import quiet
 
 ACT_NONE = 1.0  # activation_bytes meaning "saves nothing" (0 would mean output_bytes)
 WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would mean 0.5)
@@ -50,7 +51,7 @@ WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would me
 
 def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
            leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
-           package=None, loss=None, real_forward=False):
+           package=None, loss=None, real_forward=False, progress=None):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
@@ -62,19 +63,24 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     (package.write_package, docs/model-package.md) with default loss `loss`.
     Shapes come from fake tensors (see propagate); `real_forward` runs the model on
     the example inputs instead. Only the inputs' shapes and dtypes matter.
+    `progress` (pipeplan.progress.Progress) reports each phase; default silent.
     """
+    progress = progress or quiet()
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    gm = trace(module, leaf_modules, leaf_names, default_leaves,
-               transformer_layers_as_leaves)
+    with progress.phase("tracing"):
+        gm = trace(module, leaf_modules, leaf_names, default_leaves,
+                   transformer_layers_as_leaves)
     count = {n.target for n in gm.graph.nodes
              if n.op == "call_module" and needs_counting(gm.get_submodule(n.target))}
-    propagate(gm, example_inputs, count, real_forward)
+    with progress.phase("shapes", total=len(gm.graph.nodes)) as phase:
+        propagate(gm, example_inputs, count, real_forward, phase)
     if batch_size is None:
         batch_size = _example_batch(example_inputs)
     fx_nodes = [n for n in gm.graph.nodes if n.op != "output"]
-    info, charged = _node_costs(gm, fx_nodes, _param_names(module))
+    with progress.phase("costs", total=len(fx_nodes)) as phase:
+        info, charged = _node_costs(gm, fx_nodes, _param_names(module), phase)
     nodes, edges = _nodes_and_edges(fx_nodes, info, charged)
     graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
     # Bytes per element of the model's floating-point parameters: the memory
@@ -83,7 +89,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     if element != 4:
         graph["element_bytes"] = element
     if package is not None:
-        write_package(gm, graph, example_inputs, package, loss)
+        with progress.phase("package (reload check, parameters)"):
+            write_package(gm, graph, example_inputs, package, loss)
     return graph
 
 
@@ -100,7 +107,7 @@ def _param_names(module):
     return {id(p): name for name, p in module.named_parameters()}
 
 
-def _node_costs(gm, fx_nodes, canonical):
+def _node_costs(gm, fx_nodes, canonical, phase):
     """({node: kind, flops, extra saved bytes, param_bytes, param_key}, the set of
     nodes whose output some consumer keeps for backward)."""
     modules = dict(gm.named_modules())
@@ -122,6 +129,7 @@ def _node_costs(gm, fx_nodes, canonical):
         _charge_saved(node, saves, charged)
         info[node] = dict(kind=kind, flops=flops, extra=extra, param_bytes=param_bytes,
                           param_key="+".join(names))
+        phase.advance()
     return info, charged
 
 

@@ -70,9 +70,10 @@ class _CostProp(torch.fx.Interpreter):
     produces (`tensor_meta`, as ShapeProp does) and, for the call_module nodes in
     `count`, the matmul / conv / softmax flops counted while running it."""
 
-    def __init__(self, gm, count):
+    def __init__(self, gm, count, phase):
         super().__init__(gm)
         self.count = count
+        self.phase = phase
 
     def run_node(self, n):
         try:
@@ -93,6 +94,8 @@ class _CostProp(torch.fx.Interpreter):
                 return _extract_tensor_metadata(obj)
             return obj
 
+        if self.phase is not None:
+            self.phase.advance()
         meta = map_aggregate(result, extract)
         if found:
             n.meta["tensor_meta"] = meta
@@ -106,7 +109,7 @@ def _clear_meta(gm):
             node.meta.pop(key, None)
 
 
-def propagate(gm, example_inputs, count=(), real_forward=False):
+def propagate(gm, example_inputs, count=(), real_forward=False, phase=None):
     """Records every node's output shape and dtype (node.meta["tensor_meta"]) and the
     counted flops of the call_module nodes in `count`; returns the graph's output (a
     fake tensor unless the model ran for real).
@@ -116,19 +119,22 @@ def propagate(gm, example_inputs, count=(), real_forward=False):
     takes seconds. Models whose code needs tensor values (`.item()`, data-dependent
     output shapes) or ops without a fake implementation are run for real on the
     example inputs instead, with a warning; `real_forward` always runs them for real.
-    Raises ExportError naming the node that failed.
+    Raises ExportError naming the node that failed. `phase` (a pipeplan.progress
+    phase, optional) advances once per node run.
     """
     _clear_meta(gm)
     fake_error = None
     if not real_forward:
         try:
             with torch.no_grad(), _NonFakeInputsAsFake():
-                return _CostProp(gm, set(count)).run(*example_inputs)
+                return _CostProp(gm, set(count), phase).run(*example_inputs)
         except ExportError as e:
             fake_error = e
         _clear_meta(gm)
+    if phase is not None and fake_error is not None:
+        phase.restart("shapes (running the model for real)")
     with torch.no_grad():
-        result = _CostProp(gm, set(count)).run(*example_inputs)
+        result = _CostProp(gm, set(count), phase).run(*example_inputs)
     if fake_error is not None:  # the model runs for real: the fake error was not its fault
         reason = str(fake_error).strip().splitlines()[0]
         warnings.warn("pipeplan_export: shapes from fake tensors failed (%s); ran the model on "

@@ -65,6 +65,7 @@ struct StepSample {
   // Optional (link calibration, measured metrics): the worker's rank, the
   // step's wall-clock start and its measured breakdown.
   int rank = -1;
+  int replica = 0;  // the data-parallel replica whose `rank` ran the step
   int64_t start_unix_us = 0;
   double step_seconds = 0;
   double compute_seconds = 0;

@@ -1,13 +1,16 @@
 // Timelines as Chrome trace JSON (the format chrome://tracing and Perfetto
 // open), and as a terminal Gantt picture.
 //
-// FormatChromeTrace: one process per rank ("rank 0", ...) with two threads,
+// FormatChromeTrace: one process per rank ("rank 0", ...; with measured
+// spans of several data-parallel replicas one per (replica, rank), "replica
+// 1 rank 0", replica-major) with two threads,
 // "compute" and "comm"; every span is a complete event ("ph": "X") named
 // like "F s3 mb5" with category = the action type, times in microseconds.
 // `simulate --trace` (predicted) and `jobs trace` (measured) both write it,
 // so the two files compare side by side.
 //
-// FormatGantt: one row per rank, `width` columns spanning the step; a
+// FormatGantt: one row per rank (per (replica, rank), "q1 rank 0", with
+// several replicas), `width` columns spanning the step; a
 // column shows the compute action type running there (F, I, W, B, or O for
 // an overlapped F+B) and '.' when the rank computes nothing.
 //

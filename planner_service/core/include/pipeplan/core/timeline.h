@@ -28,7 +28,14 @@ struct TraceSpan {
   schedule::Action action;
   double start = 0;  // seconds
   double end = 0;
+  // The data-parallel replica of a measured span (reports carry it); 0 for
+  // simulated spans, which are replica 0's.
+  int replica = 0;
 };
+
+// Lane of a span in a picture of `num_ranks` ranks per replica: replica 0's
+// ranks first, then replica 1's, ...
+inline int SpanLane(const TraceSpan& s, int num_ranks) { return s.replica * num_ranks + s.rank; }
 
 // "F s3 mb5", "SEND_B s1 mb0": the span's display name.
 std::string SpanName(const schedule::Action& action);
@@ -36,10 +43,11 @@ std::string SpanName(const schedule::Action& action);
 // The simulator's timeline (SimulateOptions::record_timeline) as spans.
 std::vector<TraceSpan> SpansOfSimulation(const schedule::SimulationResult& result);
 
-// One step's reports (one per rank, with rank, start_unix_us and per-action
-// start_seconds; SEND/RECV with post/complete times) as spans, ordered by
-// rank then start. INVALID_ARGUMENT for an action that does not parse, a
-// report without a rank, or two reports of one rank.
+// One step's reports (one per (replica, rank), with rank, start_unix_us and
+// per-action start_seconds; SEND/RECV with post/complete times) as spans,
+// ordered by replica, rank, then start. INVALID_ARGUMENT for an action that
+// does not parse, a report without a rank, or two reports of one (replica,
+// rank).
 absl::StatusOr<std::vector<TraceSpan>> SpansOfReports(std::span<const StepSample> step);
 
 }  // namespace pipeplan
