@@ -13,7 +13,7 @@
 # version 2 -> train to the end -> the plan versions, the plan, the loss curve
 # and predicted against measured step time per version.
 #
-# Everything lands in out/demo-<timestamp>/ (printed at the start): the
+# Everything lands in out/demo-<timestamp>/ (printed at the start; DEMO_OUT): the
 # planner's and workers' logs, model.json and model.ptpkg/, plan-v1.txt,
 # plan-v2.txt, losses.csv, reports.json, versions.json, job.json.
 # Every wait is bounded; any failed phase (a process that died, no step
@@ -22,7 +22,8 @@
 # and only those.
 #
 # Environment: DEMO_STEPS (240), DEMO_REPLAN_AT (10), BUILD (./build; another
-# build dir must exist already: setup.sh builds ./build),
+# build dir must exist already: setup.sh builds ./build), DEMO_OUT (out: the
+# folder the run folder goes in; the test suite's demo_test uses its own),
 # CI=true for plain progress lines (also when stdout is not a terminal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,7 +130,7 @@ else
   say "$BUILD/ is up to date"
 fi
 
-RUN=out/demo-$(date +%Y%m%d-%H%M%S)
+RUN=${DEMO_OUT:-out}/demo-$(date +%Y%m%d-%H%M%S)
 [[ -e $RUN ]] && RUN=$RUN-$$
 mkdir -p "$RUN"
 RUN=$(cd "$RUN" && pwd)
