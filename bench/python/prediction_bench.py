@@ -46,6 +46,8 @@ import time  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# The generated pipeplan.v1 modules (for --dump), before pipeplan is imported.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "build", "python"))
 
 import fidelity_bench  # noqa: E402
 import train_bench  # noqa: E402
@@ -116,7 +118,21 @@ def version_row(planner, job, version):
     return dict(row, under_p90=under, counted=len(steps))
 
 
-def torch_rows(planner, name, work, steps):
+def dump_job(planner, job, path):
+    """Writes the job's step reports (action timings included) and every
+    plan version as JSON, for comparing predicted with measured per action."""
+    from google.protobuf import json_format
+    from pipeplan.client import Client
+    with Client(planner.address) as c:
+        reports = [json_format.MessageToDict(r) for r in c.step_reports(job)]
+        plans = []
+        for v in cli(planner, "jobs", "versions", job):
+            plans.append(json_format.MessageToDict(c.get_plan(job, int(v["version"]))))
+    with open(path, "w") as f:
+        json.dump({"reports": reports, "plans": plans}, f)
+
+
+def torch_rows(planner, name, work, steps, dump=None):
     fx = dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
               loss=train_bench.make_fixtures.LOSS[name])
     cluster = os.path.join(work, "cluster4.json")
@@ -133,6 +149,8 @@ def torch_rows(planner, name, work, steps):
             version = switch(planner, job, label, options, steps, workers)
             rows.append((name, label, version_row(planner, job, version)))
             switch(planner, job, "back to A", PLAN_A[1], steps, workers)
+        if dump:
+            dump_job(planner, job, os.path.join(dump, name + ".json"))
     finally:
         stop(workers)
         subprocess.run([train_bench.CLI, "--planner", planner.address, "jobs", "cancel", job],
@@ -207,6 +225,8 @@ def main():
                         help="steps of each version before the next switch")
     parser.add_argument("--straggler-steps", type=int, default=120)
     parser.add_argument("--parts", default="torch,straggler")
+    parser.add_argument("--dump", metavar="DIR",
+                        help="write each torch job's reports and plans to DIR/MODEL.json")
     args = parser.parse_args()
     if not planner_binary():
         sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
@@ -217,7 +237,7 @@ def main():
         rows = []
         with PlannerProcess(planner_binary(), ["--replan=off", "--replan-warmup-steps=2"]) as p:
             for name in args.models.split(","):
-                rows += torch_rows(p, name, work, args.steps)
+                rows += torch_rows(p, name, work, args.steps, args.dump)
         print("torch executor, 4 workers on CPU, batch 8 in 4 microbatches; every plan "
               "predicted under plan A's calibration")
         print_torch(rows)

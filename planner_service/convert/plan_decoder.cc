@@ -213,6 +213,7 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
   PIPEPLAN_ASSIGN_OR_RETURN(out.chunks_per_rank,
                             ChunksPerRank(out.schedule, plan.chunks_per_rank()));
   out.microbatches = plan.microbatches();
+  out.allreduce_bucket_bytes = std::max(0.0, plan.allreduce_bucket_bytes());
   if (out.microbatches < 1) return Bad("plan.microbatches: ", out.microbatches, " must be >= 1");
   out.rank_devices = RankDevices(plan);
   out.num_ranks = static_cast<int>(out.rank_devices.size());
@@ -230,6 +231,17 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
   return out;
 }
 
+namespace {
+
+int DeviceIndex(const Cluster& cluster, std::string_view id) {
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    if (cluster.device(d).id == id) return d;
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cluster,
                                       const PlanOptions& options) {
   FixedPlan fixed{.node_stage = plan.node_stage,
@@ -243,10 +255,7 @@ absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cl
                   .optimizer = options.optimizer,
                   .precision = options.precision};
   for (int s = 0; s < plan.num_stages(); ++s) {
-    int index = -1;
-    for (int d = 0; d < cluster.num_devices() && index < 0; ++d) {
-      if (cluster.device(d).id == plan.stages[s].device_id) index = d;
-    }
+    const int index = DeviceIndex(cluster, plan.stages[s].device_id);
     if (index < 0) {
       return absl::NotFoundError(absl::StrCat("plan.stages[", s, "].device_id: \"",
                                               plan.stages[s].device_id,
@@ -254,6 +263,20 @@ absl::StatusOr<FixedPlan> FixedPlanOf(const DecodedPlan& plan, const Cluster& cl
     }
     fixed.stage_device.push_back(index);
     fixed.stage_recompute.push_back(plan.stages[s].recompute ? 1 : 0);
+  }
+  if (plan.num_replicas > 1) {
+    fixed.allreduce_bucket_bytes = plan.allreduce_bucket_bytes;
+    for (int r = 0; r < plan.num_ranks; ++r) {
+      std::vector<int>& group = fixed.replica_groups.emplace_back();
+      for (const std::string& id : plan.ReplicaGroup(r)) {
+        const int index = DeviceIndex(cluster, id);
+        if (index < 0) {
+          return absl::NotFoundError(absl::StrCat("plan.replicas: device \"", id, "\" of rank ", r,
+                                                  " is not a device of the cluster"));
+        }
+        group.push_back(index);
+      }
+    }
   }
   return fixed;
 }

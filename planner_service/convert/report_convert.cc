@@ -18,6 +18,8 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
                .bubble_ratio = r.bubble_ratio(),
                .peak_memory_bytes = r.peak_memory_bytes(),
                .optimizer_seconds = r.optimizer_seconds()};
+  if (r.has_allreduce_exposed_seconds())
+    s.allreduce_exposed_seconds = r.allreduce_exposed_seconds();
   s.timings.reserve(r.timings_size());
   for (const v1::ActionTiming& t : r.timings()) {
     s.timings.push_back({.action = t.action(),

@@ -15,25 +15,6 @@ struct KindMatrix {
   std::vector<std::vector<double>> rows;
 };
 
-KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
-                    std::span<const int> stage_device, bool backward) {
-  KindMatrix m;
-  std::map<std::string, int> index;
-  const Graph& g = cost.graph();
-  for (int v = 0; v < g.num_nodes(); ++v) {
-    if (index.emplace(g.node(v).op, static_cast<int>(m.kinds.size())).second) {
-      m.kinds.push_back(g.node(v).op);
-    }
-  }
-  m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
-  for (int v = 0; v < g.num_nodes(); ++v) {
-    const int s = node_stage[v];
-    const double ref = backward ? cost.backward_ref(v) : cost.forward_ref(v);
-    m.rows[s][index[g.node(v).op]] += ref * cost.slowdown(stage_device[s]);
-  }
-  return m;
-}
-
 // Solves a x = b (small, symmetric positive definite) by Gaussian
 // elimination with partial pivoting.
 std::vector<double> Solve(std::vector<std::vector<double>> a, std::vector<double> b) {
@@ -61,10 +42,63 @@ std::vector<double> Solve(std::vector<std::vector<double>> a, std::vector<double
   return x;
 }
 
-// Per kind: min sum_s ((row_s . k - m_s) / m_s)^2 + ridge sum_j w_j (k_j - c)^2,
-// w_j the kind's share of the modelled time, c the common factor.
+KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
+                    std::span<const int> stage_device, std::span<const double> units,
+                    bool backward) {
+  KindMatrix m;
+  std::map<std::string, int> index;
+  const Graph& g = cost.graph();
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    if (index.emplace(g.node(v).op, static_cast<int>(m.kinds.size())).second) {
+      m.kinds.push_back(g.node(v).op);
+    }
+  }
+  m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    const int s = node_stage[v];
+    const double ref = backward ? cost.backward_ref(v) : cost.forward_ref(v);
+    const double unit = s < static_cast<int>(units.size()) && units[s] > 0 ? units[s] : 1;
+    m.rows[s][index[g.node(v).op]] += ref * cost.slowdown(stage_device[s]) / unit;
+  }
+  return m;
+}
+
+// Adds one stage's equation (row . x = measured, weighted by 1 / measured:
+// relative errors) to the normal equations a x = b.
+void AddEquation(const std::vector<double>& row, double measured,
+                 std::vector<std::vector<double>>& a, std::vector<double>& b) {
+  for (size_t i = 0; i < row.size(); ++i) {
+    const double ri = row[i] / measured;
+    b[i] += ri;
+    for (size_t j = 0; j < row.size(); ++j) a[i][j] += ri * row[j] / measured;
+  }
+}
+
+// measured = fixed + scale x the stage's total modelled seconds, least
+// squares on relative errors: the scale the kinds are pulled towards when
+// a fixed part is fitted. {0, 0} when there is too little to tell.
+std::pair<double, double> FixedAndScale(const KindMatrix& m, const std::vector<double>& measured) {
+  std::vector<std::vector<double>> a(2, std::vector<double>(2, 0.0));
+  std::vector<double> b(2, 0.0);
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    if (!(measured[s] > 0)) continue;
+    double total = 0;
+    for (double x : m.rows[s]) total += x;
+    AddEquation({1.0, total}, measured[s], a, b);
+  }
+  a[0][0] += 1e-12, a[1][1] += 1e-12;
+  const std::vector<double> x = Solve(std::move(a), std::move(b));
+  if (!(x[1] > 0) || x[0] < 0) return {0, 0};
+  return {x[0], x[1]};
+}
+
+// Per kind: min sum_s ((row_s . k [+ fixed] - m_s) / m_s)^2 +
+// ridge sum_j w_j (k_j - c)^2, w_j the kind's share of the modelled time,
+// c the common factor (total measured / total modelled; with a fixed part,
+// the scale of FixedAndScale). The fixed part is barely regularised.
 std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<double>& measured,
-                                       double ridge, double* common) {
+                                       const KindFitOptions& options, double* common,
+                                       double* fixed) {
   const size_t n = m.kinds.size();
   double total_measured = 0, total_modelled = 0;
   std::vector<double> share(n, 0.0);
@@ -77,22 +111,28 @@ std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<do
     }
   }
   *common = total_modelled > 0 ? total_measured / total_modelled : 1;
-  std::vector<std::vector<double>> a(n, std::vector<double>(n, 0.0));
-  std::vector<double> b(n, 0.0);
+  double fixed_prior = 0;
+  if (options.fit_fixed) {
+    const auto [f, c] = FixedAndScale(m, measured);
+    if (c > 0) fixed_prior = f, *common = c;
+  }
+  const size_t cols = n + (options.fit_fixed ? 1 : 0);
+  std::vector<std::vector<double>> a(cols, std::vector<double>(cols, 0.0));
+  std::vector<double> b(cols, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
     if (!(measured[s] > 0)) continue;
-    for (size_t i = 0; i < n; ++i) {
-      const double ri = m.rows[s][i] / measured[s];
-      b[i] += ri;  // (row / m) . k = 1
-      for (size_t j = 0; j < n; ++j) a[i][j] += ri * m.rows[s][j] / measured[s];
-    }
+    std::vector<double> row = m.rows[s];
+    if (options.fit_fixed) row.push_back(1.0);
+    AddEquation(row, measured[s], a, b);
   }
   for (size_t j = 0; j < n; ++j) {
-    const double w = ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
+    const double w = options.ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
     a[j][j] += w;
     b[j] += w * *common;
   }
+  if (options.fit_fixed) a[n][n] += 1e-9, b[n] += 1e-9 * fixed_prior;
   const std::vector<double> k = Solve(std::move(a), std::move(b));
+  *fixed = options.fit_fixed ? std::max(0.0, k[n]) : 0;
   std::map<std::string, double> out;
   for (size_t j = 0; j < n; ++j) {
     if (share[j] > 0) out[m.kinds[j]] = std::clamp(k[j], *common / 20, *common * 20);
@@ -140,7 +180,8 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
                                                    std::span<const int> node_stage,
                                                    std::span<const int> stage_device,
                                                    std::span<const MeasuredStage> measured,
-                                                   const KindFitOptions& options) {
+                                                   const KindFitOptions& options,
+                                                   std::span<const double> stage_units) {
   if (static_cast<int>(node_stage.size()) != cost.graph().num_nodes() ||
       measured.size() != stage_device.size()) {
     return absl::InvalidArgumentError(
@@ -161,10 +202,10 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
     return absl::InvalidArgumentError("kind fit: no stage has a measured forward");
   }
   KindCorrections out;
-  out.forward = FitKinds(Modelled(cost, node_stage, stage_device, false), fwd, options.ridge,
-                         &out.forward_common);
-  out.backward = FitKinds(Modelled(cost, node_stage, stage_device, true), bwd, options.ridge,
-                          &out.backward_common);
+  out.forward = FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options,
+                         &out.forward_common, &out.forward_fixed_seconds);
+  out.backward = FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options,
+                          &out.backward_common, &out.backward_fixed_seconds);
   FitOptimizer(cost, node_stage, measured, out);
   return out;
 }
@@ -172,12 +213,17 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
 std::vector<MeasuredStage> PredictStageTimes(const CostModel& cost,
                                              const KindCorrections& corrections,
                                              std::span<const int> node_stage,
-                                             std::span<const int> stage_device) {
-  std::vector<MeasuredStage> out(stage_device.size(), {0, 0, corrections.optimizer_fixed_seconds});
+                                             std::span<const int> stage_device,
+                                             std::span<const double> stage_units) {
+  std::vector<MeasuredStage> out(
+      stage_device.size(), {corrections.forward_fixed_seconds, corrections.backward_fixed_seconds,
+                            corrections.optimizer_fixed_seconds});
   const Graph& g = cost.graph();
   for (int v = 0; v < g.num_nodes(); ++v) {
     const int s = node_stage[v];
-    const double slow = cost.slowdown(stage_device[s]);
+    const double unit =
+        s < static_cast<int>(stage_units.size()) && stage_units[s] > 0 ? stage_units[s] : 1;
+    const double slow = cost.slowdown(stage_device[s]) / unit;
     out[s].forward_seconds += cost.forward_ref(v) * slow * corrections.ForwardFactor(g.node(v).op);
     out[s].backward_seconds +=
         cost.backward_ref(v) * slow * corrections.BackwardFactor(g.node(v).op);

@@ -29,11 +29,14 @@ std::vector<double> BoundaryBytes(const CostModel& cost, const std::vector<int>&
   return bytes;
 }
 
-// Per-stage compute of `plan` under `cluster` (recomputation applied).
-absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const FixedPlan& plan) {
+// Per-stage compute of `plan` under `cluster` (recomputation applied);
+// each stage's unique parameter bytes into `param_bytes`.
+absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const FixedPlan& plan,
+                                                  std::vector<double>& param_bytes) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
                             cost.Evaluate(plan.node_stage, plan.stage_device));
   schedule::StageCosts c;
+  for (const StageCost& st : stages) param_bytes.push_back(st.param_bytes);
   for (size_t s = 0; s < stages.size(); ++s) {
     if (s < plan.stage_recompute.size() && plan.stage_recompute[s]) ApplyRecompute(stages[s]);
     c.forward.push_back(stages[s].forward_seconds);
@@ -45,7 +48,71 @@ absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const F
   return c;
 }
 
+// Every rank's gradient buckets over its replica group (none without
+// replicas): the rank's stages' parameter bytes at the gradients' precision.
+AsRunAllReduce PriceAllReduce(const Graph& graph, const Cluster& cluster, const FixedPlan& plan,
+                              const PlanOptions& options, const schedule::PipelineSchedule& sched,
+                              const std::vector<double>& param_bytes, double ring_scale) {
+  AsRunAllReduce out;
+  if (plan.replica_groups.empty()) return out;
+  const double gradient_scale = TrainingMemoryOf(options, graph).gradient_scale;
+  std::vector<double> rank_bytes(plan.replica_groups.size(), 0.0);
+  for (int s = 0; s < sched.num_stages && s < static_cast<int>(param_bytes.size()); ++s) {
+    const int r = sched.stage_to_rank[s];
+    if (r < static_cast<int>(rank_bytes.size())) rank_bytes[r] += param_bytes[s] * gradient_scale;
+  }
+  for (size_t r = 0; r < rank_bytes.size(); ++r) {
+    out.rank_buckets.push_back(MakeGradientBuckets(cluster, plan.replica_groups[r], rank_bytes[r],
+                                                   plan.allreduce_bucket_bytes, ring_scale));
+  }
+  out.stage_rank = sched.stage_to_rank;
+  out.weight_grad_only = SplitsWeightGradients(sched);
+  return out;
+}
+
+PlanOptions OptionsOf(const FixedPlan& plan) {
+  return {.global_batch = plan.global_batch,
+          .optimizer_state_multiplier = plan.optimizer_state_multiplier,
+          .optimizer = plan.optimizer,
+          .precision = plan.precision,
+          .comm_model = plan.comm_model};
+}
+
 }  // namespace
+
+CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan) {
+  // Each replica runs its share of a global batch (as the search prices it).
+  const int replicas =
+      plan.replica_groups.empty() ? 1 : static_cast<int>(plan.replica_groups[0].size());
+  return CostOptionsFor(graph, OptionsOf(plan), plan.microbatches, std::max(1, replicas));
+}
+
+std::vector<double> AsRunAllReduce::Exposed(const schedule::StageCosts& costs,
+                                            const schedule::SimulationResult& sim) const {
+  std::vector<double> out(rank_buckets.size(), 0.0);
+  for (size_t r = 0; r < rank_buckets.size() && r < sim.finish_seconds.size(); ++r) {
+    // The rank's per-microbatch backward (or W) over all its stages: the
+    // overlap is never overstated (as the search's WindowsOf).
+    GradientWindow w{.end = sim.finish_seconds[r]};
+    for (size_t s = 0; s < stage_rank.size() && s < costs.backward_weight.size(); ++s) {
+      if (stage_rank[s] != static_cast<int>(r)) continue;
+      w.seconds += costs.backward_weight[s] + (weight_grad_only ? 0 : costs.backward_input[s]);
+    }
+    w.seconds = std::min(w.seconds, w.end);
+    out[r] = BucketsEnd(rank_buckets[r], std::span<const GradientWindow>(&w, 1)) - w.end;
+  }
+  return out;
+}
+
+double AsRunAllReduce::StepEnd(const schedule::StageCosts& costs,
+                               const schedule::SimulationResult& sim) const {
+  double end = sim.step_seconds;
+  const std::vector<double> exposed = Exposed(costs, sim);
+  for (size_t r = 0; r < exposed.size(); ++r) {
+    end = std::max(end, sim.finish_seconds[r] + exposed[r]);
+  }
+  return end;
+}
 
 absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
                                            const FixedPlan& plan, const AsRunOptions& as_run) {
@@ -59,18 +126,17 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   }
   AsRunCosts out;
   PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, schedule::InsertSendRecv(sched));
-  const PlanOptions options{.global_batch = plan.global_batch,
-                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
-                            .optimizer = plan.optimizer,
-                            .precision = plan.precision,
-                            .comm_model = plan.comm_model};
-  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan));
+  const PlanOptions options = OptionsOf(plan);
+  const CostModel cost(graph, cluster, AsRunCostOptions(graph, plan));
+  std::vector<double> param_bytes;
+  PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan, param_bytes));
+  out.allreduce =
+      PriceAllReduce(graph, cluster, plan, options, sched, param_bytes,
+                     as_run.stage_fit != nullptr ? as_run.stage_fit->allreduce_ring_scale : 1);
   schedule::StageCosts& c = out.costs;
   if (as_run.stage_fit != nullptr) {
-    std::vector<std::string> device;
-    for (int d : plan.stage_device) device.push_back(cluster.device(d).id);
-    ApplyStageTimeFit(*as_run.stage_fit, device, c);
+    ApplyStageTimeFit(*as_run.stage_fit, cost, plan.node_stage, plan.stage_device,
+                      plan.stage_recompute, c);
     out.tail_seconds = as_run.stage_fit->end_step_seconds;
   }
   out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
@@ -101,8 +167,32 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
   PIPEPLAN_ASSIGN_OR_RETURN(
       out.simulation,
       schedule::Simulate(in.lowered, in.costs, {.record_timeline = as_run.record_timeline}));
-  out.simulation.step_seconds += in.tail_seconds;
+  out.simulation.step_seconds = in.allreduce.StepEnd(in.costs, out.simulation) + in.tail_seconds;
   return out;
+}
+
+absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& cluster,
+                                         const FixedPlan& plan, const AsRunOptions& options,
+                                         const std::vector<double>& measured_exposed) {
+  if (plan.replica_groups.empty()) return 1.0;
+  AsRunOptions unscaled = options;
+  StageTimeFit fit;
+  if (options.stage_fit != nullptr) fit = *options.stage_fit;
+  fit.allreduce_ring_scale = 1;
+  unscaled.stage_fit = &fit;
+  unscaled.record_timeline = false;
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, unscaled));
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
+                            schedule::Simulate(in.lowered, in.costs));
+  const std::vector<double> modelled = in.allreduce.Exposed(in.costs, sim);
+  double measured_sum = 0, modelled_sum = 0;
+  for (size_t r = 0; r < modelled.size() && r < measured_exposed.size(); ++r) {
+    if (!(measured_exposed[r] > 0) || !(modelled[r] > 0)) continue;
+    measured_sum += measured_exposed[r];
+    modelled_sum += modelled[r];
+  }
+  if (!(modelled_sum > 0)) return 1.0;
+  return std::clamp(measured_sum / modelled_sum, 0.01, 100.0);
 }
 
 }  // namespace pipeplan

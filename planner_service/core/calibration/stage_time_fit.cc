@@ -12,6 +12,10 @@
 namespace pipeplan {
 namespace {
 
+// Rounds of kinds fit and device residuals (FitStageKinds): each moves a
+// straggler's share from its stages' kinds into its device factor.
+constexpr int kResidualRounds = 2;
+
 // Per stage, each report's mean seconds of one F and of one full backward
 // (B, or I + W of a microbatch).
 struct PerStage {
@@ -87,6 +91,45 @@ double EndStepSeconds(std::span<const StepSample> samples) {
   return MedianOr(v, 0);
 }
 
+double FactorOf(const std::map<std::string, double>& m, const std::string& d, double dflt) {
+  auto it = m.find(d);
+  return it == m.end() ? dflt : it->second;
+}
+
+// Stage s on device d: F = own x (fixed_f + f), full B = own x (fixed_b +
+// b), split into I and W in the shares the costs had.
+void SetStage(const StageTimeFit& fit, const std::string& d, size_t s, double fixed_f, double f,
+              double fixed_b, double b, schedule::StageCosts& c) {
+  const double own = FactorOf(fit.device_factor, d, 1.0);
+  const double backward = c.backward_input[s] + c.backward_weight[s];
+  const double w_share = backward > 0 ? c.backward_weight[s] / backward : 0.5;
+  c.forward[s] = own * (fixed_f + f);
+  const double full = own * (fixed_b + b);
+  c.backward_input[s] = full * (1 - w_share);
+  c.backward_weight[s] = full * w_share;
+}
+
+// Each device's median of measured / priced (F + B) over its stages,
+// normalised so the median device is 1.
+std::map<std::string, double> Residuals(const std::vector<MeasuredStage>& measured,
+                                        const std::vector<MeasuredStage>& priced,
+                                        const std::vector<std::string>& ids) {
+  std::map<std::string, std::vector<double>> ratios;
+  for (size_t s = 0; s < measured.size(); ++s) {
+    const double m = measured[s].forward_seconds + measured[s].backward_seconds;
+    const double p = priced[s].forward_seconds + priced[s].backward_seconds;
+    if (measured[s].forward_seconds > 0 && measured[s].backward_seconds >= 0 && p > 0) {
+      ratios[ids[s]].push_back(m / p);
+    }
+  }
+  std::map<std::string, double> out;
+  std::vector<double> medians;
+  for (auto& [d, r] : ratios) medians.push_back(out[d] = MedianOr(r, 1));
+  const double norm = MedianOr(medians, 1);
+  for (auto& [d, f] : out) f /= norm;
+  return out;
+}
+
 }  // namespace
 
 StageTimeFit FitStageTimes(std::span<const StepSample> samples,
@@ -130,20 +173,79 @@ StageTimeFit FitStageTimes(std::span<const StepSample> samples,
 void ApplyStageTimeFit(const StageTimeFit& fit, const std::vector<std::string>& stage_device,
                        schedule::StageCosts& c) {
   if (!fit.fitted) return;
-  auto factor = [](const std::map<std::string, double>& m, const std::string& d, double dflt) {
-    auto it = m.find(d);
-    return it == m.end() ? dflt : it->second;
-  };
   for (size_t s = 0; s < stage_device.size() && s < c.forward.size(); ++s) {
     const std::string& d = stage_device[s];
-    const double nominal = factor(fit.cluster_factor, d, fit.cluster_default_factor);
-    const double own = factor(fit.device_factor, d, 1.0);
+    const double nominal = FactorOf(fit.cluster_factor, d, fit.cluster_default_factor);
     const double backward = c.backward_input[s] + c.backward_weight[s];
-    const double w_share = backward > 0 ? c.backward_weight[s] / backward : 0.5;
-    c.forward[s] = own * (fit.forward_fixed + fit.forward_scale * c.forward[s] / nominal);
-    const double b = own * (fit.backward_fixed + fit.backward_scale * backward / nominal);
-    c.backward_input[s] = b * (1 - w_share);
-    c.backward_weight[s] = b * w_share;
+    SetStage(fit, d, s, fit.forward_fixed, fit.forward_scale * c.forward[s] / nominal,
+             fit.backward_fixed, fit.backward_scale * backward / nominal, c);
+  }
+}
+
+void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
+                   std::span<const int> node_stage, std::span<const int> stage_device,
+                   StageTimeFit& fit, const KindFitOptions& options) {
+  if (!fit.fitted || static_cast<int>(node_stage.size()) != cost.graph().num_nodes()) return;
+  std::vector<MeasuredStage> measured(stage_device.size());
+  std::vector<std::string> ids;
+  std::vector<double> units;
+  for (int d : stage_device) {
+    ids.push_back(cost.cluster().device(d).id);
+    units.push_back(FactorOf(fit.cluster_factor, ids.back(), fit.cluster_default_factor));
+  }
+  for (const auto& [s, m] : MeasuredPerAction(samples)) {
+    if (s >= 0 && s < static_cast<int>(stage_device.size()) && !m.forward.empty() &&
+        !m.backward.empty()) {
+      measured[s] = {MedianOr(m.forward, -1), MedianOr(m.backward, -1)};
+    }
+  }
+  // The devices' residuals were taken against one scale for every kind, so
+  // they hold the kinds' differences too: start from none, fit the kinds,
+  // take the residuals against the kinds' prices, refit (a straggler's
+  // stages then stop pulling its kinds' factors).
+  std::map<std::string, double> own;
+  std::optional<KindCorrections> kinds;
+  for (int round = 0; round < kResidualRounds; ++round) {
+    std::vector<MeasuredStage> nominal = measured;
+    for (size_t s = 0; s < nominal.size(); ++s) {
+      const double f = FactorOf(own, ids[s], 1.0);
+      if (nominal[s].forward_seconds > 0) nominal[s].forward_seconds /= f;
+      if (nominal[s].backward_seconds > 0) nominal[s].backward_seconds /= f;
+    }
+    KindFitOptions o = options;
+    o.fit_fixed = true;
+    absl::StatusOr<KindCorrections> k =
+        FitKindCorrections(cost, node_stage, stage_device, nominal, o, units);
+    if (!k.ok()) return;
+    kinds = *std::move(k);
+    own =
+        Residuals(measured, PredictStageTimes(cost, *kinds, node_stage, stage_device, units), ids);
+  }
+  fit.kinds = std::move(kinds);
+  fit.device_factor = std::move(own);
+}
+
+void ApplyStageTimeFit(const StageTimeFit& fit, const CostModel& cost,
+                       std::span<const int> node_stage, std::span<const int> stage_device,
+                       std::span<const char> stage_recompute, schedule::StageCosts& c) {
+  std::vector<std::string> ids;
+  for (int d : stage_device) ids.push_back(cost.cluster().device(d).id);
+  if (!fit.fitted || !fit.kinds ||
+      static_cast<int>(node_stage.size()) != cost.graph().num_nodes()) {
+    ApplyStageTimeFit(fit, ids, c);
+    return;
+  }
+  std::vector<double> units;
+  for (const std::string& d : ids) {
+    units.push_back(FactorOf(fit.cluster_factor, d, fit.cluster_default_factor));
+  }
+  const std::vector<MeasuredStage> priced =
+      PredictStageTimes(cost, *fit.kinds, node_stage, stage_device, units);
+  for (size_t s = 0; s < ids.size() && s < c.forward.size(); ++s) {
+    const bool recompute = s < stage_recompute.size() && stage_recompute[s];
+    // The fixed costs are in `priced`; a recomputing B runs the F again.
+    const double f = priced[s].forward_seconds;
+    SetStage(fit, ids[s], s, 0, f, 0, priced[s].backward_seconds + (recompute ? f : 0), c);
   }
 }
 

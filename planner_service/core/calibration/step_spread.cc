@@ -141,13 +141,18 @@ absl::StatusOr<ActionSpread> MeasureActionSpread(std::span<const StepSample> sam
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
                                           const schedule::StageCosts& costs,
                                           const std::vector<std::string>& stage_device,
-                                          const ActionSpread& spread,
-                                          const SpreadOptions& options) {
+                                          const ActionSpread& spread, const SpreadOptions& options,
+                                          const AsRunAllReduce* allreduce) {
   if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
   if (stage_device.size() != costs.forward.size()) {
     return absl::InvalidArgumentError("spread: one device per stage is needed");
   }
+  // The replicas' all-reduce ends a sampled step after its own timing.
+  auto step_end = [&](const schedule::StageCosts& c, const schedule::SimulationResult& r) {
+    return allreduce == nullptr ? r.step_seconds : allreduce->StepEnd(c, r);
+  };
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, schedule::Simulate(lowered, costs));
+  at_mean.step_seconds = step_end(costs, at_mean);
   StepQuantiles out{.mean_duration_seconds = at_mean.step_seconds};
   if (spread.empty()) {
     out.mean_seconds = out.p50_seconds = out.p90_seconds = at_mean.step_seconds;
@@ -158,11 +163,11 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   std::vector<double> steps;
   double sum = 0;
   for (int i = 0; i < options.samples; ++i) {
-    PIPEPLAN_ASSIGN_OR_RETURN(
-        schedule::SimulationResult r,
-        schedule::Simulate(lowered, Scaled(costs, stage_device, spread, rng)));
-    steps.push_back(r.step_seconds);
-    sum += r.step_seconds;
+    const schedule::StageCosts scaled = Scaled(costs, stage_device, spread, rng);
+    PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, schedule::Simulate(lowered, scaled));
+    const double step = step_end(scaled, r);
+    steps.push_back(step);
+    sum += step;
   }
   out.samples = options.samples;
   out.mean_seconds = sum / options.samples;
@@ -179,7 +184,8 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   std::vector<std::string> dev;
   for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
   PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
-                            SampleSteps(in.lowered, in.costs, dev, spread, options));
+                            SampleSteps(in.lowered, in.costs, dev, spread, options,
+                                        in.allreduce.empty() ? nullptr : &in.allreduce));
   for (double* s : {&q.mean_seconds, &q.p50_seconds, &q.p90_seconds, &q.mean_duration_seconds}) {
     *s += in.tail_seconds;
   }

@@ -1,4 +1,4 @@
-#include "allreduce.h"
+#include "pipeplan/core/allreduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "pipeplan/core/placement.h"
 #include "pipeplan/core/plan_options.h"
 
-namespace pipeplan::search {
+namespace pipeplan {
 namespace {
 
 // More buckets than this are merged: the step would be all latency anyway.
@@ -24,24 +24,47 @@ double ReadyAt(std::span<const GradientWindow> windows, double fraction) {
 
 }  // namespace
 
-double BucketedAllReduceEnd(const Cluster& cluster, std::span<const int> group, double bytes,
-                            std::span<const GradientWindow> windows, double bucket_bytes) {
-  const double last_compute = ReadyAt(windows, 1);
-  if (group.size() <= 1 || bytes <= 0) return last_compute;
+GradientBuckets MakeGradientBuckets(const Cluster& cluster, std::span<const int> group,
+                                    double bytes, double bucket_bytes, double ring_scale) {
+  GradientBuckets out;
+  if (group.size() <= 1 || bytes <= 0) return out;
   double bucket = bucket_bytes > 0 ? bucket_bytes : kDefaultBucketBytes;
   bucket = std::max(bucket, bytes / kMaxBuckets);
   const int full = static_cast<int>(std::floor(bytes / bucket));
   const double rest = bytes - full * bucket;
   const double full_seconds = full > 0 ? RingAllReduceSeconds(cluster, group, bucket) : 0;
-  const int count = full + (rest > 0 ? 1 : 0);
+  for (int i = 1; i <= full; ++i) {
+    out.ready_fraction.push_back(std::min(1.0, i * bucket / bytes));
+    out.ring_seconds.push_back(full_seconds * ring_scale);
+  }
+  if (rest > 0) {
+    out.ready_fraction.push_back(1.0);
+    out.ring_seconds.push_back(RingAllReduceSeconds(cluster, group, rest) * ring_scale);
+  }
+  return out;
+}
+
+double BucketsEnd(const GradientBuckets& buckets, std::span<const GradientWindow> windows) {
+  if (buckets.ring_seconds.empty()) return ReadyAt(windows, 1);
   double end = 0;
-  for (int i = 1; i <= count; ++i) {
-    const bool partial = i > full;
-    const double filled = partial ? bytes : i * bucket;
-    const double seconds = partial ? RingAllReduceSeconds(cluster, group, rest) : full_seconds;
-    end = std::max(end, ReadyAt(windows, std::min(1.0, filled / bytes))) + seconds;
+  for (size_t i = 0; i < buckets.ring_seconds.size(); ++i) {
+    end = std::max(end, ReadyAt(windows, buckets.ready_fraction[i])) + buckets.ring_seconds[i];
   }
   return end;
 }
 
-}  // namespace pipeplan::search
+bool SplitsWeightGradients(const schedule::PipelineSchedule& sched) {
+  for (const schedule::RankProgram& program : sched.programs) {
+    for (const auto& action : program) {
+      if (action && action->type == schedule::ActionType::kBackwardWeight) return true;
+    }
+  }
+  return false;
+}
+
+double BucketedAllReduceEnd(const Cluster& cluster, std::span<const int> group, double bytes,
+                            std::span<const GradientWindow> windows, double bucket_bytes) {
+  return BucketsEnd(MakeGradientBuckets(cluster, group, bytes, bucket_bytes), windows);
+}
+
+}  // namespace pipeplan

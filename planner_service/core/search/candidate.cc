@@ -4,8 +4,8 @@
 #include <map>
 
 #include "absl/status/status.h"
-#include "allreduce.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/core/allreduce.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/simulator.h"
@@ -68,17 +68,6 @@ absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, co
     runs.push_back(std::move(run));
   }
   return runs;
-}
-
-// Whether the schedule computes weight gradients in actions of their own
-// (zero-bubble): a rank's gradients are then produced by its last W.
-bool SplitsWeightGradients(const schedule::PipelineSchedule& sched) {
-  for (const schedule::RankProgram& program : sched.programs) {
-    for (const auto& action : program) {
-      if (action && action->type == schedule::ActionType::kBackwardWeight) return true;
-    }
-  }
-  return false;
 }
 
 // When each replica's last backward on rank r produces its gradients: the

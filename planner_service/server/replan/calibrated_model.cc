@@ -90,6 +90,42 @@ absl::Status ApplyLinks(const ClusterSpec& calibrated, const LinkCalibration& li
   return absl::OkStatus();
 }
 
+// Per rank, the median exposed all-reduce its workers reported (over every
+// replica); -1 where none did.
+std::vector<double> MeasuredExposed(const std::vector<StepSample>& samples, int num_ranks) {
+  std::vector<std::vector<double>> seen(std::max(0, num_ranks));
+  for (const StepSample& s : samples) {
+    if (s.allreduce_exposed_seconds < 0 || s.rank < 0 || s.rank >= num_ranks) continue;
+    seen[s.rank].push_back(s.allreduce_exposed_seconds);
+  }
+  std::vector<double> out;
+  for (std::vector<double>& v : seen) out.push_back(MedianOr(std::move(v), -1));
+  return out;
+}
+
+// The fits that price the version's own plan node by node on the
+// calibrated cluster: the stage times per operator kind (a split elsewhere
+// is priced from them) and the replicas' all-reduce ring scale. Left as
+// they are when the version cannot be priced (a device gone, an unreadable
+// plan, no node split).
+void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, CalibratedModel& model) {
+  if (plan.node_stage.empty() || plan.num_stages() == 0) return;
+  absl::StatusOr<v1::PlanRequest> request = CalibratedRequest(version.request(), model, {});
+  if (!request.ok()) return;
+  absl::StatusOr<PlanInputs> in = PlanInputs::FromRequest(*request);
+  if (!in.ok()) return;
+  absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in->cluster, in->options);
+  if (!fixed.ok()) return;
+  const CostModel cost(*in->graph, *in->cluster, AsRunCostOptions(*in->graph, *fixed));
+  FitStageKinds(model.samples, cost, fixed->node_stage, fixed->stage_device, model.stage_fit);
+  const std::vector<double> exposed = MeasuredExposed(model.samples, plan.num_ranks);
+  if (std::none_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) return;
+  absl::StatusOr<double> scale =
+      FitAllReduceScale(*in->graph, *in->cluster, *fixed,
+                        {.host_overhead = model.host, .stage_fit = &model.stage_fit}, exposed);
+  if (scale.ok()) model.stage_fit.allreduce_ring_scale = *scale;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::PlanRequest> CalibratedRequest(const v1::PlanRequest& nominal,
@@ -175,6 +211,7 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
   model.stage_fit = FitStageTimes(model.samples, plan.PlannedStages());
   model.stage_fit.cluster_factor = model.factors.by_device;
   model.stage_fit.cluster_default_factor = model.factors.default_factor;
+  FitOnGraph(version, plan, model);
   return model;
 }
 

@@ -70,6 +70,8 @@ struct DecodedPlan {
   int num_replicas = 1;
   int chunks_per_rank = 1;
   int microbatches = 0;  // per replica
+  // Bytes per gradient bucket of the replicas' all-reduce (0: the default).
+  double allreduce_bucket_bytes = 0;
   CommModel comm_model = CommModel::kDirect;
   // Device id of every rank of replica 0.
   std::vector<std::string> rank_devices;

@@ -74,6 +74,9 @@ struct StepSample {
   double peak_memory_bytes = 0;
   // Seconds in the executor's EndStep (optimizer, reductions), 0 if absent.
   double optimizer_seconds = 0;
+  // The part of them spent waiting for the replicas' gradient all-reduce;
+  // negative: not reported (no replicas).
+  double allreduce_exposed_seconds = -1;
 };
 
 // What the plan that produced the reports predicted for one pipeline stage.
@@ -154,6 +157,11 @@ struct FixedPlan {
   Precision precision = kDefaultPrecision;
   // Per stage: recomputes activations (empty: none).
   std::vector<char> stage_recompute;
+  // With data-parallel replicas, per rank: the cluster index of the rank's
+  // device in every replica, the group that all-reduces the rank's
+  // gradients after its last backward (allreduce.h). Empty: one replica.
+  std::vector<std::vector<int>> replica_groups;
+  double allreduce_bucket_bytes = 0;  // 0: kDefaultBucketBytes
 };
 
 struct FixedPlanScore {

@@ -14,6 +14,11 @@
 // near the common factor (total measured / total modelled) instead of
 // taking arbitrary values. PredictStageTimes then prices any split.
 //
+// With KindFitOptions::fit_fixed each action also pays a fixed cost (an
+// executor's dispatch per F or B, whatever the stage holds), fitted with
+// the factors: measured = fixed + sum of factor x modelled. The factors are
+// then pulled towards the common scale of a fit of fixed + one scale.
+//
 // The optimizer step is fitted the same way: seconds per parameter byte of
 // the stage (with a per-stage constant), from the executor's measured
 // optimizer time.
@@ -45,6 +50,8 @@ struct KindCorrections {
   // common factor.
   std::map<std::string, double> forward, backward;
   double forward_common = 1, backward_common = 1;
+  // Seconds every F (B) pays whatever its nodes (0 unless fit_fixed).
+  double forward_fixed_seconds = 0, backward_fixed_seconds = 0;
   // Optimizer seconds per step = fixed + per_param_byte x stage param bytes.
   double optimizer_fixed_seconds = 0;
   double optimizer_seconds_per_param_byte = 0;
@@ -57,22 +64,30 @@ struct KindFitOptions {
   // Weight of pulling each kind's factor towards the common factor,
   // relative to one stage's squared relative error.
   double ridge = 0.05;
+  // Fit a fixed seconds per F and per B too (unregularised).
+  bool fit_fixed = false;
 };
 
 // `cost` models the graph on the cluster; `node_stage` and `stage_device`
 // are the measured plan's split; `measured` has one entry per stage.
-// INVALID_ARGUMENT on mismatched sizes or no positive measurement.
+// `stage_units` (empty: 1 each) divides each stage's modelled seconds (the
+// device's calibration factor when `cost` runs on a calibrated cluster and
+// the factors should apply to nominal seconds). INVALID_ARGUMENT on
+// mismatched sizes or no positive measurement.
 absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
                                                    std::span<const int> node_stage,
                                                    std::span<const int> stage_device,
                                                    std::span<const MeasuredStage> measured,
-                                                   const KindFitOptions& options = {});
+                                                   const KindFitOptions& options = {},
+                                                   std::span<const double> stage_units = {});
 
-// Every stage's predicted seconds under the corrections, for any split.
+// Every stage's predicted seconds under the corrections, for any split
+// (fixed costs included; `stage_units` as in the fit).
 std::vector<MeasuredStage> PredictStageTimes(const CostModel& cost,
                                              const KindCorrections& corrections,
                                              std::span<const int> node_stage,
-                                             std::span<const int> stage_device);
+                                             std::span<const int> stage_device,
+                                             std::span<const double> stage_units = {});
 
 }  // namespace pipeplan
 

@@ -14,6 +14,12 @@
 // time the workers were measured to spend posting one (SENDs and RECVs
 // apart); fitted links carry their slow tail (link_calibration.h).
 //
+// A plan with data-parallel replicas simulates replica 0 (every replica runs
+// the same stages) and ends each rank's step with its gradient all-reduce
+// over its replica group, bucketed and overlapped with the last backward as
+// the search models it (allreduce.h): the step ends when the last rank's
+// last bucket is reduced, then the EndStep tail.
+//
 // Reentrant; no I/O.
 #ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_
 #define PIPEPLAN_CORE_RUNTIME_MODEL_H_
@@ -21,8 +27,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pipeplan/core/allreduce.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cluster.h"
+#include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
@@ -51,7 +59,24 @@ struct AsRunOptions {
   // Measured stage times (stage_time_fit.h): each stage's compute as the
   // executor was measured to take it, and the step's EndStep tail added to
   // the step. Null: the cost model's compute, no tail.
+  // Its allreduce_ring_scale multiplies the replicas' all-reduce.
   const StageTimeFit* stage_fit = nullptr;
+};
+
+// The replicas' gradient all-reduce of every rank, priced on the cluster.
+struct AsRunAllReduce {
+  std::vector<GradientBuckets> rank_buckets;  // per rank; empty: one replica
+  std::vector<int> stage_rank;
+  // Gradients come from the last W (zero-bubble schedules), else the last B.
+  bool weight_grad_only = false;
+
+  bool empty() const { return rank_buckets.empty(); }
+  // When the step's last all-reduce ends after the simulated `sim` of
+  // `costs` (at least sim.step_seconds).
+  double StepEnd(const schedule::StageCosts& costs, const schedule::SimulationResult& sim) const;
+  // Each rank's all-reduce seconds past its own last compute.
+  std::vector<double> Exposed(const schedule::StageCosts& costs,
+                              const schedule::SimulationResult& sim) const;
 };
 
 // What SimulateAsRun simulates: the lowered schedule and per-stage costs
@@ -63,7 +88,12 @@ struct AsRunCosts {
   std::vector<double> boundary_bytes;
   // Seconds every step ends with after its last compute (the fit's EndStep).
   double tail_seconds = 0;
+  AsRunAllReduce allreduce;
 };
+// The cost options the as-run model prices `plan` with (per microbatch of
+// one replica); fits that price the plan node by node use the same.
+CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan);
+
 absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
                                            const FixedPlan& plan, const AsRunOptions& options = {});
 
@@ -71,6 +101,15 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
 // Errors: as SimulateFixedPlan.
 absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& cluster,
                                           const FixedPlan& plan, const AsRunOptions& options = {});
+
+// The ring scale (StageTimeFit::allreduce_ring_scale) that makes `plan`'s
+// modelled exposed all-reduce (under `options`, ring scale 1) match `measured_exposed` (seconds per
+// rank, medians over steps; <= 0: not measured): the ratio of the sums, in [0.01, 100]. 1 when the
+// plan has no replicas or nothing was measured. Exact while a rank's gradients fit one bucket (all
+// of it exposed).
+absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& cluster,
+                                         const FixedPlan& plan, const AsRunOptions& options,
+                                         const std::vector<double>& measured_exposed);
 
 }  // namespace pipeplan
 

@@ -15,6 +15,14 @@
 // When the stages' modelled times are too alike to tell the fixed part from
 // the scale, the fixed part is 0 and the fit is the device factors'.
 //
+// A split elsewhere moves nodes of other kinds onto a device (an embedding
+// that the flops undercount, a loss whose softmax dominates): one scale for
+// the whole model prices it wrong. FitStageKinds refits the scale per
+// operator kind (node_corrections.h) over the same stages, after the fixed
+// part and each device's residual: every stage's F (and B) is then the
+// fixed cost plus the sum over its nodes of the kind's factor x modelled
+// seconds, whatever the split.
+//
 // The end of a step, after the last compute (the executor's EndStep:
 // optimizer update, gradient clipping, loss reduction), is measured too: the
 // least time any rank spent in it (the rank that arrived last did not wait
@@ -25,11 +33,14 @@
 #define PIPEPLAN_CORE_STAGE_TIME_FIT_H_
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "pipeplan/core/calibration.h"
+#include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/node_corrections.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 
 namespace pipeplan {
@@ -47,6 +58,14 @@ struct StageTimeFit {
   double cluster_default_factor = 1;
   // Seconds after the last compute of a step (EndStep), 0 if not measured.
   double end_step_seconds = 0;
+  // Multiplies the modelled ring seconds of the replicas' gradient
+  // all-reduce (runtime_model.h): measured exposed over modelled, 1 when the
+  // fitted version had no replicas. Applies fitted or not.
+  double allreduce_ring_scale = 1;
+  // Per operator kind, seconds per modelled second past the fixed part
+  // (FitStageKinds), in the units of the cost model it was fitted on; set,
+  // it replaces the two scales where the plan's nodes are known.
+  std::optional<KindCorrections> kinds;
 };
 
 // `samples` of one plan version (warm-up already dropped) and its planned
@@ -61,6 +80,22 @@ StageTimeFit FitStageTimes(std::span<const StepSample> samples,
 // fit that is not fitted changes nothing.
 void ApplyStageTimeFit(const StageTimeFit& fit, const std::vector<std::string>& stage_device,
                        schedule::StageCosts& costs);
+
+// Fits `fit.kinds` from the same samples: each counted stage's median F and
+// B, less the fixed part, over its device's residual, in the units of
+// `cost` (the cluster `fit.cluster_factor` describes; `stage_device`
+// indexes it) for the split `node_stage`. Leaves `fit` as it is when it is
+// not fitted or the stages do not match the split.
+void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
+                   std::span<const int> node_stage, std::span<const int> stage_device,
+                   StageTimeFit& fit, const KindFitOptions& options = {});
+
+// ApplyStageTimeFit where the split is known: with `fit.kinds`, each stage's
+// F and B are priced node by node (`costs` is `cost`'s evaluation of the
+// split, recomputation applied per `stage_recompute`).
+void ApplyStageTimeFit(const StageTimeFit& fit, const CostModel& cost,
+                       std::span<const int> node_stage, std::span<const int> stage_device,
+                       std::span<const char> stage_recompute, schedule::StageCosts& costs);
 
 }  // namespace pipeplan
 

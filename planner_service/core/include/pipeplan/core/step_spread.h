@@ -89,13 +89,15 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
 // The same sampling on a lowered schedule and its per-stage costs, the
 // stages on `stage_device` (ids looked up in the spread; unknown ones draw
 // from the pooled ratios). For callers without a graph (`pipeplan
-// simulate`). Errors: as Simulate; INVALID_ARGUMENT for samples < 1 or a
-// device per stage missing.
+// simulate`). With `allreduce`, each step ends with the replicas' gradient
+// all-reduce (runtime_model.h). Errors: as Simulate; INVALID_ARGUMENT for
+// samples < 1 or a device per stage missing.
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
                                           const schedule::StageCosts& costs,
                                           const std::vector<std::string>& stage_device,
                                           const ActionSpread& spread,
-                                          const SpreadOptions& options = {});
+                                          const SpreadOptions& options = {},
+                                          const AsRunAllReduce* allreduce = nullptr);
 
 // A spread of relative noise `r` on every action kind: ratios evenly over
 // [1 - r, 1 + r] (what `pipeplan simulate --noise` asks about).

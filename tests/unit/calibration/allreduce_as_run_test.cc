@@ -1,0 +1,126 @@
+// The replicas' gradient all-reduce in the as-run step: a plan with
+// replicas ends each step with its ranks' bucketed all-reduce (the search's
+// model), in SimulateAsRun and in every sampled step of SimulateSpread, and
+// a measured exposed all-reduce calibrates its ring time.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pipeplan/core/allreduce.h"
+#include "pipeplan/core/plan_costs.h"
+#include "pipeplan/core/runtime_model.h"
+#include "pipeplan/core/step_spread.h"
+
+namespace pipeplan {
+namespace {
+
+constexpr double kBandwidth = 1e8;  // bytes/s between every pair: a slow ring
+constexpr double kLatency = 1e-4;
+constexpr double kParamBytes = 4e6;  // per node
+
+struct Model {
+  Graph graph;
+  Cluster cluster;
+};
+
+// A chain of 4 nodes with parameters on 4 devices of one host.
+Model MakeModel() {
+  GraphSpec g{.name = "chain", .batch_size = 4};
+  for (int i = 0; i < 4; ++i) {
+    g.nodes.push_back({.id = "n" + std::to_string(i),
+                       .forward_flops = 1e10,
+                       .param_bytes = kParamBytes,
+                       .output_bytes = 1e3});
+    if (i > 0) g.edges.push_back({.src = g.nodes[i - 1].id, .dst = g.nodes[i].id});
+  }
+  ClusterSpec c{.intra_host_bandwidth = kBandwidth, .intra_host_latency = kLatency};
+  for (int d = 0; d < 4; ++d) {
+    c.devices.push_back(
+        {.id = "d" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+  }
+  return {*Graph::Build(g), *Cluster::Build(c)};
+}
+
+// 2 ranks (d0, d1) x 2 replicas (d2, d3); `replicas` false: replica 0 alone.
+FixedPlan TwoByTwo(bool replicas, double bucket_bytes = 0) {
+  FixedPlan p{.node_stage = {0, 0, 1, 1}, .stage_device = {0, 1}, .ranks = 2, .microbatches = 4};
+  if (replicas) p.replica_groups = {{0, 2}, {1, 3}};
+  p.allreduce_bucket_bytes = bucket_bytes;
+  return p;
+}
+
+// One rank's gradients (2 nodes) in one bucket over a ring of two:
+// 2 (d - 1) x (bytes / d / bandwidth + latency).
+double OneBucketRing(const Graph& graph) {
+  const double bytes = 2 * kParamBytes * TrainingMemoryOf(PlanOptions{}, graph).gradient_scale;
+  return 2 * (bytes / 2 / kBandwidth + kLatency);
+}
+
+TEST(AllReduceAsRun, EndsTheStepWithTheLastRanksExposedRing) {
+  const Model m = MakeModel();
+  absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
+  absl::StatusOr<AsRunResult> dp = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  // One bucket (the default is 25 MiB) starts when the backward ends: all of
+  // it is exposed. Rank 0 ends last (its backward is the step's last).
+  const double ring = OneBucketRing(m.graph);
+  ASSERT_GT(ring, 0.01);
+  EXPECT_NEAR(dp->simulation.step_seconds, alone->simulation.step_seconds + ring, 1e-9);
+}
+
+TEST(AllReduceAsRun, SmallBucketsHideTheRingBehindTheBackward) {
+  const Model m = MakeModel();
+  absl::StatusOr<AsRunResult> one = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true));
+  absl::StatusOr<AsRunResult> many = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true, 1e5));
+  absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
+  ASSERT_TRUE(one.ok() && many.ok() && alone.ok());
+  EXPECT_LT(many->simulation.step_seconds, one->simulation.step_seconds);
+  EXPECT_GT(many->simulation.step_seconds, alone->simulation.step_seconds);
+}
+
+TEST(AllReduceAsRun, EverySampledStepPaysIt) {
+  const Model m = MakeModel();
+  absl::StatusOr<StepQuantiles> alone =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(false), {}, UniformSpread(0.1));
+  absl::StatusOr<StepQuantiles> dp =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(true), {}, UniformSpread(0.1));
+  ASSERT_TRUE(alone.ok() && dp.ok());
+  const double ring = OneBucketRing(m.graph);
+  EXPECT_NEAR(dp->mean_duration_seconds - alone->mean_duration_seconds, ring, 1e-9);
+  EXPECT_GT(dp->p50_seconds, alone->p50_seconds + 0.9 * ring);
+  EXPECT_GT(dp->p90_seconds, alone->p90_seconds + 0.9 * ring);
+}
+
+TEST(AllReduceAsRun, MeasuredExposedSecondsScaleTheRing) {
+  const Model m = MakeModel();
+  const double ring = OneBucketRing(m.graph);
+  // Measured 3x the modelled ring on both ranks (e.g. Gloo's host time).
+  absl::StatusOr<double> scale =
+      FitAllReduceScale(m.graph, m.cluster, TwoByTwo(true), {}, {3 * ring, 3 * ring});
+  ASSERT_TRUE(scale.ok()) << scale.status();
+  EXPECT_NEAR(*scale, 3.0, 1e-6);
+  absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
+  const StageTimeFit fit{.allreduce_ring_scale = *scale};  // not fitted: compute as modelled
+  absl::StatusOr<AsRunResult> dp =
+      SimulateAsRun(m.graph, m.cluster, TwoByTwo(true), {.stage_fit = &fit});
+  ASSERT_TRUE(alone.ok() && dp.ok());
+  EXPECT_NEAR(dp->simulation.step_seconds - alone->simulation.step_seconds, 3 * ring, 1e-9);
+  // Nothing measured, or no replicas: no scale.
+  EXPECT_DOUBLE_EQ(*FitAllReduceScale(m.graph, m.cluster, TwoByTwo(true), {}, {0, 0}), 1.0);
+  EXPECT_DOUBLE_EQ(*FitAllReduceScale(m.graph, m.cluster, TwoByTwo(false), {}, {1, 1}), 1.0);
+}
+
+// With a global batch, each replica's microbatch holds its share of it.
+TEST(AllReduceAsRun, ReplicasSplitTheGlobalBatch) {
+  const Model m = MakeModel();
+  FixedPlan alone = TwoByTwo(false), dp = TwoByTwo(true);
+  alone.global_batch = dp.global_batch = 16;
+  absl::StatusOr<AsRunCosts> a = BuildAsRunCosts(m.graph, m.cluster, alone);
+  absl::StatusOr<AsRunCosts> b = BuildAsRunCosts(m.graph, m.cluster, dp);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(b->costs.forward[0] / a->costs.forward[0], 0.5, 1e-9);
+}
+
+}  // namespace
+}  // namespace pipeplan

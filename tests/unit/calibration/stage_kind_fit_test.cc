@@ -1,0 +1,182 @@
+// Stage times per operator kind: a fit on one split's measured stages
+// (fixed cost per action + per-kind factors, as FitStageTimes and
+// FitStageKinds find them) prices another split's stages node by node, as
+// the as-run model does (ApplyStageTimeFit with the split).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pipeplan/core/stage_time_fit.h"
+
+namespace pipeplan {
+namespace {
+
+// A chain: embed, 4 x (norm, attn, mlp), head; on 4 devices of 1 TFLOP/s.
+struct KindChain {
+  Graph graph;
+  Cluster cluster;
+};
+
+KindChain MakeChain() {
+  GraphSpec g{.name = "gpt"};
+  auto add = [&](const std::string& op, double flops) {
+    const std::string id = op + std::to_string(g.nodes.size());
+    g.nodes.push_back({.id = id, .op = op, .forward_flops = flops, .output_bytes = 1e3});
+    if (g.nodes.size() > 1) g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
+  };
+  add("embed", 2e8);
+  for (int b = 0; b < 4; ++b) {
+    add("norm", 1e8);
+    add("attn", 1e9);
+    add("mlp", 2e9);
+  }
+  add("head", 1e9);
+  ClusterSpec c;
+  for (int d = 0; d < 4; ++d) {
+    c.devices.push_back(
+        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+  }
+  return {*Graph::Build(g), *Cluster::Build(c)};
+}
+
+// The executor's truth per node kind (x modelled seconds), and per action.
+const std::map<std::string, double> kTruth = {
+    {"embed", 6}, {"norm", 4}, {"attn", 1.5}, {"mlp", 1}, {"head", 2.5}};
+constexpr double kFixedF = 2e-3, kFixedB = 3e-3;
+
+// True F and B per microbatch of each stage of `split`.
+std::vector<MeasuredStage> Truth(const KindChain& s, const CostModel& cost,
+                                 const std::vector<int>& split, int stages) {
+  std::vector<MeasuredStage> out(stages, {kFixedF, kFixedB, -1});
+  for (int v = 0; v < s.graph.num_nodes(); ++v) {
+    const double k = kTruth.at(s.graph.node(v).op);
+    out[split[v]].forward_seconds += k * cost.forward_ref(v);
+    out[split[v]].backward_seconds += k * cost.backward_ref(v);
+  }
+  return out;
+}
+
+// Five steps of reports of `truth`, stage s on device s % 4, 4 microbatches.
+std::vector<StepSample> Reports(const std::vector<MeasuredStage>& truth) {
+  std::vector<StepSample> out;
+  for (int64_t step = 0; step < 5; ++step) {
+    for (int d = 0; d < 4; ++d) {
+      StepSample r{.worker_id = "w" + std::to_string(d), .device_id = "c" + std::to_string(d)};
+      r.step = step;
+      for (size_t s = d; s < truth.size(); s += 4) {
+        for (int mb = 0; mb < 4; ++mb) {
+          const std::string m = std::to_string(mb), st = std::to_string(s);
+          r.timings.push_back({.action = st + "F" + m, .seconds = truth[s].forward_seconds});
+          r.timings.push_back({.action = st + "B" + m, .seconds = truth[s].backward_seconds});
+        }
+      }
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// What the plan that ran predicted per stage (modelled, factor 1).
+std::vector<PlannedStage> Planned(const CostModel& cost, const std::vector<int>& split,
+                                  int stages) {
+  std::vector<PlannedStage> out(stages);
+  for (int s = 0; s < stages; ++s) out[s].device_id = "c" + std::to_string(s % 4);
+  for (int v = 0; v < cost.graph().num_nodes(); ++v) {
+    out[split[v]].forward_seconds += cost.forward_ref(v);
+    out[split[v]].backward_seconds += cost.backward_ref(v);
+  }
+  return out;
+}
+
+// Split A: 14 nodes in 8 stages (an interleaved plan, two per device).
+const std::vector<int> kSplitA = {0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 5, 6, 6, 7};
+// Split B: 4 stages cut elsewhere, the embedding with the first two blocks.
+const std::vector<int> kSplitB = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 3, 3};
+
+std::vector<int> Devices(int stages) {
+  std::vector<int> out;
+  for (int s = 0; s < stages; ++s) out.push_back(s % 4);
+  return out;
+}
+
+TEST(StageKindFit, FitOnOneSplitPricesAnotherNodeByNode) {
+  const KindChain s = MakeChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  const std::vector<StepSample> reports = Reports(Truth(s, cost, kSplitA, 8));
+  StageTimeFit fit = FitStageTimes(reports, Planned(cost, kSplitA, 8));
+  ASSERT_TRUE(fit.fitted);
+  FitStageKinds(reports, cost, kSplitA, Devices(8), fit, {.ridge = 1e-6});
+  ASSERT_TRUE(fit.kinds.has_value());
+  const std::vector<MeasuredStage> truth = Truth(s, cost, kSplitB, 4);
+  absl::StatusOr<std::vector<StageCost>> stages = cost.Evaluate(kSplitB, Devices(4));
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  schedule::StageCosts priced;
+  for (const StageCost& st : *stages) {
+    priced.forward.push_back(st.forward_seconds);
+    priced.backward_input.push_back(st.backward_seconds - st.weight_grad_seconds);
+    priced.backward_weight.push_back(st.weight_grad_seconds);
+  }
+  schedule::StageCosts scaled = priced;
+  ApplyStageTimeFit(fit, cost, kSplitB, Devices(4), {}, priced);
+  for (int st = 0; st < 4; ++st) {
+    EXPECT_NEAR(priced.forward[st] / truth[st].forward_seconds, 1, 0.02) << st;
+    const double b = priced.backward_input[st] + priced.backward_weight[st];
+    EXPECT_NEAR(b / truth[st].backward_seconds, 1, 0.02) << st;
+  }
+  // One scale for the whole model (the fit without kinds) is off on the
+  // stage that now holds the embedding and two blocks' norms.
+  fit.kinds.reset();
+  ApplyStageTimeFit(fit, cost, kSplitB, Devices(4), {}, scaled);
+  double worst = 0;
+  for (int st = 0; st < 4; ++st) {
+    worst = std::max(worst, std::abs(scaled.forward[st] / truth[st].forward_seconds - 1));
+  }
+  EXPECT_GT(worst, 0.1);
+}
+
+// A straggler (c3 at 1.5x) stays the slow device; the kinds price the
+// other split's stages on the quiet devices within 7% (the straggler's
+// stages hold the only head, so the two rounds of FitStageKinds leave part
+// of its slowdown in the kinds).
+TEST(StageKindFit, KeepsAStragglerOutOfTheKinds) {
+  const KindChain s = MakeChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  std::vector<MeasuredStage> a = Truth(s, cost, kSplitA, 8);
+  for (int st : {3, 7}) a[st].forward_seconds *= 1.5, a[st].backward_seconds *= 1.5;
+  const std::vector<StepSample> reports = Reports(a);
+  StageTimeFit fit = FitStageTimes(reports, Planned(cost, kSplitA, 8));
+  FitStageKinds(reports, cost, kSplitA, Devices(8), fit, {.ridge = 1e-6});
+  ASSERT_TRUE(fit.kinds.has_value());
+  EXPECT_GT(fit.device_factor.at("c3"), 1.2);
+  const std::vector<MeasuredStage> truth = Truth(s, cost, kSplitB, 4);
+  absl::StatusOr<std::vector<StageCost>> stages = cost.Evaluate(kSplitB, Devices(4));
+  ASSERT_TRUE(stages.ok());
+  schedule::StageCosts priced;
+  for (const StageCost& st : *stages) {
+    priced.forward.push_back(st.forward_seconds);
+    priced.backward_input.push_back(st.backward_seconds - st.weight_grad_seconds);
+    priced.backward_weight.push_back(st.weight_grad_seconds);
+  }
+  ApplyStageTimeFit(fit, cost, kSplitB, Devices(4), {}, priced);
+  for (int st = 0; st < 3; ++st) {
+    EXPECT_NEAR(priced.forward[st] / truth[st].forward_seconds, 1, 0.07) << st;
+  }
+  EXPECT_GT(priced.forward[3] / truth[3].forward_seconds, 1.2);
+}
+
+TEST(StageKindFit, AnUnfittedFitOrAnotherGraphLeavesTheScales) {
+  const KindChain s = MakeChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  const std::vector<StepSample> reports = Reports(Truth(s, cost, kSplitA, 8));
+  StageTimeFit unfitted;
+  FitStageKinds(reports, cost, kSplitA, Devices(8), unfitted);
+  EXPECT_FALSE(unfitted.kinds.has_value());
+  StageTimeFit fit = FitStageTimes(reports, Planned(cost, kSplitA, 8));
+  const std::vector<int> short_split = {0, 1};
+  FitStageKinds(reports, cost, short_split, Devices(8), fit);
+  EXPECT_FALSE(fit.kinds.has_value());
+}
+
+}  // namespace
+}  // namespace pipeplan
