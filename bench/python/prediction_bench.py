@@ -118,6 +118,55 @@ def version_row(planner, job, version):
     return dict(row, under_p90=under, counted=len(steps))
 
 
+ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
+
+
+def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
+    """Per stage of `version`: median F and full backward (B, or I + W) per
+    microbatch over its reports, the first `skip` steps left out."""
+    import statistics
+    reports = [r for r in reports if r.plan_version == version]
+    first = min((r.step for r in reports), default=0) + skip
+    f, b = {}, {}
+    for r in reports:
+        if r.step < first:
+            continue
+        per = {}
+        for t in r.timings:
+            m = ACTION.match(t.action)
+            if not m:
+                continue
+            s, kind = int(m.group(1)), m.group(2)
+            acc = per.setdefault(s, [0.0, 0, 0.0, 0])
+            if kind == "F":
+                acc[0] += t.seconds
+                acc[1] += 1
+            else:
+                acc[2] += t.seconds
+                acc[3] += kind != "W"
+        for s, (fs, fn, bs, bn) in per.items():
+            if fn:
+                f.setdefault(s, []).append(fs / fn)
+            if bn:
+                b.setdefault(s, []).append(bs / bn)
+    return [(statistics.median(f.get(s, [0])), statistics.median(b.get(s, [0])))
+            for s in range(max(f, default=-1) + 1)]
+
+
+def predicted_costs(planner):
+    """Each `version_predicted_costs` line of the planner's log, in order:
+    per stage (F ms, full B ms), tail ms, exposed all-reduce ms per rank."""
+    out = []
+    for line in planner.stderr_text().splitlines():
+        if "event=version_predicted_costs" not in line:
+            continue
+        field = lambda k: (re.search(k + r'="?([^" ]*)"?', line) or [None, ""])[1]
+        nums = lambda k: [float(x) for x in field(k).split(",") if x]
+        out.append(dict(stages=list(zip(nums("stage_forward_ms"), nums("stage_backward_ms"))),
+                        tail=float(field("tail_ms") or 0), exposed=nums("allreduce_exposed_ms")))
+    return out
+
+
 def dump_job(planner, job, path):
     """Writes the job's step reports (action timings included) and every
     plan version as JSON, for comparing predicted with measured per action."""
@@ -132,6 +181,44 @@ def dump_job(planner, job, path):
         json.dump({"reports": reports, "plans": plans}, f)
 
 
+# Model name -> plan A's measured step (seconds) in each of its runs.
+A_RUNS = {}
+# (model, plan, predicted per stage, measured per stage, tail ms, exposed ms).
+STAGE_ROWS = []
+
+
+def stage_rows(planner, job, name, versions):
+    """Per target version: the per-action costs its prediction simulated
+    (the planner's log, one line per replan: versions 2, 3, ... in order)
+    beside the measured ones."""
+    from pipeplan.client import Client
+    with Client(planner.address) as c:
+        reports = c.step_reports(job)
+    logged = predicted_costs(planner)[-(2 * len(TARGETS)):]
+    out = []
+    for (label, _), version in zip(TARGETS, versions):
+        i = int(version) - 2
+        if 0 <= i < len(logged):
+            p = logged[i]
+            out.append((name, label, p["stages"], measured_stages(reports, int(version)),
+                        p["tail"], p["exposed"]))
+    return out
+
+
+def print_stages(rows):
+    print("per action, predicted / measured ms per microbatch (F, full backward), "
+          "the predicted EndStep tail and exposed all-reduce per rank")
+    print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms |")
+    print("|---|---|---|---|---|")
+    for name, label, pred, meas, tail, exposed in rows:
+        cells = []
+        for s, (pf, pb) in enumerate(pred):
+            mf, mb = meas[s] if s < len(meas) else (0, 0)
+            cells.append("s%d %.2f/%.2f, %.2f/%.2f" % (s, pf, 1e3 * mf, pb, 1e3 * mb))
+        print("| %s | %s | %s | %.1f | %s |" % (name, label, "; ".join(cells), tail,
+                                               ",".join("%.1f" % x for x in exposed) or "-"))
+
+
 def torch_rows(planner, name, work, steps, dump=None):
     fx = dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
               loss=train_bench.make_fixtures.LOSS[name])
@@ -142,13 +229,18 @@ def torch_rows(planner, name, work, steps, dump=None):
               "tensors:" + fx["data"], "--batch-size", "8", "--optimizer", "adamw", "--lr",
               "1e-3", "--max-steps", "1000000")["id"]
     workers = start_workers(planner, job, work, lambda r: ["--executor", "torch"])
-    rows = []
+    rows, a_versions = [], [1]
     try:
         wait_steps(planner, job, 1, steps, workers)
         for label, options in TARGETS:
             version = switch(planner, job, label, options, steps, workers)
             rows.append((name, label, version_row(planner, job, version)))
-            switch(planner, job, "back to A", PLAN_A[1], steps, workers)
+            a_versions.append(switch(planner, job, "back to A", PLAN_A[1], steps, workers))
+        # The noise floor: plan A itself, run after each X in the same job.
+        measured = {r["version"]: r["measured_step_seconds"]
+                    for r in cli(planner, "jobs", "versions", job)}
+        A_RUNS[name] = [measured.get(v, 0) for v in a_versions]
+        STAGE_ROWS.extend(stage_rows(planner, job, name, [r[2]["version"] for r in rows]))
         if dump:
             dump_job(planner, job, os.path.join(dump, name + ".json"))
     finally:
@@ -195,6 +287,11 @@ def print_torch(rows):
             r["predicted_p90_step_seconds"], r["measured_step_seconds"],
             "%.1f%%" % (100 * err) if err is not None else "-", 100 * r["under_p90"],
             r["counted"]))
+    for name, runs in A_RUNS.items():
+        ok = [x for x in runs if x > 0]
+        if ok:
+            print("%s plan A, its %d runs in the job: %s ms (max / min %.2f)" % (
+                name, len(ok), " ".join("%.1f" % (1e3 * x) for x in ok), max(ok) / min(ok)))
 
 
 def percent(x):
@@ -241,6 +338,7 @@ def main():
         print("torch executor, 4 workers on CPU, batch 8 in 4 microbatches; every plan "
               "predicted under plan A's calibration")
         print_torch(rows)
+        print_stages(STAGE_ROWS)
     if "straggler" in parts:
         rows = []
         flags = ["--replan=on", "--replan-min-interval-seconds=3", "--replan-min-steps=10",

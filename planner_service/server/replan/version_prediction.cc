@@ -7,10 +7,14 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "calibrated_model.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/runtime_model.h"
+#include "pipeplan/server/obs/log.h"
 
 namespace pipeplan::server {
 namespace {
@@ -23,6 +27,36 @@ absl::StatusOr<StepQuantiles> Quantiles(const DecodedPlan& plan, const PlanInput
   if (basis.host != nullptr) as_run.host_overhead = *basis.host;
   as_run.stage_fit = basis.stage_fit;
   return SimulateSpread(*in.graph, *in.cluster, fixed, as_run, basis.spread);
+}
+
+// Logs the per-action costs the prediction simulated (F and full B per
+// stage, the step's tail, each rank's exposed all-reduce at mean
+// durations): what prediction_bench compares with the measured actions.
+void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis) {
+  absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
+  if (!fixed.ok()) return;
+  AsRunOptions as_run{.stage_fit = basis.stage_fit};
+  if (basis.host != nullptr) as_run.host_overhead = *basis.host;
+  absl::StatusOr<AsRunCosts> c = BuildAsRunCosts(*in.graph, *in.cluster, *fixed, as_run);
+  if (!c.ok()) return;
+  std::vector<std::string> f, b, exposed;
+  for (size_t s = 0; s < c->costs.forward.size(); ++s) {
+    f.push_back(absl::StrFormat("%.3f", 1e3 * c->costs.forward[s]));
+    b.push_back(absl::StrFormat(
+        "%.3f", 1e3 * (c->costs.backward_input[s] + c->costs.backward_weight[s])));
+  }
+  absl::StatusOr<schedule::SimulationResult> sim = schedule::Simulate(c->lowered, c->costs);
+  if (sim.ok()) {
+    for (double x : c->allreduce.Exposed(c->costs, *sim)) {
+      exposed.push_back(absl::StrFormat("%.3f", 1e3 * x));
+    }
+  }
+  LogInfo("version_predicted_costs",
+          {{"calibrated_on_version", absl::StrCat(basis.current_version)},
+           {"stage_forward_ms", absl::StrJoin(f, ",")},
+           {"stage_backward_ms", absl::StrJoin(b, ",")},
+           {"tail_ms", absl::StrFormat("%.3f", 1e3 * c->tail_seconds)},
+           {"allreduce_exposed_ms", absl::StrJoin(exposed, ",")}});
 }
 
 // The replaced version's side: its measured steps and its prediction under
@@ -72,6 +106,7 @@ absl::StatusOr<v1::VersionPrediction> PredictVersion(const v1::Plan& next, const
                                                      const PredictionBasis& basis) {
   PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(next));
   PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q, Quantiles(decoded, in, basis));
+  LogStageCosts(decoded, in, basis);
   v1::VersionPrediction out;
   out.set_step_seconds(q.mean_duration_seconds);
   if (!basis.spread.empty()) {
