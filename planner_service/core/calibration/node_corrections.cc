@@ -93,9 +93,10 @@ std::pair<double, double> FixedAndScale(const KindMatrix& m, const std::vector<d
 }
 
 // Per kind: min sum_s ((row_s . k [+ fixed] - m_s) / m_s)^2 +
-// ridge sum_j w_j (k_j - c)^2, w_j the kind's share of the modelled time,
-// c the common factor (total measured / total modelled; with a fixed part,
-// the scale of FixedAndScale). The fixed part is barely regularised.
+// ridge sum_j w_j (k_j - c)^2, w_j the kind's share of the modelled time
+// (with a fixed part: 1 / c^2, a relative departure), c the common factor
+// (total measured / total modelled; with a fixed part, the scale of
+// FixedAndScale). The fixed part is barely regularised.
 std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<double>& measured,
                                        const KindFitOptions& options, double* common,
                                        double* fixed) {
@@ -126,7 +127,14 @@ std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<do
     AddEquation(row, measured[s], a, b);
   }
   for (size_t j = 0; j < n; ++j) {
-    const double w = options.ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
+    // Without a fixed part: weighted by the kind's share of the modelled
+    // time. With one (few stages, many kinds): every kind pays the same for
+    // its relative departure from the scale, so a kind seen in one stage
+    // only cannot take that stage's whole error (a 20x factor on gelu).
+    const double w =
+        options.fit_fixed
+            ? options.ridge / std::max(1e-300, *common * *common)
+            : options.ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
     a[j][j] += w;
     b[j] += w * *common;
   }

@@ -42,8 +42,8 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
   std::vector<std::string> f, b, exposed;
   for (size_t s = 0; s < c->costs.forward.size(); ++s) {
     f.push_back(absl::StrFormat("%.3f", 1e3 * c->costs.forward[s]));
-    b.push_back(absl::StrFormat(
-        "%.3f", 1e3 * (c->costs.backward_input[s] + c->costs.backward_weight[s])));
+    b.push_back(
+        absl::StrFormat("%.3f", 1e3 * (c->costs.backward_input[s] + c->costs.backward_weight[s])));
   }
   absl::StatusOr<schedule::SimulationResult> sim = schedule::Simulate(c->lowered, c->costs);
   if (sim.ok()) {

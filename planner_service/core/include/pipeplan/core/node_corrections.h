@@ -17,7 +17,10 @@
 // With KindFitOptions::fit_fixed each action also pays a fixed cost (an
 // executor's dispatch per F or B, whatever the stage holds), fitted with
 // the factors: measured = fixed + sum of factor x modelled. The factors are
-// then pulled towards the common scale of a fit of fixed + one scale.
+// then pulled towards the common scale of a fit of fixed + one scale, each
+// by its relative departure (`ridge` x ((k - c) / c)^2): with four stages
+// and twenty kinds a kind seen in one stage only must not take that
+// stage's whole error.
 //
 // The optimizer step is fitted the same way: seconds per parameter byte of
 // the stage (with a per-stage constant), from the executor's measured
