@@ -13,7 +13,11 @@ namespace {
 struct KindMatrix {
   std::vector<std::string> kinds;
   std::vector<std::vector<double>> rows;
+  std::vector<double> nodes;  // per stage: nodes that run an op (CountedNode)
 };
+
+// An op the executor runs per action (a graph input is not).
+bool CountedNode(const NodeSpec& node) { return node.op != "placeholder"; }
 
 // Solves a x = b (small, symmetric positive definite) by Gaussian
 // elimination with partial pivoting.
@@ -54,8 +58,10 @@ KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
     }
   }
   m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
+  m.nodes.assign(stage_device.size(), 0.0);
   for (int v = 0; v < g.num_nodes(); ++v) {
     const int s = node_stage[v];
+    if (CountedNode(g.node(v))) m.nodes[s] += 1;
     const double ref = backward ? cost.backward_ref(v) : cost.forward_ref(v);
     const double unit = s < static_cast<int>(units.size()) && units[s] > 0 ? units[s] : 1;
     m.rows[s][index[g.node(v).op]] += ref * cost.slowdown(stage_device[s]) / unit;
@@ -74,32 +80,50 @@ void AddEquation(const std::vector<double>& row, double measured,
   }
 }
 
-// measured = fixed + scale x the stage's total modelled seconds, least
-// squares on relative errors: the scale the kinds are pulled towards when
-// a fixed part is fitted. {0, 0} when there is too little to tell.
-std::pair<double, double> FixedAndScale(const KindMatrix& m, const std::vector<double>& measured) {
-  std::vector<std::vector<double>> a(2, std::vector<double>(2, 0.0));
-  std::vector<double> b(2, 0.0);
+// measured = fixed + per_node x nodes + scale x the stage's total modelled
+// seconds, least squares on relative errors: the scale the kinds are
+// pulled towards. Without a positive per-node cost, fixed + scale alone;
+// scale 0 when there is too little to tell.
+// Whether the measured stages run different numbers of nodes: only then is
+// a cost per node told from the fixed one.
+bool NodesVary(const KindMatrix& m, const std::vector<double>& measured) {
+  double fewest = INFINITY, most = 0;
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    if (measured[s] > 0) fewest = std::min(fewest, m.nodes[s]), most = std::max(most, m.nodes[s]);
+  }
+  return most > fewest;
+}
+
+struct CommonFit {
+  double fixed = 0, per_node = 0, scale = 0;
+};
+CommonFit FitCommon(const KindMatrix& m, const std::vector<double>& measured, bool per_node) {
+  const size_t cols = per_node ? 3 : 2;
+  std::vector<std::vector<double>> a(cols, std::vector<double>(cols, 0.0));
+  std::vector<double> b(cols, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
     if (!(measured[s] > 0)) continue;
     double total = 0;
     for (double x : m.rows[s]) total += x;
-    AddEquation({1.0, total}, measured[s], a, b);
+    std::vector<double> row = {1.0, total};
+    if (per_node) row.push_back(m.nodes[s]);
+    AddEquation(row, measured[s], a, b);
   }
-  a[0][0] += 1e-12, a[1][1] += 1e-12;
+  for (size_t j = 0; j < cols; ++j) a[j][j] += 1e-12;
   const std::vector<double> x = Solve(std::move(a), std::move(b));
-  if (!(x[1] > 0) || x[0] < 0) return {0, 0};
-  return {x[0], x[1]};
+  if (per_node && (x[0] < 0 || !(x[1] > 0) || x[2] < 0)) return FitCommon(m, measured, false);
+  if (x[0] < 0 || !(x[1] > 0)) return {};
+  return {.fixed = x[0], .per_node = per_node ? x[2] : 0, .scale = x[1]};
 }
 
-// Per kind: min sum_s ((row_s . k [+ fixed] - m_s) / m_s)^2 +
+// Per kind: min sum_s ((row_s . k [+ fixed + per_node x nodes] - m_s) / m_s)^2 +
 // ridge sum_j w_j (k_j - c)^2, w_j the kind's share of the modelled time
 // (with a fixed part: 1 / c^2, a relative departure), c the common factor
 // (total measured / total modelled; with a fixed part, the scale of
-// FixedAndScale). The fixed part is barely regularised.
+// FitCommon). The fixed and per-node parts are barely regularised.
 std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<double>& measured,
-                                       const KindFitOptions& options, double* common,
-                                       double* fixed) {
+                                       const KindFitOptions& options, double* common, double* fixed,
+                                       double* per_node) {
   const size_t n = m.kinds.size();
   double total_measured = 0, total_modelled = 0;
   std::vector<double> share(n, 0.0);
@@ -112,18 +136,19 @@ std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<do
     }
   }
   *common = total_modelled > 0 ? total_measured / total_modelled : 1;
-  double fixed_prior = 0;
+  const bool nodes_vary = NodesVary(m, measured);
+  CommonFit prior;
   if (options.fit_fixed) {
-    const auto [f, c] = FixedAndScale(m, measured);
-    if (c > 0) fixed_prior = f, *common = c;
+    prior = FitCommon(m, measured, nodes_vary);
+    if (prior.scale > 0) *common = prior.scale;
   }
-  const size_t cols = n + (options.fit_fixed ? 1 : 0);
+  const size_t cols = n + (options.fit_fixed ? 2 : 0);
   std::vector<std::vector<double>> a(cols, std::vector<double>(cols, 0.0));
   std::vector<double> b(cols, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
     if (!(measured[s] > 0)) continue;
     std::vector<double> row = m.rows[s];
-    if (options.fit_fixed) row.push_back(1.0);
+    if (options.fit_fixed) row.insert(row.end(), {1.0, nodes_vary ? m.nodes[s] : 0.0});
     AddEquation(row, measured[s], a, b);
   }
   for (size_t j = 0; j < n; ++j) {
@@ -138,9 +163,13 @@ std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<do
     a[j][j] += w;
     b[j] += w * *common;
   }
-  if (options.fit_fixed) a[n][n] += 1e-9, b[n] += 1e-9 * fixed_prior;
+  if (options.fit_fixed) {
+    a[n][n] += 1e-9, b[n] += 1e-9 * prior.fixed;
+    a[n + 1][n + 1] += 1e-9, b[n + 1] += 1e-9 * prior.per_node;
+  }
   const std::vector<double> k = Solve(std::move(a), std::move(b));
   *fixed = options.fit_fixed ? std::max(0.0, k[n]) : 0;
+  *per_node = options.fit_fixed ? std::max(0.0, k[n + 1]) : 0;
   std::map<std::string, double> out;
   for (size_t j = 0; j < n; ++j) {
     if (share[j] > 0) out[m.kinds[j]] = std::clamp(k[j], *common / 20, *common * 20);
@@ -210,10 +239,12 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
     return absl::InvalidArgumentError("kind fit: no stage has a measured forward");
   }
   KindCorrections out;
-  out.forward = FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options,
-                         &out.forward_common, &out.forward_fixed_seconds);
-  out.backward = FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options,
-                          &out.backward_common, &out.backward_fixed_seconds);
+  out.forward =
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options,
+               &out.forward_common, &out.forward_fixed_seconds, &out.forward_per_node_seconds);
+  out.backward =
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options,
+               &out.backward_common, &out.backward_fixed_seconds, &out.backward_per_node_seconds);
   FitOptimizer(cost, node_stage, measured, out);
   return out;
 }
@@ -232,6 +263,10 @@ std::vector<MeasuredStage> PredictStageTimes(const CostModel& cost,
     const double unit =
         s < static_cast<int>(stage_units.size()) && stage_units[s] > 0 ? stage_units[s] : 1;
     const double slow = cost.slowdown(stage_device[s]) / unit;
+    if (CountedNode(g.node(v))) {
+      out[s].forward_seconds += corrections.forward_per_node_seconds;
+      out[s].backward_seconds += corrections.backward_per_node_seconds;
+    }
     out[s].forward_seconds += cost.forward_ref(v) * slow * corrections.ForwardFactor(g.node(v).op);
     out[s].backward_seconds +=
         cost.backward_ref(v) * slow * corrections.BackwardFactor(g.node(v).op);

@@ -199,6 +199,16 @@ void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
       measured[s] = {MedianOr(m.forward, -1), MedianOr(m.backward, -1)};
     }
   }
+  // As FitLine: stages modelled alike cannot tell a fixed cost (or one per
+  // node) from the scale; the line's fit through zero stands.
+  const std::vector<MeasuredStage> modelled =
+      PredictStageTimes(cost, KindCorrections{}, node_stage, stage_device, units);
+  double lo = INFINITY, hi = 0;
+  for (size_t s = 0; s < measured.size(); ++s) {
+    if (!(measured[s].forward_seconds > 0)) continue;
+    lo = std::min(lo, modelled[s].forward_seconds), hi = std::max(hi, modelled[s].forward_seconds);
+  }
+  if (!(hi > 1.2 * lo)) return;
   // The devices' residuals were taken against one scale for every kind, so
   // they hold the kinds' differences too: start from none, fit the kinds,
   // take the residuals against the kinds' prices, refit (a straggler's

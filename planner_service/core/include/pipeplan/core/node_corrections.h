@@ -15,8 +15,10 @@
 // taking arbitrary values. PredictStageTimes then prices any split.
 //
 // With KindFitOptions::fit_fixed each action also pays a fixed cost (an
-// executor's dispatch per F or B, whatever the stage holds), fitted with
-// the factors: measured = fixed + sum of factor x modelled. The factors are
+// executor's call per F or B, whatever the stage holds) and a cost per node
+// it runs (an op's dispatch: a view or a getitem has no flops but is not
+// free), fitted with the factors: measured = fixed + per_node x nodes + sum
+// of factor x modelled. The factors are
 // then pulled towards the common scale of a fit of fixed + one scale, each
 // by its relative departure (`ridge` x ((k - c) / c)^2): with four stages
 // and twenty kinds a kind seen in one stage only must not take that
@@ -53,8 +55,10 @@ struct KindCorrections {
   // common factor.
   std::map<std::string, double> forward, backward;
   double forward_common = 1, backward_common = 1;
-  // Seconds every F (B) pays whatever its nodes (0 unless fit_fixed).
+  // Seconds every F (B) pays whatever its nodes, and per node it runs
+  // (0 unless fit_fixed).
   double forward_fixed_seconds = 0, backward_fixed_seconds = 0;
+  double forward_per_node_seconds = 0, backward_per_node_seconds = 0;
   // Optimizer seconds per step = fixed + per_param_byte x stage param bytes.
   double optimizer_fixed_seconds = 0;
   double optimizer_seconds_per_param_byte = 0;
@@ -67,7 +71,7 @@ struct KindFitOptions {
   // Weight of pulling each kind's factor towards the common factor,
   // relative to one stage's squared relative error.
   double ridge = 0.05;
-  // Fit a fixed seconds per F and per B too (unregularised).
+  // Fit a fixed seconds per F and per B, and per node, too (unregularised).
   bool fit_fixed = false;
 };
 
