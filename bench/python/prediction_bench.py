@@ -26,7 +26,13 @@ per step (--noise 0.1). Does it replan, and how does the predicted gain of
 the switch compare with the measured one (`jobs versions`)?
 
   /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 40]
-      [--parts torch,straggler]
+      [--parts torch,straggler] [--dump DIR]
+
+Besides the table it prints plan A's measured step in each of its runs (the
+noise floor the errors are read against) and, per plan, the per-action
+costs the prediction simulated (the planner's `version_predicted_costs` log
+line) beside the measured per-stage F and backward; --dump writes each
+torch job's reports and plans as JSON.
 
 Timings depend on the machine's load: four workers share its cores.
 """
@@ -160,10 +166,13 @@ def predicted_costs(planner):
     for line in planner.stderr_text().splitlines():
         if "event=version_predicted_costs" not in line:
             continue
-        field = lambda k: (re.search(k + r'="?([^" ]*)"?', line) or [None, ""])[1]
-        nums = lambda k: [float(x) for x in field(k).split(",") if x]
+        fields = dict(re.findall(r'(\w+)="?([^" ]*)"?', line))
+
+        def nums(key):
+            return [float(x) for x in fields.get(key, "").split(",") if x]
         out.append(dict(stages=list(zip(nums("stage_forward_ms"), nums("stage_backward_ms"))),
-                        tail=float(field("tail_ms") or 0), exposed=nums("allreduce_exposed_ms")))
+                        tail=float(fields.get("tail_ms") or 0),
+                        exposed=nums("allreduce_exposed_ms")))
     return out
 
 
