@@ -18,26 +18,33 @@ struct KindChain {
   Cluster cluster;
 };
 
-KindChain MakeChain() {
-  GraphSpec g{.name = "gpt"};
-  auto add = [&](const std::string& op, double flops) {
-    const std::string id = op + std::to_string(g.nodes.size());
-    g.nodes.push_back({.id = id, .op = op, .forward_flops = flops, .output_bytes = 1e3});
-    if (g.nodes.size() > 1) g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
-  };
-  add("embed", 2e8);
-  for (int b = 0; b < 4; ++b) {
-    add("norm", 1e8);
-    add("attn", 1e9);
-    add("mlp", 2e9);
-  }
-  add("head", 1e9);
+// Appends a node of kind `op` to the chain `g`.
+void Add(GraphSpec& g, const std::string& op, double flops) {
+  const std::string id = op + std::to_string(g.nodes.size());
+  g.nodes.push_back({.id = id, .op = op, .forward_flops = flops, .output_bytes = 1e3});
+  if (g.nodes.size() > 1) g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
+}
+
+// The chain `g` on 4 devices of 1 TFLOP/s.
+KindChain OnFourDevices(const GraphSpec& g) {
   ClusterSpec c;
   for (int d = 0; d < 4; ++d) {
     c.devices.push_back(
         {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
   }
   return {*Graph::Build(g), *Cluster::Build(c)};
+}
+
+KindChain MakeChain() {
+  GraphSpec g{.name = "gpt"};
+  Add(g, "embed", 2e8);
+  for (int b = 0; b < 4; ++b) {
+    Add(g, "norm", 1e8);
+    Add(g, "attn", 1e9);
+    Add(g, "mlp", 2e9);
+  }
+  Add(g, "head", 1e9);
+  return OnFourDevices(g);
 }
 
 // The executor's truth per node kind (x modelled seconds), and per action.
@@ -173,24 +180,14 @@ TEST(StageKindFit, KeepsAStragglerOutOfTheKinds) {
 // per node, fitted with the kinds, prices a split that moves them.
 TEST(StageKindFit, PricesOpsWithoutFlopsPerNode) {
   GraphSpec g{.name = "views"};
-  auto add = [&](const std::string& op, double flops) {
-    const std::string id = op + std::to_string(g.nodes.size());
-    g.nodes.push_back({.id = id, .op = op, .forward_flops = flops, .output_bytes = 1e3});
-    if (g.nodes.size() > 1) g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
-  };
-  add("embed", 2e8);
+  Add(g, "embed", 2e8);
   for (int b = 0; b < 4; ++b) {
-    add("attn", 1e9);
-    for (int i = 0; i < 2 + 2 * b; ++i) add("view", 0);  // 2, 4, 6, 8 views
-    add("mlp", 2e9);
+    Add(g, "attn", 1e9);
+    for (int i = 0; i < 2 + 2 * b; ++i) Add(g, "view", 0);  // 2, 4, 6, 8 views
+    Add(g, "mlp", 2e9);
   }
-  add("head", 1e9);
-  ClusterSpec c;
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  const KindChain s{*Graph::Build(g), *Cluster::Build(c)};
+  Add(g, "head", 1e9);
+  const KindChain s = OnFourDevices(g);
   const CostModel cost(s.graph, s.cluster, {});
   // A: 30 nodes in 8 stages (attention, views and MLP of a block apart);
   // B: 4 stages cut elsewhere.
