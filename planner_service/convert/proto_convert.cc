@@ -18,7 +18,9 @@ using schedule::ScheduleKind;
 namespace {
 
 // The wire enums and the core's. OPTIMIZER_DEFAULT and PRECISION_DEFAULT
-// (0, unset) read as the core's defaults; SCHEDULE_AUTO has no kind.
+// (0, unset) read as the core's defaults; they come last so that the core's
+// default writes as its own name (ADAM, BF16_MIXED). SCHEDULE_AUTO has no
+// kind.
 constexpr auto kSchedules = MakeEnumMap<v1::Schedule, ScheduleKind>(
     {{v1::SCHEDULE_GPIPE, ScheduleKind::kGPipe},
      {v1::SCHEDULE_1F1B, ScheduleKind::k1F1B},
@@ -28,15 +30,15 @@ constexpr auto kSchedules = MakeEnumMap<v1::Schedule, ScheduleKind>(
      {v1::SCHEDULE_ZBV_ZERO_BUBBLE, ScheduleKind::kZBVZeroBubble},
      {v1::SCHEDULE_DUALPIPE_V, ScheduleKind::kDualPipeV}});
 constexpr auto kOptimizers =
-    MakeEnumMap<v1::Optimizer, Optimizer>({{v1::OPTIMIZER_DEFAULT, kDefaultOptimizer},
-                                           {v1::OPTIMIZER_SGD, Optimizer::kSgd},
+    MakeEnumMap<v1::Optimizer, Optimizer>({{v1::OPTIMIZER_SGD, Optimizer::kSgd},
                                            {v1::OPTIMIZER_MOMENTUM, Optimizer::kMomentum},
-                                           {v1::OPTIMIZER_ADAM, Optimizer::kAdam}});
+                                           {v1::OPTIMIZER_ADAM, Optimizer::kAdam},
+                                           {v1::OPTIMIZER_DEFAULT, kDefaultOptimizer}});
 constexpr auto kPrecisions =
-    MakeEnumMap<v1::Precision, Precision>({{v1::PRECISION_DEFAULT, kDefaultPrecision},
-                                           {v1::PRECISION_FP32, Precision::kFp32},
+    MakeEnumMap<v1::Precision, Precision>({{v1::PRECISION_FP32, Precision::kFp32},
                                            {v1::PRECISION_BF16_MIXED, Precision::kBf16Mixed},
-                                           {v1::PRECISION_FP64, Precision::kFp64}});
+                                           {v1::PRECISION_FP64, Precision::kFp64},
+                                           {v1::PRECISION_DEFAULT, kDefaultPrecision}});
 constexpr auto kMethods = MakeEnumMap<v1::PartitionMethod, PartitionMethod>(
     {{v1::METHOD_AUTO, PartitionMethod::kAuto},
      {v1::METHOD_DP, PartitionMethod::kDp},
@@ -201,6 +203,18 @@ absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& reques
 
 v1::Schedule ScheduleToProto(ScheduleKind kind) {
   return kSchedules.Backward(kind).value_or(v1::SCHEDULE_AUTO);
+}
+
+v1::PartitionMethod MethodToProto(PartitionMethod method) {
+  return kMethods.Backward(method).value_or(v1::METHOD_AUTO);
+}
+
+v1::Optimizer OptimizerToProto(Optimizer optimizer) {
+  return kOptimizers.Backward(optimizer).value_or(v1::OPTIMIZER_DEFAULT);
+}
+
+v1::Precision PrecisionToProto(Precision precision) {
+  return kPrecisions.Backward(precision).value_or(v1::PRECISION_DEFAULT);
 }
 
 namespace {
