@@ -16,9 +16,9 @@ torch::Tensor View(const float* data, int64_t n) {
   return torch::from_blob(const_cast<float*>(data), {n}, torch::kFloat);
 }
 
-}  // namespace
-
-std::vector<std::byte> PickleParameter(const float* data, int64_t n, int64_t step) {
+// One parameter as the worker's state move ships it: the values and their
+// AdamW state, laid out at `data` as param, exp_avg, exp_avg_sq (n each).
+Dict ParameterEntry(const float* data, int64_t n, int64_t step) {
   Dict state = NewDict();
   state.insert("step", step);
   state.insert("exp_avg", View(data + n, n));
@@ -27,7 +27,13 @@ std::vector<std::byte> PickleParameter(const float* data, int64_t n, int64_t ste
   entry.insert("param", View(data, n));
   entry.insert("optimizer", std::string("adamw"));
   entry.insert("state", state);
-  const std::vector<char> bytes = torch::jit::pickle_save(entry);
+  return entry;
+}
+
+}  // namespace
+
+std::vector<std::byte> PickleParameter(const float* data, int64_t n, int64_t step) {
+  const std::vector<char> bytes = torch::jit::pickle_save(ParameterEntry(data, n, step));
   const auto span = std::as_bytes(std::span<const char>(bytes.data(), bytes.size()));
   return std::vector<std::byte>(span.begin(), span.end());
 }
@@ -35,16 +41,7 @@ std::vector<std::byte> PickleParameter(const float* data, int64_t n, int64_t ste
 std::vector<char> PickleShard(const float* data, int params, int64_t n, int64_t step) {
   Dict all = NewDict();
   for (int i = 0; i < params; ++i) {
-    const float* p = data + 3 * n * i;
-    Dict state = NewDict();
-    state.insert("step", step);
-    state.insert("exp_avg", View(p + n, n));
-    state.insert("exp_avg_sq", View(p + 2 * n, n));
-    Dict entry = NewDict();
-    entry.insert("param", View(p, n));
-    entry.insert("optimizer", std::string("adamw"));
-    entry.insert("state", state);
-    all.insert("p" + std::to_string(i), entry);
+    all.insert("p" + std::to_string(i), ParameterEntry(data + 3 * n * i, n, step));
   }
   Dict shard = NewDict();
   shard.insert("format", std::string("pipeplan-checkpoint-shard/1"));

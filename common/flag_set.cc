@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -61,6 +62,21 @@ FlagToken SplitFlag(const std::string& arg) {
   return t;
 }
 
+// The value of --name read as a T, or `fallback` when the flag was not given.
+template <typename T>
+absl::StatusOr<T> ParseNumber(const std::string& name, const std::optional<std::string>& value,
+                              T fallback) {
+  if (!value) return fallback;
+  T out{};
+  if constexpr (std::is_floating_point_v<T>) {
+    if (absl::SimpleAtod(*value, &out)) return out;
+    return UsageError(absl::StrCat("--", name, " wants a number, got \"", *value, "\""));
+  } else {
+    if (absl::SimpleAtoi(*value, &out)) return out;
+    return UsageError(absl::StrCat("--", name, " wants an integer, got \"", *value, "\""));
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> ParsedFlags::Get(const std::string& name) const {
@@ -76,33 +92,15 @@ absl::StatusOr<std::string> ParsedFlags::Require(const std::string& name) const 
 }
 
 absl::StatusOr<int> ParsedFlags::GetInt(const std::string& name, int fallback) const {
-  std::optional<std::string> v = Get(name);
-  if (!v) return fallback;
-  int out = 0;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return UsageError(absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
-  }
-  return out;
+  return ParseNumber(name, Get(name), fallback);
 }
 
 absl::StatusOr<int64_t> ParsedFlags::GetInt64(const std::string& name, int64_t fallback) const {
-  std::optional<std::string> v = Get(name);
-  if (!v) return fallback;
-  int64_t out = 0;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return UsageError(absl::StrCat("--", name, " wants an integer, got \"", *v, "\""));
-  }
-  return out;
+  return ParseNumber(name, Get(name), fallback);
 }
 
 absl::StatusOr<double> ParsedFlags::GetDouble(const std::string& name, double fallback) const {
-  std::optional<std::string> v = Get(name);
-  if (!v) return fallback;
-  double out = 0;
-  if (!absl::SimpleAtod(*v, &out)) {
-    return UsageError(absl::StrCat("--", name, " wants a number, got \"", *v, "\""));
-  }
-  return out;
+  return ParseNumber(name, Get(name), fallback);
 }
 
 absl::StatusOr<std::string> ParsedFlags::GetChoice(const std::string& name,
@@ -304,6 +302,13 @@ std::string FlagSet::Help() const {
     }
   }
   return out;
+}
+
+void AddPlannerCredentialFlags(FlagSet* flags) {
+  flags->Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
+      .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
+      .Value("tls-key", "FILE", "its private key")
+      .Value("token-file", "FILE", "bearer token for the planner (first line of FILE)");
 }
 
 }  // namespace pipeplan::common

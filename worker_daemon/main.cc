@@ -90,14 +90,11 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Value("mlp-width", "N", "mlp executor: layer width (16)")
         .Value("mlp-rows", "N", "mlp executor: rows per microbatch (8)")
         .Value("mlp-learning-rate", "X", "mlp executor (1)")
-        .Value("metrics-listen", "HOST:PORT", "Prometheus endpoint (off)")
-        .Value("token-file", "FILE", "bearer token for the planner")
-        .Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
-        .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
-        .Value("tls-key", "FILE", "its private key")
-        .Value("python", "PATH",
-               "torch executor: interpreter of the stage compiler\n"
-               "(" PIPEPLAN_DEFAULT_PYTHON ")")
+        .Value("metrics-listen", "HOST:PORT", "Prometheus endpoint (off)");
+    pipeplan::common::AddPlannerCredentialFlags(f);
+    f->Value("python", "PATH",
+             "torch executor: interpreter of the stage compiler\n"
+             "(" PIPEPLAN_DEFAULT_PYTHON ")")
         .Value("stage-compiler", "PATH",
                absl::StrCat("torch executor: pipeplan_stage_compile.py\n(",
                             DefaultStageCompiler(PIPEPLAN_DEFAULT_STAGE_COMPILER), ")"))

@@ -95,7 +95,9 @@ def wait_until(cond, timeout, what):
     raise RuntimeError("timed out waiting for " + what)
 
 
-def start_job(args, work, planner, steps):
+def create_gpt_job(args, work, planner, steps, *flags):
+    """The id of a new 4-rank job training the fixture's gpt for `steps` steps;
+    `flags`: more `jobs create` flags (checkpoints, snapshots)."""
     cli = os.path.join(args.build, "client/pipeplan")
     out = subprocess.run(
         [cli, "--planner", planner.address, "jobs", "create", "--graph",
@@ -103,11 +105,15 @@ def start_job(args, work, planner, steps):
          "--ranks", "4", "--schedule", "1F1B", "--microbatches", "4", "--method", "dp",
          "--model-package", os.path.join(work, "gpt.ptpkg"), "--data",
          "tensors:" + os.path.join(work, "gpt_data.pt"), "--batch-size", "8",
-         "--optimizer", "adamw", "--lr", "1e-3", "--max-steps", str(steps),
-         "--checkpoint-dir", tempfile.mkdtemp(dir=work, prefix="ckpt-"),
-         "--checkpoint-every", str(args.checkpoint_every), "--json"],
+         "--optimizer", "adamw", "--lr", "1e-3", "--max-steps", str(steps), *flags, "--json"],
         check=True, capture_output=True, text=True).stdout
     return json.loads(out)["id"]
+
+
+def start_job(args, work, planner, steps):
+    return create_gpt_job(args, work, planner, steps,
+                          "--checkpoint-dir", tempfile.mkdtemp(dir=work, prefix="ckpt-"),
+                          "--checkpoint-every", str(args.checkpoint_every))
 
 
 def start_worker(args, work, planner, job, r, tag):

@@ -30,14 +30,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-
+from bench_common import CLI, WORKER  # noqa: E402  (and the helpers' sys.path)
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
-
-CLI = os.path.join(ROOT, "build", "client", "pipeplan")
-WORKER = os.path.join(ROOT, "build", "worker_daemon", "pipeplan-worker")
 SCHEDULES = [("GPipe", "GPipe", 1), ("1F1B", "1F1B", 1),
              ("Interleaved1F1B", "Interleaved1F1B", 2),
              ("ZB-H1", "InterleavedZeroBubble", 1)]

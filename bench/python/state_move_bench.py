@@ -32,17 +32,8 @@ import elastic_bench as eb  # noqa: E402  (the planner, workers and event helper
 
 
 def start_job(args, work, planner, snapshot_every):
-    cli = os.path.join(args.build, "client/pipeplan")
-    out = subprocess.run(
-        [cli, "--planner", planner.address, "jobs", "create", "--graph",
-         os.path.join(work, "gpt.json"), "--cluster", os.path.join(work, "cluster.json"),
-         "--ranks", "4", "--schedule", "1F1B", "--microbatches", "4", "--method", "dp",
-         "--model-package", os.path.join(work, "gpt.ptpkg"), "--data",
-         "tensors:" + os.path.join(work, "gpt_data.pt"), "--batch-size", "8",
-         "--optimizer", "adamw", "--lr", "1e-3", "--max-steps", str(args.steps),
-         "--snapshot-every", str(snapshot_every), "--json"],
-        check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["id"]
+    return eb.create_gpt_job(args, work, planner, args.steps,
+                             "--snapshot-every", str(snapshot_every))
 
 
 def step_cost(args, work, planner, every):

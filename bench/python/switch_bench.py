@@ -33,15 +33,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
-
+from bench_common import CLI, WORKER  # noqa: E402  (and the helpers' sys.path)
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
-
-CLI = os.path.join(ROOT, "build", "client", "pipeplan")
-WORKER = os.path.join(ROOT, "build", "worker_daemon", "pipeplan-worker")
 BATCH, MICROBATCHES = 4, 2
 
 

@@ -36,19 +36,12 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
-
+from bench_common import CLI, ROOT, WORKER  # noqa: E402  (and the helpers' sys.path)
 import make_fixtures  # noqa: E402
 import pipeplan_data  # noqa: E402
 import pipeplan_package  # noqa: E402
 import pipeplan_reference_train  # noqa: E402
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
-
-CLI = os.path.join(ROOT, "build", "client", "pipeplan")
-WORKER = os.path.join(ROOT, "build", "worker_daemon", "pipeplan-worker")
 LOOP = os.path.join(ROOT, "build", "bench", "pipeplan-libtorch-train-loop")
 COMPILER = os.path.join(ROOT, "client", "python", "pipeplan_stage_compile.py")
 BATCH, MICROBATCHES = 8, 4

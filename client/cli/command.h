@@ -32,6 +32,13 @@ struct Command {
   std::function<absl::Status(const CommandContext&)> run;
 };
 
+using CommandRun = std::function<absl::Status(const CommandContext&)>;
+
+// A command without positional arguments; its flags are added by the caller.
+Command MakeCommand(std::string words, std::string summary, std::string details, CommandRun run);
+// A command on one job: `pipeplan <words> JOB` (ctx.args[0] is the job id).
+Command JobCommand(std::string words, std::string summary, std::string details, CommandRun run);
+
 // Every command, in the order `pipeplan --help` lists them.
 const std::vector<Command>& AllCommands();
 

@@ -1,6 +1,24 @@
+#include <utility>
+
 #include "command.h"
 
 namespace pipeplan::cli {
+
+Command MakeCommand(std::string words, std::string summary, std::string details, CommandRun run) {
+  Command c;
+  c.words = std::move(words);
+  c.summary = std::move(summary);
+  c.details = std::move(details);
+  c.run = std::move(run);
+  return c;
+}
+
+Command JobCommand(std::string words, std::string summary, std::string details, CommandRun run) {
+  Command c = MakeCommand(std::move(words), std::move(summary), std::move(details), std::move(run));
+  c.arguments = "JOB";
+  c.num_arguments = 1;
+  return c;
+}
 
 const std::vector<Command>& AllCommands() {
   static const std::vector<Command>* commands = [] {

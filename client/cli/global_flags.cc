@@ -19,12 +19,9 @@ const common::FlagSet& GlobalFlagSet() {
         .Value("planner", "ADDR",
                "talk to a running pipeplan-planner (e.g. 127.0.0.1:7600), or\n"
                "replicas A,B,C (the next one when one dies);\n"
-               "without it, plan and simulate run in-process")
-        .Value("tls-ca", "FILE", "PEM CA of the planner's certificate (enables TLS)")
-        .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
-        .Value("tls-key", "FILE", "its private key")
-        .Value("token-file", "FILE", "bearer token (first line of FILE)")
-        .Value("timeout", "S", "per-call timeout in seconds (60)")
+               "without it, plan and simulate run in-process");
+    common::AddPlannerCredentialFlags(f);
+    f->Value("timeout", "S", "per-call timeout in seconds (60)")
         .Value("output", "json|table", "output format (table)")
         .Short('o')
         .Switch("json", "same as -o json")

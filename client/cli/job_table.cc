@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "json_text.h"
+#include "pipeplan/common/enum_names.h"
 #include "plan_table.h"
 
 namespace pipeplan::cli {
@@ -17,20 +18,17 @@ std::string FormatTime(int64_t unix_ms) {
                           absl::LocalTimeZone());
 }
 
-const char* WorkerStateName(v1::WorkerState s) {
-  switch (s) {
-    case v1::WORKER_ACTIVE:
-      return "active";
-    case v1::WORKER_LOST:
-      return "lost";
-    case v1::WORKER_DONE:
-      return "done";
-    case v1::WORKER_LEFT:
-      return "left";
-    default:
-      return "unknown";
-  }
-}
+constexpr auto kWorkerStateNames =
+    MakeEnumNames<v1::WorkerState>("unknown", {{v1::WORKER_ACTIVE, "active"},
+                                               {v1::WORKER_LOST, "lost"},
+                                               {v1::WORKER_DONE, "done"},
+                                               {v1::WORKER_LEFT, "left"}});
+constexpr auto kJobStateNames =
+    MakeEnumNames<v1::JobState>("unknown", {{v1::JOB_PENDING, "pending"},
+                                            {v1::JOB_RUNNING, "running"},
+                                            {v1::JOB_COMPLETED, "completed"},
+                                            {v1::JOB_FAILED, "failed"},
+                                            {v1::JOB_CANCELLED, "cancelled"}});
 
 std::string FormatTraining(const v1::TrainingSpec& t) {
   return absl::StrCat(
@@ -103,22 +101,7 @@ std::string FormatObservation(const v1::JobObservation& o, const v1::Plan& plan)
 
 }  // namespace
 
-std::string JobStateName(v1::JobState s) {
-  switch (s) {
-    case v1::JOB_PENDING:
-      return "pending";
-    case v1::JOB_RUNNING:
-      return "running";
-    case v1::JOB_COMPLETED:
-      return "completed";
-    case v1::JOB_FAILED:
-      return "failed";
-    case v1::JOB_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
+std::string JobStateName(v1::JobState s) { return std::string(kJobStateNames.Name(s)); }
 
 std::string JobStateText(const v1::Job& job) {
   const std::string state = JobStateName(job.state());
@@ -151,7 +134,7 @@ std::string FormatJob(const v1::Job& job) {
   for (const v1::WorkerStatus& w : job.workers()) {
     absl::StrAppendFormat(&out, "    %-20s %-10s rank %3d  %-7s host %s  last step %d\n",
                           w.info().worker_id(), w.info().device_id(), w.rank(),
-                          WorkerStateName(w.state()), w.info().host(), w.last_step());
+                          kWorkerStateNames.Name(w.state()), w.info().host(), w.last_step());
   }
   if (job.has_observation())
     absl::StrAppend(&out, FormatObservation(job.observation(), job.plan()));

@@ -91,41 +91,31 @@ absl::Status JobsDelete(const CommandContext& ctx) {
 }
 
 Command Create() {
-  Command c;
-  c.words = "jobs create";
-  c.summary = "create a job; prints its id and plan version 1";
-  c.details =
-      "Workers (pipeplan-worker --job ID) attach to the job and run its plan. With\n"
-      "--model-package the workers train that model (training flags).\n";
+  Command c =
+      MakeCommand("jobs create", "create a job; prints its id and plan version 1",
+                  "Workers (pipeplan-worker --job ID) attach to the job and run its plan. With\n"
+                  "--model-package the workers train that model (training flags).\n",
+                  JobsCreate);
   c.flags.Value("name", "NAME", "a name to show in `jobs list`");
   c.flags.Include(PlanInputFlags()).Include(PlanOptionFlags()).Include(TrainingFlags());
-  c.run = JobsCreate;
   return c;
 }
 
 Command Show() {
-  Command c;
-  c.words = "jobs show";
-  c.arguments = "JOB";
-  c.num_arguments = 1;
-  c.summary = "the job, its workers and current (or --version V) plan";
+  Command c = JobCommand("jobs show", "the job, its workers and current (or --version V) plan", "",
+                         JobsShow);
   c.flags.Value("version", "V", "show plan version V (0 or absent: the current one)");
-  c.run = JobsShow;
   return c;
 }
 
 Command Cancel() {
-  Command c;
-  c.words = "jobs cancel";
-  c.arguments = "JOB";
-  c.num_arguments = 1;
-  c.summary = "stop a running job and keep its plans and reports";
-  c.details =
-      "Its workers stop (exit code 4, like a deleted job); `jobs show` and\n"
-      "`jobs reports` still work until `jobs delete`. Cancelling again is OK; a job\n"
-      "that already succeeded or failed is FAILED_PRECONDITION (exit code 1).\n";
+  Command c =
+      JobCommand("jobs cancel", "stop a running job and keep its plans and reports",
+                 "Its workers stop (exit code 4, like a deleted job); `jobs show` and\n"
+                 "`jobs reports` still work until `jobs delete`. Cancelling again is OK; a job\n"
+                 "that already succeeded or failed is FAILED_PRECONDITION (exit code 1).\n",
+                 JobsCancel);
   c.flags.Value("reason", "TEXT", "kept with the job (\"cancelled: TEXT\")");
-  c.run = JobsCancel;
   return c;
 }
 
@@ -134,20 +124,11 @@ Command Cancel() {
 std::vector<Command> JobLifecycleCommands() {
   std::vector<Command> out;
   out.push_back(Create());
-  Command list;
-  list.words = "jobs list";
-  list.summary = "every job: state, plan version, workers";
-  list.run = JobsList;
-  out.push_back(std::move(list));
+  out.push_back(MakeCommand("jobs list", "every job: state, plan version, workers", "", JobsList));
   out.push_back(Show());
   out.push_back(Cancel());
-  Command del;
-  del.words = "jobs delete";
-  del.arguments = "JOB";
-  del.num_arguments = 1;
-  del.summary = "delete a job, its plans and reports; its workers stop";
-  del.run = JobsDelete;
-  out.push_back(std::move(del));
+  out.push_back(JobCommand("jobs delete", "delete a job, its plans and reports; its workers stop",
+                           "", JobsDelete));
   return out;
 }
 

@@ -120,36 +120,22 @@ absl::Status JobsReplan(const CommandContext& ctx) {
 }  // namespace
 
 std::vector<Command> JobHistoryCommands() {
-  std::vector<Command> out(3);
-  Command& reports = out[0];
-  reports.words = "jobs reports";
-  reports.arguments = "JOB";
-  reports.num_arguments = 1;
-  reports.summary = "per step: plan version, loss, step seconds";
-  reports.flags.Value("limit", "N",
-                      "the most recent N steps (all the planner keeps, up to 10000\n"
-                      "reports); a step not every rank reported reads partial");
-  reports.run = JobsReports;
-
-  Command& versions = out[1];
-  versions.words = "jobs versions";
-  versions.arguments = "JOB";
-  versions.num_arguments = 1;
-  versions.summary = "every plan version of the job and why it was published";
-  versions.run = JobsVersions;
-
-  Command& replan = out[2];
-  replan.words = "jobs replan";
-  replan.arguments = "JOB";
-  replan.num_arguments = 1;
-  replan.summary = "solve the job again and publish the next plan version";
-  replan.details =
-      "Plan options given here (e.g. --ranks 2) replace those of the current version;\n"
-      "the others keep their values. Without any, the same request is solved again.\n"
-      "Workers switch to the new version at their next step boundary.\n";
-  replan.flags.Value("reason", "TEXT", "kept with the version (`jobs versions`)");
-  replan.flags.Include(PlanOptionFlags());
-  replan.run = JobsReplan;
+  std::vector<Command> out;
+  out.push_back(
+      JobCommand("jobs reports", "per step: plan version, loss, step seconds", "", JobsReports));
+  out.back().flags.Value("limit", "N",
+                         "the most recent N steps (all the planner keeps, up to 10000\n"
+                         "reports); a step not every rank reported reads partial");
+  out.push_back(JobCommand(
+      "jobs versions", "every plan version of the job and why it was published", "", JobsVersions));
+  out.push_back(
+      JobCommand("jobs replan", "solve the job again and publish the next plan version",
+                 "Plan options given here (e.g. --ranks 2) replace those of the current version;\n"
+                 "the others keep their values. Without any, the same request is solved again.\n"
+                 "Workers switch to the new version at their next step boundary.\n",
+                 JobsReplan));
+  out.back().flags.Value("reason", "TEXT", "kept with the version (`jobs versions`)");
+  out.back().flags.Include(PlanOptionFlags());
   return out;
 }
 

@@ -145,20 +145,16 @@ absl::StatusOr<std::string> StepTraceSvg(const std::string& job, std::span<const
 }
 
 Command JobsTraceCommand() {
-  Command c;
-  c.words = "jobs trace";
-  c.arguments = "JOB";
-  c.num_arguments = 1;
-  c.summary = "write a step's measured per-rank timeline as Chrome trace JSON or SVG";
-  c.details =
+  Command c = JobCommand(
+      "jobs trace", "write a step's measured per-rank timeline as Chrome trace JSON or SVG",
       "One track per rank (compute and comm threads), events named like \"F s3 mb5\".\n"
       "Open it in https://ui.perfetto.dev next to `pipeplan simulate --trace`.\n"
-      "--svg draws the step above the step its plan version predicts.\n";
+      "--svg draws the step above the step its plan version predicts.\n",
+      JobsTrace);
   c.flags.Value("step", "N", "the step (default: the latest one every rank reported)")
       .Value("out", "FILE", "where to write the trace")
       .Value("svg", "FILE", "draw the step, above the step its plan predicted, as an SVG picture")
       .Switch("ascii", "also print the step as a terminal Gantt chart");
-  c.run = JobsTrace;
   return c;
 }
 

@@ -63,18 +63,15 @@ absl::Status RunPlan(const CommandContext& ctx) {
 }  // namespace
 
 Command PlanCommand() {
-  Command c;
-  c.words = "plan";
-  c.summary = "split a model graph into pipeline stages and pick a schedule";
-  c.details =
-      "Without --planner the planning core runs in this process; with it, the\n"
-      "planner solves the same request. -o json prints the pipeplan.v1.Plan.\n";
+  Command c = MakeCommand("plan", "split a model graph into pipeline stages and pick a schedule",
+                          "Without --planner the planning core runs in this process; with it, the\n"
+                          "planner solves the same request. -o json prints the pipeplan.v1.Plan.\n",
+                          RunPlan);
   c.flags.Include(PlanInputFlags()).Include(PlanOptionFlags());
   c.flags.Switch("explain", "also print the best plan of every (ranks, replicas) scored")
       .Value("svg", "FILE",
              "draw the stages over the model's nodes, with each stage's time and memory, as an\n"
              "SVG picture");
-  c.run = RunPlan;
   return c;
 }
 

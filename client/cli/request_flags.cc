@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -82,6 +83,22 @@ absl::StatusOr<T> FlagValue(const std::string& flag, absl::StatusOr<T> parsed) {
   return parsed;
 }
 
+// --name, when given, read as the setter's type (an integer or a number) and
+// set on `o`.
+template <typename T>
+absl::Status SetNumber(const common::ParsedFlags& flags, const std::string& name,
+                       void (v1::PlanOptions::*set)(T), v1::PlanOptions* o) {
+  if (!flags.Has(name)) return absl::OkStatus();
+  if constexpr (std::is_floating_point_v<T>) {
+    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
+    (o->*set)(v);
+  } else {
+    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt(name, 0));
+    (o->*set)(v);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyNamedOptions(const common::ParsedFlags& flags, v1::PlanOptions* o) {
   if (auto name = flags.Get("schedule")) {
     if (absl::AsciiStrToLower(*name) == "auto") {
@@ -94,22 +111,15 @@ absl::Status ApplyNamedOptions(const common::ParsedFlags& flags, v1::PlanOptions
   }
   if (auto name = flags.Get("method")) {
     PIPEPLAN_ASSIGN_OR_RETURN(PartitionMethod m, FlagValue("method", ParsePartitionMethod(*name)));
-    static constexpr v1::PartitionMethod kWire[] = {
-        v1::METHOD_AUTO,   v1::METHOD_DP,   v1::METHOD_MILP,    v1::METHOD_UNIFORM,
-        v1::METHOD_PARAMS, v1::METHOD_TIME, v1::METHOD_IDEAL_DP};
-    o->set_method(kWire[static_cast<int>(m)]);
+    o->set_method(MethodToProto(m));
   }
   if (auto name = flags.Get("optimizer")) {
     PIPEPLAN_ASSIGN_OR_RETURN(Optimizer optimizer, FlagValue("optimizer", ParseOptimizer(*name)));
-    static constexpr v1::Optimizer kWire[] = {v1::OPTIMIZER_SGD, v1::OPTIMIZER_MOMENTUM,
-                                              v1::OPTIMIZER_ADAM};
-    o->set_optimizer(kWire[static_cast<int>(optimizer)]);
+    o->set_optimizer(OptimizerToProto(optimizer));
   }
   if (auto name = flags.Get("precision")) {
     PIPEPLAN_ASSIGN_OR_RETURN(Precision precision, FlagValue("precision", ParsePrecision(*name)));
-    static constexpr v1::Precision kWire[] = {v1::PRECISION_FP32, v1::PRECISION_BF16_MIXED,
-                                              v1::PRECISION_FP64};
-    o->set_precision(kWire[static_cast<int>(precision)]);
+    o->set_precision(PrecisionToProto(precision));
   }
   if (auto g = flags.Get("cut-granularity")) o->set_cut_granularity(*g);
   if (auto comm = flags.Get("comm")) {
@@ -132,26 +142,12 @@ bool HasOptionFlags(const common::ParsedFlags& flags) {
 }
 
 absl::Status ApplyOptionFlags(const common::ParsedFlags& flags, v1::PlanOptions* o) {
-  if (flags.Has("ranks")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("ranks", 0));
-    o->set_num_ranks(v);
-  }
-  if (flags.Has("replicas")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("replicas", 0));
-    o->set_num_replicas(v);
-  }
-  if (flags.Has("max-replicas")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("max-replicas", 0));
-    o->set_max_replicas(v);
-  }
-  if (flags.Has("microbatches")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("microbatches", 0));
-    o->set_microbatches(v);
-  }
-  if (flags.Has("global-batch")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("global-batch", 0));
-    o->set_global_batch(v);
-  }
+  using Options = v1::PlanOptions;
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "ranks", &Options::set_num_ranks, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "replicas", &Options::set_num_replicas, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "max-replicas", &Options::set_max_replicas, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "microbatches", &Options::set_microbatches, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "global-batch", &Options::set_global_batch, o));
   if (flags.Has("allreduce-bucket-bytes")) {
     PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("allreduce-bucket-bytes", 0));
     if (!(v >= 0)) {
@@ -159,22 +155,11 @@ absl::Status ApplyOptionFlags(const common::ParsedFlags& flags, v1::PlanOptions*
     }
     o->set_allreduce_bucket_bytes(v);
   }
-  if (flags.Has("chunks-per-rank")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(int v, flags.GetInt("chunks-per-rank", 0));
-    o->set_chunks_per_rank(v);
-  }
-  if (flags.Has("optimizer-multiplier")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("optimizer-multiplier", 0));
-    o->set_optimizer_state_multiplier(v);
-  }
-  if (flags.Has("time-limit")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("time-limit", 0));
-    o->set_time_limit_seconds(v);
-  }
-  if (flags.Has("gap")) {
-    PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble("gap", 0));
-    o->set_relative_gap(v);
-  }
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "chunks-per-rank", &Options::set_chunks_per_rank, o));
+  PIPEPLAN_RETURN_IF_ERROR(
+      SetNumber(flags, "optimizer-multiplier", &Options::set_optimizer_state_multiplier, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "time-limit", &Options::set_time_limit_seconds, o));
+  PIPEPLAN_RETURN_IF_ERROR(SetNumber(flags, "gap", &Options::set_relative_gap, o));
   return ApplyNamedOptions(flags, o);
 }
 

@@ -298,16 +298,15 @@ absl::Status RunSimulate(const CommandContext& ctx) {
 }  // namespace
 
 Command SimulateCommand() {
-  Command c;
-  c.words = "simulate";
-  c.summary = "simulate a pipeline schedule; print its timeline and bubble ratio";
-  c.details =
-      "What to simulate, one of:\n"
-      "  --schedule NAME --ranks P --microbatches M [--chunks-per-rank V]\n"
-      "  --csv FILE        a schedule in PyTorch's CSV layout\n"
-      "  --plan FILE       a Plan as `plan -o json` prints it, with its stage times\n"
-      "  --graph FILE --cluster FILE [plan options]   plan first, then simulate\n"
-      "Without a plan every stage takes F=1, I=1, W=1 (B=I+W=2).\n";
+  Command c =
+      MakeCommand("simulate", "simulate a pipeline schedule; print its timeline and bubble ratio",
+                  "What to simulate, one of:\n"
+                  "  --schedule NAME --ranks P --microbatches M [--chunks-per-rank V]\n"
+                  "  --csv FILE        a schedule in PyTorch's CSV layout\n"
+                  "  --plan FILE       a Plan as `plan -o json` prints it, with its stage times\n"
+                  "  --graph FILE --cluster FILE [plan options]   plan first, then simulate\n"
+                  "Without a plan every stage takes F=1, I=1, W=1 (B=I+W=2).\n",
+                  RunSimulate);
   c.flags.Section("simulation")
       .Value("plan", "FILE", "a Plan (JSON) to simulate with its stage times")
       .Value("csv", "FILE", "a schedule in PyTorch's CSV layout")
@@ -325,7 +324,6 @@ Command SimulateCommand() {
       .Value("samples", "N", "steps sampled for --noise (200)")
       .Value("seed", "S", "seed of the --noise sampling (1): the same seed, the same figures");
   c.flags.Include(PlanOptionFlags()).Include(PlanInputFlags());
-  c.run = RunSimulate;
   return c;
 }
 

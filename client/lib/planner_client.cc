@@ -180,16 +180,18 @@ void PlannerClient::Prepare(grpc::ClientContext* ctx, absl::Duration timeout) co
   if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
 }
 
-namespace {
-template <typename Resp, typename Req, typename Method>
-absl::StatusOr<Resp> Call(v1::PlannerService::Stub* stub, grpc::ClientContext* ctx, Method method,
-                          const Req& req) {
-  Resp resp;
-  grpc::Status s = (stub->*method)(ctx, req, &resp);
+template <typename Request, typename Response>
+absl::StatusOr<Response> PlannerClient::Unary(grpc::Status (v1::PlannerService::Stub::*method)(
+                                                  grpc::ClientContext*, const Request&, Response*),
+                                              const std::type_identity_t<Request>& request,
+                                              std::optional<absl::Duration> timeout) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, timeout.value_or(options_.timeout));
+  Response response;
+  grpc::Status s = (stub_.get()->*method)(&ctx, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
-  return resp;
+  return response;
 }
-}  // namespace
 
 absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request) {
   return Plan(request, options_.timeout);
@@ -197,129 +199,96 @@ absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request) {
 
 absl::StatusOr<v1::Plan> PlannerClient::Plan(const v1::PlanRequest& request,
                                              absl::Duration timeout) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, timeout);
-  return Call<v1::Plan>(stub_.get(), &ctx, &v1::PlannerService::Stub::Plan, request);
+  return Unary(&v1::PlannerService::Stub::Plan, request, timeout);
 }
 
 absl::StatusOr<v1::Job> PlannerClient::CreateJob(const std::string& name,
                                                  const v1::PlanRequest& request,
                                                  const v1::TrainingSpec& training) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::CreateJobRequest req;
   req.set_name(name);
   *req.mutable_request() = request;
   if (training.ByteSizeLong() > 0) *req.mutable_training() = training;
-  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::CreateJob, req);
+  return Unary(&v1::PlannerService::Stub::CreateJob, req);
 }
 
 absl::StatusOr<v1::Job> PlannerClient::GetJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::GetJobRequest req;
   req.set_job_id(job_id);
-  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::GetJob, req);
+  return Unary(&v1::PlannerService::Stub::GetJob, req);
 }
 
 absl::StatusOr<v1::ListJobsResponse> PlannerClient::ListJobs() {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
-  return Call<v1::ListJobsResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::ListJobs,
-                                    v1::ListJobsRequest());
+  return Unary(&v1::PlannerService::Stub::ListJobs, v1::ListJobsRequest());
 }
 
 absl::Status PlannerClient::DeleteJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::DeleteJobRequest req;
   req.set_job_id(job_id);
-  return Call<v1::DeleteJobResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::DeleteJob, req)
-      .status();
+  return Unary(&v1::PlannerService::Stub::DeleteJob, req).status();
 }
 
 absl::StatusOr<v1::Job> PlannerClient::CancelJob(const std::string& job_id,
                                                  const std::string& reason) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
-  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::CancelJob, req);
+  return Unary(&v1::PlannerService::Stub::CancelJob, req);
 }
 
 absl::StatusOr<v1::VersionedPlan> PlannerClient::GetPlan(const std::string& job_id,
                                                          int64_t version) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::GetPlanRequest req;
   req.set_job_id(job_id);
   req.set_version(version);
-  return Call<v1::VersionedPlan>(stub_.get(), &ctx, &v1::PlannerService::Stub::GetPlan, req);
+  return Unary(&v1::PlannerService::Stub::GetPlan, req);
 }
 
 absl::StatusOr<v1::VersionedPlan> PlannerClient::ReplanJob(const v1::ReplanJobRequest& request) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
-  return Call<v1::VersionedPlan>(stub_.get(), &ctx, &v1::PlannerService::Stub::ReplanJob, request);
+  return Unary(&v1::PlannerService::Stub::ReplanJob, request);
 }
 
 absl::StatusOr<v1::Assignment> PlannerClient::RegisterWorker(const std::string& job_id,
                                                              const v1::WorkerInfo& worker) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::RegisterWorkerRequest req;
   req.set_job_id(job_id);
   *req.mutable_worker() = worker;
-  return Call<v1::Assignment>(stub_.get(), &ctx, &v1::PlannerService::Stub::RegisterWorker, req);
+  return Unary(&v1::PlannerService::Stub::RegisterWorker, req);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(const std::string& job_id,
                                                                const std::string& worker_id) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::HeartbeatRequest req;
   req.set_job_id(job_id);
   req.set_worker_id(worker_id);
-  return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat, req);
+  return Unary(&v1::PlannerService::Stub::Heartbeat, req);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> PlannerClient::Heartbeat(
     const v1::HeartbeatRequest& request) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
-  return Call<v1::HeartbeatResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::Heartbeat,
-                                     request);
+  return Unary(&v1::PlannerService::Stub::Heartbeat, request);
 }
 
 absl::StatusOr<v1::Job> PlannerClient::FinishWorker(const v1::FinishWorkerRequest& request) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
-  return Call<v1::Job>(stub_.get(), &ctx, &v1::PlannerService::Stub::FinishWorker, request);
+  return Unary(&v1::PlannerService::Stub::FinishWorker, request);
 }
 
 absl::Status PlannerClient::RendezvousSet(const std::string& job_id, const std::string& key,
                                           const std::string& value) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::RendezvousSetRequest req;
   req.set_job_id(job_id);
   req.set_key(key);
   req.set_value(value);
-  return Call<v1::RendezvousSetResponse>(stub_.get(), &ctx,
-                                         &v1::PlannerService::Stub::RendezvousSet, req)
-      .status();
+  return Unary(&v1::PlannerService::Stub::RendezvousSet, req).status();
 }
 
 absl::StatusOr<std::optional<std::string>> PlannerClient::RendezvousGet(const std::string& job_id,
                                                                         const std::string& key) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::RendezvousGetRequest req;
   req.set_job_id(job_id);
   req.set_key(key);
-  absl::StatusOr<v1::RendezvousGetResponse> r = Call<v1::RendezvousGetResponse>(
-      stub_.get(), &ctx, &v1::PlannerService::Stub::RendezvousGet, req);
+  absl::StatusOr<v1::RendezvousGetResponse> r =
+      Unary(&v1::PlannerService::Stub::RendezvousGet, req);
   if (!r.ok()) return r.status();
   if (!r->found()) return std::optional<std::string>();
   return std::optional<std::string>(std::move(*r->mutable_value()));
@@ -327,21 +296,15 @@ absl::StatusOr<std::optional<std::string>> PlannerClient::RendezvousGet(const st
 
 absl::StatusOr<v1::ListStepReportsResponse> PlannerClient::ListStepReports(
     const std::string& job_id, int limit) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
   v1::ListStepReportsRequest req;
   req.set_job_id(job_id);
   req.set_limit(limit);
-  return Call<v1::ListStepReportsResponse>(stub_.get(), &ctx,
-                                           &v1::PlannerService::Stub::ListStepReports, req);
+  return Unary(&v1::PlannerService::Stub::ListStepReports, req);
 }
 
 absl::StatusOr<v1::ReportStepResponse> PlannerClient::ReportStep(
     const v1::ReportStepRequest& report) {
-  grpc::ClientContext ctx;
-  Prepare(&ctx, options_.timeout);
-  return Call<v1::ReportStepResponse>(stub_.get(), &ctx, &v1::PlannerService::Stub::ReportStep,
-                                      report);
+  return Unary(&v1::PlannerService::Stub::ReportStep, report);
 }
 
 std::unique_ptr<PlanWatch> PlannerClient::WatchPlan(const v1::WatchPlanRequest& request) {

@@ -39,17 +39,6 @@ absl::StatusOr<ScheduleKind> RunnableSchedule(v1::Schedule s) {
   return **kind;
 }
 
-absl::StatusOr<CommModel> CommModelOf(v1::CommModel m) {
-  switch (m) {
-    case v1::COMM_DIRECT:
-      return CommModel::kDirect;
-    case v1::COMM_RELAY:
-      return CommModel::kRelay;
-    default:
-      return Bad("plan.comm_model: ", static_cast<int>(m), " is not a known model");
-  }
-}
-
 // Stages per rank as the schedule places them; see the header.
 absl::StatusOr<int> ChunksPerRank(ScheduleKind kind, int wire) {
   const std::string name(schedule::ScheduleKindName(kind));
@@ -209,7 +198,8 @@ absl::StatusOr<DecodedPlan> DecodePlan(const v1::Plan& plan) {
   if (plan.stages_size() == 0) return Bad("plan.stages: empty; a plan needs at least one stage");
   DecodedPlan out;
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, RunnableSchedule(plan.schedule()));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model, CommModelOf(plan.comm_model()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model,
+                            CommModelFromProto(plan.comm_model(), "plan.comm_model:"));
   PIPEPLAN_ASSIGN_OR_RETURN(out.chunks_per_rank,
                             ChunksPerRank(out.schedule, plan.chunks_per_rank()));
   out.microbatches = plan.microbatches();

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeplan/common/enum_names.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/torch_device.h"
 #include "pipeplan/core/schedule/action.h"
@@ -14,29 +15,62 @@ namespace pipeplan {
 
 using schedule::ScheduleKind;
 
+namespace {
+
+// The wire enums and the core's. OPTIMIZER_DEFAULT and PRECISION_DEFAULT
+// (0, unset) read as the core's defaults; they come last so that the core's
+// default writes as its own name (ADAM, BF16_MIXED). SCHEDULE_AUTO has no
+// kind.
+constexpr auto kSchedules = MakeEnumMap<v1::Schedule, ScheduleKind>(
+    {{v1::SCHEDULE_GPIPE, ScheduleKind::kGPipe},
+     {v1::SCHEDULE_1F1B, ScheduleKind::k1F1B},
+     {v1::SCHEDULE_INTERLEAVED_1F1B, ScheduleKind::kInterleaved1F1B},
+     {v1::SCHEDULE_LOOPED_BFS, ScheduleKind::kLoopedBFS},
+     {v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE, ScheduleKind::kInterleavedZeroBubble},
+     {v1::SCHEDULE_ZBV_ZERO_BUBBLE, ScheduleKind::kZBVZeroBubble},
+     {v1::SCHEDULE_DUALPIPE_V, ScheduleKind::kDualPipeV}});
+constexpr auto kOptimizers =
+    MakeEnumMap<v1::Optimizer, Optimizer>({{v1::OPTIMIZER_SGD, Optimizer::kSgd},
+                                           {v1::OPTIMIZER_MOMENTUM, Optimizer::kMomentum},
+                                           {v1::OPTIMIZER_ADAM, Optimizer::kAdam},
+                                           {v1::OPTIMIZER_DEFAULT, kDefaultOptimizer}});
+constexpr auto kPrecisions =
+    MakeEnumMap<v1::Precision, Precision>({{v1::PRECISION_FP32, Precision::kFp32},
+                                           {v1::PRECISION_BF16_MIXED, Precision::kBf16Mixed},
+                                           {v1::PRECISION_FP64, Precision::kFp64},
+                                           {v1::PRECISION_DEFAULT, kDefaultPrecision}});
+constexpr auto kMethods = MakeEnumMap<v1::PartitionMethod, PartitionMethod>(
+    {{v1::METHOD_AUTO, PartitionMethod::kAuto},
+     {v1::METHOD_DP, PartitionMethod::kDp},
+     {v1::METHOD_MILP, PartitionMethod::kMilp},
+     {v1::METHOD_UNIFORM, PartitionMethod::kUniform},
+     {v1::METHOD_PARAMS, PartitionMethod::kParams},
+     {v1::METHOD_TIME, PartitionMethod::kTime},
+     {v1::METHOD_IDEAL_DP, PartitionMethod::kIdealDp}});
+constexpr auto kCommModels = MakeEnumMap<v1::CommModel, CommModel>(
+    {{v1::COMM_DIRECT, CommModel::kDirect}, {v1::COMM_RELAY, CommModel::kRelay}});
+
+// The core's value of the wire value `wire` of `field`, or INVALID_ARGUMENT
+// "<field> <number> is not a known <what>".
+template <typename Map, typename Wire>
+auto FromWire(const Map& map, Wire wire, std::string_view field, std::string_view what)
+    -> absl::StatusOr<decltype(map.pairs[0].b)> {
+  if (auto value = map.Forward(wire)) return *value;
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), " ", static_cast<int>(wire),
+                                                 " is not a known ", std::string(what)));
+}
+
+}  // namespace
+
 absl::StatusOr<std::optional<ScheduleKind>> ScheduleFromProto(v1::Schedule s) {
-  switch (s) {
-    case v1::SCHEDULE_AUTO:
-      return std::optional<ScheduleKind>();
-    case v1::SCHEDULE_GPIPE:
-      return ScheduleKind::kGPipe;
-    case v1::SCHEDULE_1F1B:
-      return ScheduleKind::k1F1B;
-    case v1::SCHEDULE_INTERLEAVED_1F1B:
-      return ScheduleKind::kInterleaved1F1B;
-    case v1::SCHEDULE_LOOPED_BFS:
-      return ScheduleKind::kLoopedBFS;
-    case v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE:
-      return ScheduleKind::kInterleavedZeroBubble;
-    case v1::SCHEDULE_ZBV_ZERO_BUBBLE:
-      return ScheduleKind::kZBVZeroBubble;
-    case v1::SCHEDULE_DUALPIPE_V:
-      return ScheduleKind::kDualPipeV;
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("options.schedule ", static_cast<int>(s), " is not a known schedule"));
+  if (s == v1::SCHEDULE_AUTO) return std::optional<ScheduleKind>();
+  PIPEPLAN_ASSIGN_OR_RETURN(ScheduleKind kind,
+                            FromWire(kSchedules, s, "options.schedule", "schedule"));
+  return std::optional<ScheduleKind>(kind);
+}
+
+absl::StatusOr<CommModel> CommModelFromProto(v1::CommModel m, std::string_view field) {
+  return FromWire(kCommModels, m, field, "model");
 }
 
 GraphSpec GraphSpecFromProto(const v1::ModelGraph& graph) {
@@ -102,79 +136,8 @@ void SetAlternativeRanks(int num_ranks, v1::Alternative* alt) {
   alt->set_num_stages(num_ranks);  // for clients that predate num_ranks
 }
 
-absl::StatusOr<Optimizer> OptimizerFromProto(v1::Optimizer o) {
-  switch (o) {
-    case v1::OPTIMIZER_DEFAULT:
-      return kDefaultOptimizer;
-    case v1::OPTIMIZER_SGD:
-      return Optimizer::kSgd;
-    case v1::OPTIMIZER_MOMENTUM:
-      return Optimizer::kMomentum;
-    case v1::OPTIMIZER_ADAM:
-      return Optimizer::kAdam;
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("options.optimizer ", static_cast<int>(o), " is not a known optimizer"));
-}
-
-absl::StatusOr<Precision> PrecisionFromProto(v1::Precision p) {
-  switch (p) {
-    case v1::PRECISION_DEFAULT:
-      return kDefaultPrecision;
-    case v1::PRECISION_FP32:
-      return Precision::kFp32;
-    case v1::PRECISION_BF16_MIXED:
-      return Precision::kBf16Mixed;
-    case v1::PRECISION_FP64:
-      return Precision::kFp64;
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("options.precision ", static_cast<int>(p), " is not a known precision"));
-}
 }  // namespace
 #pragma GCC diagnostic pop
-
-namespace {
-
-absl::StatusOr<PartitionMethod> MethodFromProto(v1::PartitionMethod method) {
-  switch (method) {
-    case v1::METHOD_AUTO:
-      return PartitionMethod::kAuto;
-    case v1::METHOD_DP:
-      return PartitionMethod::kDp;
-    case v1::METHOD_MILP:
-      return PartitionMethod::kMilp;
-    case v1::METHOD_UNIFORM:
-      return PartitionMethod::kUniform;
-    case v1::METHOD_PARAMS:
-      return PartitionMethod::kParams;
-    case v1::METHOD_TIME:
-      return PartitionMethod::kTime;
-    case v1::METHOD_IDEAL_DP:
-      return PartitionMethod::kIdealDp;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.method ", static_cast<int>(method), " is not a known method"));
-  }
-}
-
-absl::StatusOr<CommModel> CommModelFromProto(v1::CommModel comm) {
-  switch (comm) {
-    case v1::COMM_DIRECT:
-      return CommModel::kDirect;
-    case v1::COMM_RELAY:
-      return CommModel::kRelay;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.comm_model ", static_cast<int>(comm), " is not a known model"));
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
   PlanOptions out{.num_replicas = o.num_replicas(),
@@ -199,10 +162,13 @@ absl::StatusOr<PlanOptions> PlanOptionsFromProto(const v1::PlanOptions& o) {
   }
   PIPEPLAN_ASSIGN_OR_RETURN(out.num_ranks, NumRanksFromProto(o));
   PIPEPLAN_ASSIGN_OR_RETURN(out.schedule, ScheduleFromProto(o.schedule()));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.optimizer, OptimizerFromProto(o.optimizer()));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.precision, PrecisionFromProto(o.precision()));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.method, MethodFromProto(o.method()));
-  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model, CommModelFromProto(o.comm_model()));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.optimizer,
+                            FromWire(kOptimizers, o.optimizer(), "options.optimizer", "optimizer"));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.precision,
+                            FromWire(kPrecisions, o.precision(), "options.precision", "precision"));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.method, FromWire(kMethods, o.method(), "options.method", "method"));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.comm_model,
+                            CommModelFromProto(o.comm_model(), "options.comm_model"));
   return out;
 }
 
@@ -236,23 +202,19 @@ absl::StatusOr<PlanInputs> PlanInputs::FromRequest(const v1::PlanRequest& reques
 }
 
 v1::Schedule ScheduleToProto(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return v1::SCHEDULE_GPIPE;
-    case ScheduleKind::k1F1B:
-      return v1::SCHEDULE_1F1B;
-    case ScheduleKind::kInterleaved1F1B:
-      return v1::SCHEDULE_INTERLEAVED_1F1B;
-    case ScheduleKind::kLoopedBFS:
-      return v1::SCHEDULE_LOOPED_BFS;
-    case ScheduleKind::kInterleavedZeroBubble:
-      return v1::SCHEDULE_INTERLEAVED_ZERO_BUBBLE;
-    case ScheduleKind::kZBVZeroBubble:
-      return v1::SCHEDULE_ZBV_ZERO_BUBBLE;
-    case ScheduleKind::kDualPipeV:
-      return v1::SCHEDULE_DUALPIPE_V;
-  }
-  return v1::SCHEDULE_AUTO;
+  return kSchedules.Backward(kind).value_or(v1::SCHEDULE_AUTO);
+}
+
+v1::PartitionMethod MethodToProto(PartitionMethod method) {
+  return kMethods.Backward(method).value_or(v1::METHOD_AUTO);
+}
+
+v1::Optimizer OptimizerToProto(Optimizer optimizer) {
+  return kOptimizers.Backward(optimizer).value_or(v1::OPTIMIZER_DEFAULT);
+}
+
+v1::Precision PrecisionToProto(Precision precision) {
+  return kPrecisions.Backward(precision).value_or(v1::PRECISION_DEFAULT);
 }
 
 namespace {
@@ -344,7 +306,7 @@ v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResul
   out.mutable_node_stage()->Assign(part.stage_of_node.begin(), part.stage_of_node.end());
   out.set_schedule(ScheduleToProto(plan.schedule));
   out.set_microbatches(plan.microbatches);
-  out.set_comm_model(plan.comm_model == CommModel::kRelay ? v1::COMM_RELAY : v1::COMM_DIRECT);
+  out.set_comm_model(kCommModels.Backward(plan.comm_model).value_or(v1::COMM_DIRECT));
   out.set_step_seconds(plan.step_seconds);
   out.set_bubble_ratio(plan.bubble_ratio);
   out.set_bottleneck_seconds(part.objective);

@@ -6,49 +6,37 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/enum_names.h"
 
 namespace pipeplan {
 
-std::string_view OptimizerName(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::kSgd:
-      return "sgd";
-    case Optimizer::kMomentum:
-      return "momentum";
-    case Optimizer::kAdam:
-      return "adam";
-  }
-  return "unknown";
-}
+namespace {
 
-std::string_view PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16Mixed:
-      return "bf16-mixed";
-    case Precision::kFp64:
-      return "fp64";
-  }
-  return "unknown";
-}
+// The first name of a value is the one it prints as; later ones are aliases
+// the parser also accepts.
+constexpr auto kOptimizerNames =
+    MakeEnumNames<Optimizer>("unknown", {{Optimizer::kSgd, "sgd"},
+                                         {Optimizer::kMomentum, "momentum"},
+                                         {Optimizer::kAdam, "adam"},
+                                         {Optimizer::kAdam, "adamw"}});
+constexpr auto kPrecisionNames =
+    MakeEnumNames<Precision>("unknown", {{Precision::kFp32, "fp32"},
+                                         {Precision::kBf16Mixed, "bf16-mixed"},
+                                         {Precision::kFp64, "fp64"},
+                                         {Precision::kBf16Mixed, "bf16"}});
+
+}  // namespace
+
+std::string_view OptimizerName(Optimizer optimizer) { return kOptimizerNames.Name(optimizer); }
+
+std::string_view PrecisionName(Precision precision) { return kPrecisionNames.Name(precision); }
 
 absl::StatusOr<Optimizer> ParseOptimizer(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
-  if (lower == "sgd") return Optimizer::kSgd;
-  if (lower == "momentum") return Optimizer::kMomentum;
-  if (lower == "adam" || lower == "adamw") return Optimizer::kAdam;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer \"", lower, "\" (sgd, momentum, adam)"));
+  return ParseEnumName(kOptimizerNames, "optimizer", name);
 }
 
 absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
-  if (lower == "fp32") return Precision::kFp32;
-  if (lower == "bf16-mixed" || lower == "bf16") return Precision::kBf16Mixed;
-  if (lower == "fp64") return Precision::kFp64;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision \"", lower, "\" (fp32, bf16-mixed, fp64)"));
+  return ParseEnumName(kPrecisionNames, "precision", name);
 }
 
 TrainingMemory TrainingMemoryFor(Optimizer optimizer, Precision precision,

@@ -13,7 +13,8 @@ including file's own part. The allowed direction:
                 convert <- client <- worker
     proto    <- convert, server, client, worker (never core or common)
 
-and, inside common, the planning core may use only status_macros.h. The core
+and, inside common, the planning core may use only status_macros.h and
+enum_names.h (header-only, no I/O). The core
 also includes no gRPC and no file or stream I/O headers. Standard library
 only. Exit status 0 when every include runs the right way, 1 otherwise (each
 offending include on stderr). Registered with CTest as `include_direction_check`.
@@ -45,7 +46,7 @@ ALLOWED = {
     "worker": {"common", "core", "convert", "client", "proto"},
 }
 # The only base headers the planning core may use.
-CORE_COMMON = {"pipeplan/common/status_macros.h"}
+CORE_COMMON = {"pipeplan/common/status_macros.h", "pipeplan/common/enum_names.h"}
 # System headers the core must not include: no gRPC, no files or streams.
 CORE_FORBIDDEN_SYSTEM = re.compile(r"^(grpc|grpcpp)/|^(fstream|iostream|cstdio|filesystem)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')

@@ -93,17 +93,13 @@ absl::Status JobsWatch(const CommandContext& ctx) {
 }  // namespace
 
 Command JobsWatchCommand() {
-  Command c;
-  c.words = "jobs watch";
-  c.arguments = "JOB";
-  c.num_arguments = 1;
-  c.summary = "follow a job until it ends: step/total, loss, samples/s, ETA, plan version";
-  c.details =
+  Command c = JobCommand(
+      "jobs watch", "follow a job until it ends: step/total, loss, samples/s, ETA, plan version",
       "On a terminal one line is rewritten in place; otherwise a plain line is printed\n"
       "when it changes. The rate and ETA come from the last 10 steps every rank reported.\n"
-      "Exits 0 when the job completes and 1 when it fails or is cancelled.\n";
+      "Exits 0 when the job completes and 1 when it fails or is cancelled.\n",
+      JobsWatch);
   c.flags.Value("interval", "S", "seconds between looks at the planner (1)");
-  c.run = JobsWatch;
   return c;
 }
 

@@ -147,8 +147,7 @@ absl::StatusOr<ClusterSpec> CalibratedClusterSpec(const ClusterSpec& nominal,
   return out;
 }
 
-absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,
-                                                 const FixedPlan& plan) {
+absl::StatusOr<schedule::PipelineSchedule> FixedPlanSchedule(const FixedPlan& plan) {
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
                             schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
                                                     std::max(1, plan.chunks_per_rank)));
@@ -156,17 +155,37 @@ absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Clust
     return absl::InvalidArgumentError(absl::StrCat("the schedule has ", sched.num_stages,
                                                    " stages, the plan ", plan.stage_device.size()));
   }
-  const PlanOptions options{.global_batch = plan.global_batch,
-                            .optimizer_state_multiplier = plan.optimizer_state_multiplier,
-                            .optimizer = plan.optimizer,
-                            .precision = plan.precision,
-                            .comm_model = plan.comm_model};
-  const CostModel cost(graph, cluster, CostOptionsFor(graph, options, plan.microbatches));
+  return sched;
+}
+
+PlanOptions FixedPlanOptions(const FixedPlan& plan) {
+  return {.global_batch = plan.global_batch,
+          .optimizer_state_multiplier = plan.optimizer_state_multiplier,
+          .optimizer = plan.optimizer,
+          .precision = plan.precision,
+          .comm_model = plan.comm_model};
+}
+
+CostModel FixedPlanCostModel(const Graph& graph, const Cluster& cluster, const FixedPlan& plan) {
+  return CostModel(graph, cluster,
+                   CostOptionsFor(graph, FixedPlanOptions(plan), plan.microbatches));
+}
+
+absl::StatusOr<std::vector<StageCost>> FixedPlanStageCosts(const CostModel& cost,
+                                                           const FixedPlan& plan) {
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
                             cost.Evaluate(plan.node_stage, plan.stage_device));
   for (size_t s = 0; s < stages.size() && s < plan.stage_recompute.size(); ++s) {
     if (plan.stage_recompute[s]) ApplyRecompute(stages[s]);
   }
+  return stages;
+}
+
+absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,
+                                                 const FixedPlan& plan) {
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched, FixedPlanSchedule(plan));
+  const CostModel cost = FixedPlanCostModel(graph, cluster, plan);
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages, FixedPlanStageCosts(cost, plan));
   FixedPlanScore score;
   for (const StageCost& s : stages) score.stage_compute_seconds.push_back(s.compute_seconds());
   const schedule::StageCosts c = SimulatorCosts(stages);

@@ -9,11 +9,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/enum_names.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
 
 namespace pipeplan {
 namespace {
+
+constexpr auto kScopeNames =
+    MakeEnumNames<LinkScope>("pair", {{LinkScope::kPair, "pair"},
+                                      {LinkScope::kSameHost, "same_host"},
+                                      {LinkScope::kCrossHost, "cross_host"}});
 
 using schedule::ActionType;
 
@@ -103,22 +109,10 @@ std::optional<Line> FitLine(std::span<const TransferSample> t, const std::vector
 
 }  // namespace
 
-std::string_view LinkScopeName(LinkScope scope) {
-  switch (scope) {
-    case LinkScope::kPair:
-      return "pair";
-    case LinkScope::kSameHost:
-      return "same_host";
-    case LinkScope::kCrossHost:
-      return "cross_host";
-  }
-  return "pair";
-}
+std::string_view LinkScopeName(LinkScope scope) { return kScopeNames.Name(scope); }
 
 absl::StatusOr<LinkScope> ParseLinkScope(std::string_view name) {
-  for (LinkScope s : {LinkScope::kPair, LinkScope::kSameHost, LinkScope::kCrossHost}) {
-    if (name == LinkScopeName(s)) return s;
-  }
+  if (auto scope = kScopeNames.Parse(name, NameCase::kExact)) return *scope;
   return absl::InvalidArgumentError(
       absl::StrCat("link scope \"", std::string(name), "\" is not pair, same_host or cross_host"));
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/plan_options.h"
@@ -33,12 +34,10 @@ std::vector<double> BoundaryBytes(const CostModel& cost, const std::vector<int>&
 // each stage's unique parameter bytes into `param_bytes`.
 absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const FixedPlan& plan,
                                                   std::vector<double>& param_bytes) {
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages,
-                            cost.Evaluate(plan.node_stage, plan.stage_device));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<StageCost> stages, FixedPlanStageCosts(cost, plan));
   schedule::StageCosts c;
   for (const StageCost& st : stages) param_bytes.push_back(st.param_bytes);
   for (size_t s = 0; s < stages.size(); ++s) {
-    if (s < plan.stage_recompute.size() && plan.stage_recompute[s]) ApplyRecompute(stages[s]);
     c.forward.push_back(stages[s].forward_seconds);
     c.backward_input.push_back(stages[s].backward_seconds - stages[s].weight_grad_seconds);
     c.backward_weight.push_back(stages[s].weight_grad_seconds);
@@ -70,21 +69,13 @@ AsRunAllReduce PriceAllReduce(const Graph& graph, const Cluster& cluster, const 
   return out;
 }
 
-PlanOptions OptionsOf(const FixedPlan& plan) {
-  return {.global_batch = plan.global_batch,
-          .optimizer_state_multiplier = plan.optimizer_state_multiplier,
-          .optimizer = plan.optimizer,
-          .precision = plan.precision,
-          .comm_model = plan.comm_model};
-}
-
 }  // namespace
 
 CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan) {
   // Each replica runs its share of a global batch (as the search prices it).
   const int replicas =
       plan.replica_groups.empty() ? 1 : static_cast<int>(plan.replica_groups[0].size());
-  return CostOptionsFor(graph, OptionsOf(plan), plan.microbatches, std::max(1, replicas));
+  return CostOptionsFor(graph, FixedPlanOptions(plan), plan.microbatches, std::max(1, replicas));
 }
 
 std::vector<double> AsRunAllReduce::Exposed(const schedule::StageCosts& costs,
@@ -116,17 +107,11 @@ double AsRunAllReduce::StepEnd(const schedule::StageCosts& costs,
 
 absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
                                            const FixedPlan& plan, const AsRunOptions& as_run) {
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched,
-                            schedule::BuildSchedule(plan.schedule, plan.ranks, plan.microbatches,
-                                                    std::max(1, plan.chunks_per_rank)));
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched, FixedPlanSchedule(plan));
   const int num_stages = static_cast<int>(plan.stage_device.size());
-  if (sched.num_stages != num_stages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the schedule has ", sched.num_stages, " stages, the plan ", num_stages));
-  }
   AsRunCosts out;
   PIPEPLAN_ASSIGN_OR_RETURN(out.lowered, schedule::InsertSendRecv(sched));
-  const PlanOptions options = OptionsOf(plan);
+  const PlanOptions options = FixedPlanOptions(plan);
   const CostModel cost(graph, cluster, AsRunCostOptions(graph, plan));
   std::vector<double> param_bytes;
   PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan, param_bytes));

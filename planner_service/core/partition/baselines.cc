@@ -42,88 +42,86 @@ std::vector<int> ProportionalCuts(const std::vector<double>& weight, int k) {
   return cuts;
 }
 
-class UniformPartitioner : public Partitioner {
- public:
-  std::string_view name() const override { return "uniform"; }
-  absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    if (auto s = ValidateProblem(problem); !s.ok()) return s;
-    const Graph& g = problem.graph();
-    return MakePartition(problem,
-                         StagesFromCuts(g, ProportionalCuts(std::vector<double>(g.num_nodes(), 1),
-                                                            problem.num_stages())));
+// The time-balanced block cut: the least block limit (by binary search) at
+// which a greedy fill makes at most k blocks, then the cuts of that fill.
+std::vector<int> MinMaxBlockCuts(const std::vector<double>& w, int k) {
+  const int n = static_cast<int>(w.size());
+  auto blocks_needed = [&](double limit) {
+    int blocks = 1;
+    double sum = 0;
+    for (double x : w) {
+      if (sum + x > limit) {
+        ++blocks;
+        sum = 0;
+      }
+      sum += x;
+    }
+    return blocks;
+  };
+  double lo = *std::max_element(w.begin(), w.end());
+  double hi = std::accumulate(w.begin(), w.end(), 0.0);
+  for (int it = 0; it < 100 && hi - lo > 1e-12 * hi; ++it) {
+    const double mid = (lo + hi) / 2;
+    (blocks_needed(mid) <= k ? hi : lo) = mid;
   }
-};
+  std::vector<int> cuts = {0};
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const int stages_left = k - static_cast<int>(cuts.size());
+    // Cut when the block is full, or when the remaining nodes are just
+    // enough to give every later stage one node.
+    if (i > cuts.back() && stages_left > 0 && (sum + w[i] > hi || n - i == stages_left)) {
+      cuts.push_back(i);
+      sum = 0;
+    }
+    sum += w[i];
+  }
+  cuts.push_back(n);
+  return cuts;
+}
 
-class ParamsPartitioner : public Partitioner {
+// A baseline: weighs each node, in topological order, and cuts the order
+// into the problem's number of blocks by those weights.
+class BlockPartitioner : public Partitioner {
  public:
-  std::string_view name() const override { return "params"; }
+  using Weigh = double (*)(const PartitionProblem& problem, int node);
+  using Cut = std::vector<int> (*)(const std::vector<double>& weight, int k);
+  BlockPartitioner(std::string_view name, Weigh weigh, Cut cut)
+      : name_(name), weigh_(weigh), cut_(cut) {}
+
+  std::string_view name() const override { return name_; }
   absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
     if (auto s = ValidateProblem(problem); !s.ok()) return s;
     const Graph& g = problem.graph();
     std::vector<double> weight(g.num_nodes());
-    for (int i = 0; i < g.num_nodes(); ++i) weight[i] = g.node(g.topo_order()[i]).param_bytes;
-    return MakePartition(problem,
-                         StagesFromCuts(g, ProportionalCuts(weight, problem.num_stages())));
+    for (int i = 0; i < g.num_nodes(); ++i) weight[i] = weigh_(problem, g.topo_order()[i]);
+    return MakePartition(problem, StagesFromCuts(g, cut_(weight, problem.num_stages())));
   }
-};
 
-class TimeBlockPartitioner : public Partitioner {
- public:
-  std::string_view name() const override { return "time"; }
-  absl::StatusOr<Partition> Solve(const PartitionProblem& problem) const override {
-    if (auto s = ValidateProblem(problem); !s.ok()) return s;
-    const Graph& g = problem.graph();
-    const int n = g.num_nodes();
-    const int k = problem.num_stages();
-    std::vector<double> w(n);
-    for (int i = 0; i < n; ++i) w[i] = problem.cost->work_ref(g.topo_order()[i]);
-    // Min-max block partition by binary search on the block limit; the
-    // greedy fills each block as far as the limit allows.
-    auto blocks_needed = [&](double limit) {
-      int blocks = 1;
-      double sum = 0;
-      for (double x : w) {
-        if (sum + x > limit) {
-          ++blocks;
-          sum = 0;
-        }
-        sum += x;
-      }
-      return blocks;
-    };
-    double lo = *std::max_element(w.begin(), w.end());
-    double hi = std::accumulate(w.begin(), w.end(), 0.0);
-    for (int it = 0; it < 100 && hi - lo > 1e-12 * hi; ++it) {
-      const double mid = (lo + hi) / 2;
-      (blocks_needed(mid) <= k ? hi : lo) = mid;
-    }
-    std::vector<int> cuts = {0};
-    double sum = 0;
-    for (int i = 0; i < n; ++i) {
-      const int stages_left = k - static_cast<int>(cuts.size());
-      // Cut when the block is full, or when the remaining nodes are just
-      // enough to give every later stage one node.
-      if (i > cuts.back() && stages_left > 0 && (sum + w[i] > hi || n - i == stages_left)) {
-        cuts.push_back(i);
-        sum = 0;
-      }
-      sum += w[i];
-    }
-    cuts.push_back(n);
-    return MakePartition(problem, StagesFromCuts(g, cuts));
-  }
+ private:
+  std::string_view name_;
+  Weigh weigh_;
+  Cut cut_;
 };
 
 }  // namespace
 
 std::unique_ptr<Partitioner> MakeUniformPartitioner() {
-  return std::make_unique<UniformPartitioner>();
+  return std::make_unique<BlockPartitioner>(
+      "uniform", [](const PartitionProblem&, int) -> double { return 1.0; }, ProportionalCuts);
 }
 std::unique_ptr<Partitioner> MakeParamsPartitioner() {
-  return std::make_unique<ParamsPartitioner>();
+  return std::make_unique<BlockPartitioner>(
+      "params",
+      [](const PartitionProblem& p, int node) -> double {
+        return p.graph().node(node).param_bytes;
+      },
+      ProportionalCuts);
 }
 std::unique_ptr<Partitioner> MakeTimeBlockPartitioner() {
-  return std::make_unique<TimeBlockPartitioner>();
+  return std::make_unique<BlockPartitioner>(
+      "time", [](const PartitionProblem& p, int node) -> double { return p.cost->work_ref(node); },
+      MinMaxBlockCuts);
 }
 
 }  // namespace pipeplan

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "pipeplan/common/enum_names.h"
 #include "string_util.h"
 
 namespace pipeplan::schedule {
@@ -18,17 +19,18 @@ using internal::ToAbsl;
 constexpr std::string_view kOverlapName = "OVERLAP_F_B";
 
 // Multi-letter names are tried first so that adding a type whose name starts
-// with F/I/W/B can never be shadowed by the one-letter compute types.
-constexpr std::array<std::pair<std::string_view, ActionType>, 8> kSimpleTypes = {{
-    {"SEND_F", ActionType::kSendF},
-    {"RECV_F", ActionType::kRecvF},
-    {"SEND_B", ActionType::kSendB},
-    {"RECV_B", ActionType::kRecvB},
-    {"F", ActionType::kForward},
-    {"I", ActionType::kBackwardInput},
-    {"W", ActionType::kBackwardWeight},
-    {"B", ActionType::kFullBackward},
-}};
+// with F/I/W/B can never be shadowed by the one-letter compute types. The
+// overlap is printed by name but parsed only in its bracketed form.
+constexpr auto kTypeNames =
+    MakeEnumNames<ActionType>("?", {{ActionType::kSendF, "SEND_F"},
+                                    {ActionType::kRecvF, "RECV_F"},
+                                    {ActionType::kSendB, "SEND_B"},
+                                    {ActionType::kRecvB, "RECV_B"},
+                                    {ActionType::kForward, "F"},
+                                    {ActionType::kBackwardInput, "I"},
+                                    {ActionType::kBackwardWeight, "W"},
+                                    {ActionType::kFullBackward, "B"},
+                                    {ActionType::kOverlapFB, kOverlapName}});
 
 // Reads a non-negative decimal integer prefix of `text`.
 bool ConsumeInt(std::string_view& text, int& value) {
@@ -55,8 +57,8 @@ absl::StatusOr<Action> ParseSimpleAction(std::string_view original) {
                         original, stage, kMaxStages - 1));
   }
   action.stage = stage;
-  for (const auto& [name, type] : kSimpleTypes) {
-    if (text.starts_with(name)) {
+  for (const auto& [type, name] : kTypeNames.entries) {
+    if (type != ActionType::kOverlapFB && text.starts_with(name)) {
       text.remove_prefix(name.size());
       action.type = type;
       if (!ConsumeInt(text, action.microbatch) || !text.empty()) {
@@ -81,29 +83,7 @@ absl::StatusOr<Action> ParseSimpleAction(std::string_view original) {
 
 }  // namespace
 
-std::string_view ActionTypeName(ActionType type) {
-  switch (type) {
-    case ActionType::kForward:
-      return "F";
-    case ActionType::kBackwardInput:
-      return "I";
-    case ActionType::kBackwardWeight:
-      return "W";
-    case ActionType::kFullBackward:
-      return "B";
-    case ActionType::kSendF:
-      return "SEND_F";
-    case ActionType::kRecvF:
-      return "RECV_F";
-    case ActionType::kSendB:
-      return "SEND_B";
-    case ActionType::kRecvB:
-      return "RECV_B";
-    case ActionType::kOverlapFB:
-      return kOverlapName;
-  }
-  return "?";
-}
+std::string_view ActionTypeName(ActionType type) { return kTypeNames.Name(type); }
 
 Action MakeOverlap(int forward_stage, int forward_microbatch, int backward_stage,
                    int backward_microbatch) {

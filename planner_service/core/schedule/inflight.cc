@@ -49,13 +49,7 @@ absl::StatusOr<int> PeakInflightMicrobatches(ScheduleKind kind, int stage, int n
   };
   for (const std::optional<Action>& slot :
        internal::BuildRankProgram(kind, rank, ranks, microbatches, chunks_per_rank)) {
-    if (!slot) continue;
-    if (slot->type == ActionType::kOverlapFB) {
-      apply(ForwardHalf(*slot));
-      apply(BackwardHalf(*slot));
-    } else {
-      apply(*slot);
-    }
+    if (slot) ForEachHalf(*slot, apply);
   }
   return peak;
 }

@@ -1,44 +1,34 @@
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "pipeplan/common/enum_names.h"
 #include "string_util.h"
 
 namespace pipeplan::schedule {
 
-std::string_view ScheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return "GPipe";
-    case ScheduleKind::k1F1B:
-      return "1F1B";
-    case ScheduleKind::kInterleaved1F1B:
-      return "Interleaved1F1B";
-    case ScheduleKind::kLoopedBFS:
-      return "LoopedBFS";
-    case ScheduleKind::kInterleavedZeroBubble:
-      return "InterleavedZeroBubble";
-    case ScheduleKind::kZBVZeroBubble:
-      return "ZBVZeroBubble";
-    case ScheduleKind::kDualPipeV:
-      return "DualPipeV";
-  }
-  return "?";
-}
+namespace {
+
+// In kAllScheduleKinds' order, the order the error message offers them.
+constexpr auto kKindNames = MakeEnumNames<ScheduleKind>(
+    "?", {{ScheduleKind::kGPipe, "GPipe"},
+          {ScheduleKind::k1F1B, "1F1B"},
+          {ScheduleKind::kInterleaved1F1B, "Interleaved1F1B"},
+          {ScheduleKind::kLoopedBFS, "LoopedBFS"},
+          {ScheduleKind::kInterleavedZeroBubble, "InterleavedZeroBubble"},
+          {ScheduleKind::kZBVZeroBubble, "ZBVZeroBubble"},
+          {ScheduleKind::kDualPipeV, "DualPipeV"}});
+
+}  // namespace
+
+std::string_view ScheduleKindName(ScheduleKind kind) { return kKindNames.Name(kind); }
 
 absl::StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
-  const std::string_view trimmed = internal::StripWhitespace(name);
-  for (ScheduleKind kind : kAllScheduleKinds) {
-    if (absl::EqualsIgnoreCase(internal::ToAbsl(trimmed), internal::ToAbsl(ScheduleKindName(kind))))
-      return kind;
+  if (auto kind = kKindNames.Parse(internal::StripWhitespace(name), NameCase::kIgnoreCase)) {
+    return *kind;
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("unknown schedule '%s'; valid names are %s", name,
-                      absl::StrJoin(kAllScheduleKinds, ", ", [](std::string* out, ScheduleKind k) {
-                        out->append(std::string(ScheduleKindName(k)));
-                      })));
+      absl::StrFormat("unknown schedule '%s'; valid names are %s", name, kKindNames.List(", ")));
 }
 
 bool IsVShaped(ScheduleKind kind) {

@@ -49,15 +49,7 @@ void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationR
       }
     };
     for (const std::optional<Action>& slot : s.programs[r]) {
-      if (!slot) continue;
-      if (slot->type == ActionType::kOverlapFB) {
-        // Both halves are live at once: the new forward allocates before the
-        // backward frees.
-        apply(ForwardHalf(*slot));
-        apply(BackwardHalf(*slot));
-      } else {
-        apply(*slot);
-      }
+      if (slot) ForEachHalf(*slot, apply);
     }
     out.peak_inflight_microbatches[r] = peak;
     out.peak_memory_bytes[r] = params[r] + peak_bytes;

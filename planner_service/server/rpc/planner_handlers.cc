@@ -116,6 +116,19 @@ absl::StatusOr<v1::Plan> PlannerHandlers::Solve(const v1::PlanRequest& request,
   return PlanToProto(*in.graph, *in.cluster, *result);
 }
 
+template <typename T>
+void PlannerHandlers::SubmitSolve(std::shared_ptr<MemoryBudget::Reservation> memory,
+                                  std::function<absl::StatusOr<T>()> solve, Callback<T> done) {
+  absl::Status admitted =
+      pool_.Submit([this, solve = std::move(solve), done, memory = std::move(memory)]() mutable {
+        done(solve());
+        solve = nullptr;  // the request copies go before the memory they were counted in
+        AfterSolve(std::move(memory));
+      });
+  if (!admitted.ok()) return done(admitted);
+  PublishSolveGauges();
+}
+
 void PlannerHandlers::HandlePlan(const v1::PlanRequest& request, const CallContext& ctx,
                                  Callback<v1::Plan> done) {
   if (absl::Status s = CheckLimits(request); !s.ok()) return done(s);
@@ -136,17 +149,14 @@ void PlannerHandlers::HandlePlan(const v1::PlanRequest& request, const CallConte
       request.options().time_limit_seconds() > 0 ? request.options().time_limit_seconds() : 10.0;
   const bool cacheable =
       ctx.deadline - clock_->Now() > absl::Seconds(limit) + options_.deadline_margin;
-  absl::Status admitted =
-      pool_.Submit([this, req, key, ctx, cacheable, done, memory = *std::move(memory)]() mutable {
+  SubmitSolve<v1::Plan>(
+      *std::move(memory),
+      [this, req, key, ctx, cacheable]() {
         absl::StatusOr<v1::Plan> plan = Solve(*req, ctx);
         if (plan.ok() && cacheable) cache_.Insert(*key, std::make_shared<const v1::Plan>(*plan));
-        done(std::move(plan));
-        req.reset();
-        key.reset();
-        AfterSolve(std::move(memory));
-      });
-  if (!admitted.ok()) return done(admitted);
-  PublishSolveGauges();
+        return plan;
+      },
+      std::move(done));
 }
 
 void PlannerHandlers::HandleCreateJob(const v1::CreateJobRequest& request, const CallContext& ctx,
@@ -162,19 +172,13 @@ void PlannerHandlers::HandleCreateJob(const v1::CreateJobRequest& request, const
   if (absl::Status s = ApplyTrainingSpec(req->training(), req->mutable_request()); !s.ok()) {
     return done(s);
   }
-  absl::Status admitted =
-      pool_.Submit([this, req, ctx, done, memory = *std::move(memory)]() mutable {
-        absl::StatusOr<v1::Plan> plan = Solve(req->request(), ctx);
-        if (plan.ok()) {
-          done(registry_.CreateJob(req->name(), req->request(), *plan, req->training()));
-        } else {
-          done(plan.status());
-        }
-        req.reset();
-        AfterSolve(std::move(memory));
-      });
-  if (!admitted.ok()) return done(admitted);
-  PublishSolveGauges();
+  SubmitSolve<v1::Job>(
+      *std::move(memory),
+      [this, req, ctx]() -> absl::StatusOr<v1::Job> {
+        PIPEPLAN_ASSIGN_OR_RETURN(v1::Plan plan, Solve(req->request(), ctx));
+        return registry_.CreateJob(req->name(), req->request(), plan, req->training());
+      },
+      std::move(done));
 }
 
 void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const CallContext& ctx,
@@ -196,14 +200,10 @@ void PlannerHandlers::HandleReplanJob(const v1::ReplanJobRequest& request, const
   auto job_id = std::make_shared<std::string>(request.job_id());
   auto reason = std::make_shared<std::string>(
       request.reason().empty() ? "replan requested" : request.reason().substr(0, 256));
-  absl::Status admitted =
-      pool_.Submit([this, req, job_id, reason, ctx, done, memory = *std::move(memory)]() mutable {
-        done(SolveAndPublish(*req, *job_id, *reason, ctx));
-        req.reset();
-        AfterSolve(std::move(memory));
-      });
-  if (!admitted.ok()) return done(admitted);
-  PublishSolveGauges();
+  SubmitSolve<v1::VersionedPlan>(
+      *std::move(memory),
+      [this, req, job_id, reason, ctx]() { return SolveAndPublish(*req, *job_id, *reason, ctx); },
+      std::move(done));
 }
 
 absl::StatusOr<v1::VersionedPlan> PlannerHandlers::SolveAndPublish(const v1::PlanRequest& request,

@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "pipeplan/common/status_macros.h"
 #include "pipeplan/server/store/store.h"
 
 namespace pipeplan::server {
@@ -28,15 +29,13 @@ class MemoryStore : public Store {
 
   absl::Status AppendPlan(const v1::VersionedPlan& plan) override {
     absl::MutexLock l(&mu_);
-    auto it = jobs_.find(plan.job_id());
-    if (it == jobs_.end())
-      return absl::NotFoundError(absl::StrCat("job ", plan.job_id(), " not found"));
-    if (plan.version() != it->second.job.current_version + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "version ", plan.version(), " does not follow ", it->second.job.current_version));
+    PIPEPLAN_ASSIGN_OR_RETURN(Entry * e, Find(plan.job_id()));
+    if (plan.version() != e->job.current_version + 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version ", plan.version(), " does not follow ", e->job.current_version));
     }
-    it->second.plans[plan.version()] = plan;
-    it->second.job.current_version = plan.version();
+    e->plans[plan.version()] = plan;
+    e->job.current_version = plan.version();
     return absl::OkStatus();
   }
 
@@ -51,10 +50,9 @@ class MemoryStore : public Store {
   absl::Status SetJobState(const std::string& job_id, v1::JobState state,
                            const std::string& failure_message) override {
     absl::MutexLock l(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-    it->second.job.state = state;
-    it->second.job.failure_message = failure_message;
+    PIPEPLAN_ASSIGN_OR_RETURN(Entry * e, Find(job_id));
+    e->job.state = state;
+    e->job.failure_message = failure_message;
     return absl::OkStatus();
   }
 
@@ -69,21 +67,16 @@ class MemoryStore : public Store {
 
   absl::Status PutWorker(const WorkerRecord& worker) override {
     absl::MutexLock l(&mu_);
-    auto it = jobs_.find(worker.job_id);
-    if (it == jobs_.end())
-      return absl::NotFoundError(absl::StrCat("job ", worker.job_id, " not found"));
-    it->second.workers[worker.info.worker_id()] = worker;
+    PIPEPLAN_ASSIGN_OR_RETURN(Entry * e, Find(worker.job_id));
+    e->workers[worker.info.worker_id()] = worker;
     return absl::OkStatus();
   }
 
   absl::Status AppendStepReport(const v1::ReportStepRequest& report) override {
     absl::MutexLock l(&mu_);
-    auto it = jobs_.find(report.job_id());
-    if (it == jobs_.end())
-      return absl::NotFoundError(absl::StrCat("job ", report.job_id(), " not found"));
-    it->second.reports.push_front(report);
-    while (static_cast<int>(it->second.reports.size()) > report_window_)
-      it->second.reports.pop_back();
+    PIPEPLAN_ASSIGN_OR_RETURN(Entry * e, Find(report.job_id()));
+    e->reports.push_front(report);
+    while (static_cast<int>(e->reports.size()) > report_window_) e->reports.pop_back();
     return absl::OkStatus();
   }
 
@@ -122,6 +115,13 @@ class MemoryStore : public Store {
     std::map<std::string, WorkerRecord> workers;
     std::deque<v1::ReportStepRequest> reports;
   };
+  // The job's entry, or NOT_FOUND "job <id> not found".
+  absl::StatusOr<Entry*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    return &it->second;
+  }
+
   const int report_window_;
   absl::Mutex mu_;
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);

@@ -456,18 +456,28 @@ class PostgresStore : public Store {
     return s;
   }
 
+  // `select`'s rows (binary) of one job (`only`, whose id is column `key`)
+  // or of every job, ordered by `order`.
+  static absl::StatusOr<PgResult> SelectRows(PgConnection& c, const std::string* only,
+                                             absl::string_view select, absl::string_view key,
+                                             absl::string_view order) {
+    std::vector<PgParam> params;
+    if (only) params.push_back(*only);
+    return c.Exec(
+        absl::StrCat(select, only ? absl::StrCat(" WHERE ", key, "=$1") : "", " ORDER BY ", order),
+        params, /*binary_result=*/true);
+  }
+
   // `only`: that job alone; null: every job.
   static absl::Status LoadJobs(PgConnection& c, const std::string* only,
                                std::vector<StoredJob>* out) {
-    std::vector<PgParam> params;
-    if (only) params.push_back(*only);
     PIPEPLAN_ASSIGN_OR_RETURN(
         PgResult r,
-        c.Exec(absl::StrCat("SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, "
-                            "j.training_spec, j.state, j.failure FROM jobs j JOIN plans p ON "
-                            "p.job_id = j.id AND p.version = j.current_version",
-                            only ? " WHERE j.id=$1" : "", " ORDER BY j.id"),
-               params, /*binary_result=*/true));
+        SelectRows(c, only,
+                   "SELECT j.id, j.name, j.create_time_ms, j.current_version, p.record, "
+                   "j.training_spec, j.state, j.failure FROM jobs j JOIN plans p ON "
+                   "p.job_id = j.id AND p.version = j.current_version",
+                   "j.id", "j.id"));
     for (int i = 0; i < r.rows(); ++i) {
       StoredJob sj;
       sj.job.id = r.Bytes(i, 0);
@@ -487,14 +497,11 @@ class PostgresStore : public Store {
 
   static absl::Status LoadWorkers(PgConnection& c, const std::string* only,
                                   std::vector<StoredJob>* out) {
-    std::vector<PgParam> params;
-    if (only) params.push_back(*only);
     PIPEPLAN_ASSIGN_OR_RETURN(
         PgResult r,
-        c.Exec(absl::StrCat("SELECT job_id, info, rank, state, last_heartbeat_ms, last_step "
-                            "FROM workers",
-                            only ? " WHERE job_id=$1" : "", " ORDER BY job_id, worker_id"),
-               params, /*binary_result=*/true));
+        SelectRows(c, only,
+                   "SELECT job_id, info, rank, state, last_heartbeat_ms, last_step FROM workers",
+                   "job_id", "job_id, worker_id"));
     size_t j = 0;
     for (int i = 0; i < r.rows(); ++i) {
       WorkerRecord w;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -115,6 +116,14 @@ class PlannerClient {
  private:
   PlannerClient() = default;
   void Prepare(grpc::ClientContext* ctx, absl::Duration timeout) const;
+  // One unary RPC under `timeout` (default: the options' timeout) with the
+  // client's token; gRPC errors as absl::Status (common/grpc_status.h).
+  // Defined in planner_client.cc, the only place it is called from.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(grpc::Status (v1::PlannerService::Stub::*method)(
+                                     grpc::ClientContext*, const Request&, Response*),
+                                 const std::type_identity_t<Request>& request,
+                                 std::optional<absl::Duration> timeout = std::nullopt);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -111,6 +111,11 @@ class FlagSet {
   std::string current_section_ = "flags";
 };
 
+// Adds --tls-ca, --tls-cert, --tls-key and --token-file: how a client (the
+// CLI, a worker) reaches a planner that wants TLS or a bearer token. Declared
+// once, so every client spells and explains them alike.
+void AddPlannerCredentialFlags(FlagSet* flags);
+
 // The candidate closest to a mistyped `name` (at most two edits away, and
 // fewer edits than the candidate has letters), or "" when none is: the
 // "did you mean" of unknown flags and commands.

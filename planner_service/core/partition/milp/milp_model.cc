@@ -471,31 +471,25 @@ void MilpModel::AddDirectReceive(std::vector<Lin>& stage, int a, const std::vect
   }
 }
 
+int MilpModel::AddSendColumn(int a, int sa, const std::vector<int>& set, int bp) {
+  const int col = AddCol(0, 1, 0, false);
+  for (int b : set) {
+    Lin e;  // x[A][sa] - u[B][bp]
+    AddX(e, a, sa, 1);
+    AddU(e, b, bp, -1);
+    AddLower(col, std::move(e));
+  }
+  return col;
+}
+
 void MilpModel::AddDirectSend(std::vector<Lin>& stage, int a, const std::vector<int>& set,
                               const DirectAgg& g) {
   const int k = k_;
   for (int sa = 0; sa + 1 < k; ++sa) {
-    if (g.send[sa] > 0) {
-      const int o = AddCol(0, 1, 0, false);
-      for (int b : set) {
-        Lin e;  // x[A][sa] - u[B][sa]
-        AddX(e, a, sa, 1);
-        AddU(e, b, sa, -1);
-        AddLower(o, std::move(e));
-      }
-      stage[sa].terms.emplace_back(o, g.send[sa]);
-    }
+    if (g.send[sa] > 0) stage[sa].terms.emplace_back(AddSendColumn(a, sa, set, sa), g.send[sa]);
     for (int bp = sa + 1; bp + 1 < k; ++bp) {
       const double c = g.send_q[sa * k + bp];
-      if (c <= 0) continue;
-      const int q = AddCol(0, 1, 0, false);
-      for (int b : set) {
-        Lin e;  // x[A][sa] - u[B][bp]
-        AddX(e, a, sa, 1);
-        AddU(e, b, bp, -1);
-        AddLower(q, std::move(e));
-      }
-      stage[sa].terms.emplace_back(q, c);
+      if (c > 0) stage[sa].terms.emplace_back(AddSendColumn(a, sa, set, bp), c);
     }
   }
 }

@@ -95,6 +95,9 @@ class MilpModel {
   void BuildDirect(std::vector<Lin>& stage);
   void AddDirectReceive(std::vector<Lin>& stage, int a, const std::vector<int>& set,
                         const DirectAgg& g);
+  // A new [0, 1] column c with c >= x[a][sa] - u[b][bp] for each b in
+  // `set`: one term of AddDirectSend's linearization.
+  int AddSendColumn(int a, int sa, const std::vector<int>& set, int bp);
   void AddDirectSend(std::vector<Lin>& stage, int a, const std::vector<int>& set,
                      const DirectAgg& g);
   std::vector<Tensor> Tensors() const;

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -40,6 +41,11 @@ absl::StatusOr<int> NumRanksFromProto(const v1::PlanOptions& options);
 // SCHEDULE_AUTO maps to nullopt; unknown values are INVALID_ARGUMENT.
 absl::StatusOr<std::optional<schedule::ScheduleKind>> ScheduleFromProto(v1::Schedule s);
 v1::Schedule ScheduleToProto(schedule::ScheduleKind kind);
+v1::PartitionMethod MethodToProto(PartitionMethod method);
+v1::Optimizer OptimizerToProto(Optimizer optimizer);
+v1::Precision PrecisionToProto(Precision precision);
+// Unknown values are INVALID_ARGUMENT "<field> <number> is not a known model".
+absl::StatusOr<CommModel> CommModelFromProto(v1::CommModel m, std::string_view field);
 v1::Plan PlanToProto(const Graph& graph, const Cluster& cluster, const PlanResult& plan);
 
 // Protobuf JSON mapping; snake_case and lowerCamelCase field names accepted,

@@ -34,6 +34,7 @@
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/memory_model.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 
 namespace pipeplan {
@@ -168,6 +169,18 @@ struct FixedPlanScore {
   double step_seconds = 0;
   std::vector<double> stage_compute_seconds;  // per stage: F + B per microbatch
 };
+
+// What scoring a fixed plan starts from, shared by SimulateFixedPlan and the
+// as-run model (runtime_model.h). The schedule `plan` runs: INVALID_ARGUMENT
+// when its stage count is not the plan's.
+absl::StatusOr<schedule::PipelineSchedule> FixedPlanSchedule(const FixedPlan& plan);
+// `plan`'s batch, optimizer, precision and comm model as planning options.
+PlanOptions FixedPlanOptions(const FixedPlan& plan);
+// The cost model of `plan`'s batch, optimizer, precision and comm model.
+CostModel FixedPlanCostModel(const Graph& graph, const Cluster& cluster, const FixedPlan& plan);
+// Each stage's cost under `cost`, recomputation applied where the plan asks.
+absl::StatusOr<std::vector<StageCost>> FixedPlanStageCosts(const CostModel& cost,
+                                                           const FixedPlan& plan);
 
 // Simulated step time of `plan` under `cluster`'s cost model.
 absl::StatusOr<FixedPlanScore> SimulateFixedPlan(const Graph& graph, const Cluster& cluster,

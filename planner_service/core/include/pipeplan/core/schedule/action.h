@@ -89,6 +89,18 @@ inline Action ForwardHalf(const Action& a) {
 inline Action BackwardHalf(const Action& a) {
   return Action{a.backward_stage, ActionType::kFullBackward, a.backward_microbatch};
 }
+// Calls fn(action) on `a`, or on both halves of an OVERLAP_F_B, the forward
+// first: both are live at once, the new forward allocating before the
+// backward frees.
+template <typename Fn>
+void ForEachHalf(const Action& a, Fn&& fn) {
+  if (a.type == ActionType::kOverlapFB) {
+    fn(ForwardHalf(a));
+    fn(BackwardHalf(a));
+  } else {
+    fn(a);
+  }
+}
 
 // "1SEND_F3", "0F0", "(0F3;3B1)OVERLAP_F_B".
 std::string ActionToString(const Action& action);

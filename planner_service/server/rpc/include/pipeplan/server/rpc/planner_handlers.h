@@ -132,6 +132,12 @@ class PlannerHandlers {
   absl::StatusOr<std::shared_ptr<MemoryBudget::Reservation>> ReserveMemory(
       const v1::PlanRequest& request, int64_t request_bytes = -1);
   void PublishSolveGauges();
+  // Runs `solve` on the solver pool and answers `done` with its result; then
+  // drops `solve` (and the request copies it holds) and gives `memory` back.
+  // When the pool refuses the task (its queue is full), answers at once.
+  template <typename T>
+  void SubmitSolve(std::shared_ptr<MemoryBudget::Reservation> memory,
+                   std::function<absl::StatusOr<T>()> solve, Callback<T> done);
 
   const HandlerOptions options_;
   const Clock* const clock_;
