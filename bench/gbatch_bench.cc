@@ -1,22 +1,29 @@
-// Fixed global batch at any scale. Two tables:
+// Fixed global batch at any scale. Three tables:
 //  - gpt2: a GPT-2-XL-sized graph (scripts/gen_example_graphs.py) on 8 to
 //    2,048 H100s (8 per host) at a fixed global batch: chosen ranks x
 //    replicas x microbatches, step, exposed all-reduce, planning seconds.
-//  - piper: Piper's BERT-32 instance (scripts/piper_to_graph.py; SGD in
-//    fp32 so weights + gradients = Piper's memoryUsageB) on 2 to 2,048
-//    devices of 80 GB at 25 GB/s, 1F1B: the search's plan against the exact
-//    DP x PP optimum under the same cost model: every (ranks, replicas,
-//    microbatches) with replicas x samples per replica = the batch, each
-//    split with ideal_dp (exact on this graph) and simulated, shapes visited
-//    by their work bound and cut off once the bound reaches the best step.
+//  - piper BERT-32 and piper GNMT: Piper's profiled instances (NeurIPS'21,
+//    /work/shared/data/piper, converted by scripts/piper_to_graph.py; SGD in
+//    fp32 so weights + gradients = Piper's memoryUsageB) at their own batch
+//    (mbsInBatch units: 1,920 and 256) on 2 to 2,048 devices of 80 GB at
+//    25 GB/s, 1F1B (Piper's schedule): the search's plan (MakePlan, method
+//    dp, 1F1B) against the exact DP x PP optimum under the same cost model. The optimum is an
+//    exhaustive enumeration: every (ranks, replicas, microbatches) with
+//    replicas dividing the batch, ranks x replicas <= devices and
+//    microbatches dividing the replica's share, each split with ideal_dp
+//    (the exact bottleneck split over the graph's lattice of ideals) and
+//    simulated with 1F1B and the bucketed all-reduce; shapes visited by
+//    their work bound and cut off once the bound reaches the best step.
 //
 //   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
 //
+// --piper FILE: one Piper instance instead of the two bundled ones.
 // --devices N: only the rows of N devices (for profiling one scale).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,16 +126,36 @@ Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
   return best;
 }
 
-void Piper(const std::string& piper_graph, const std::string& data) {
-  Loaded in = Load(piper_graph, data + "cluster_8xa100.json");
+struct PiperInstance {
+  std::string name;
+  std::string graph;  // converted
+  int batch = 0;      // mbsInBatch
+};
+
+// Converts Piper's JSON with scripts/piper_to_graph.py, which prints the
+// instance's batch.
+std::optional<PiperInstance> ConvertPiper(const std::string& src, const std::string& file,
+                                          const std::string& out) {
+  const std::string cmd = "python3 " + src + "/scripts/piper_to_graph.py " + file + " " + out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  int batch = 0;
+  const bool read = std::fscanf(pipe, "%d", &batch) == 1;
+  if (pclose(pipe) != 0 || !read || batch <= 0) return std::nullopt;
+  std::string name = file.substr(file.find_last_of('/') + 1);
+  return PiperInstance{name.substr(0, name.find('.')), out, batch};
+}
+
+void Piper(const PiperInstance& instance, const std::string& data) {
+  Loaded in = Load(instance.graph, data + "cluster_8xa100.json");
   const Graph& g = *in.graph;
-  const int batch = 1920;
+  const int batch = instance.batch;
   double work = 0;  // seconds of one unit over every node
   for (int v = 0; v < g.num_nodes(); ++v) {
     work += *g.node(v).forward_seconds + *g.node(v).backward_seconds;
   }
-  std::printf("\nPiper BERT-32 (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
-              g.num_nodes(), batch);
+  std::printf("\nPiper %s (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
+              instance.name.c_str(), g.num_nodes(), batch);
   std::printf(
       "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
       "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
@@ -146,7 +173,7 @@ void Piper(const std::string& piper_graph, const std::string& data) {
     const double plan_seconds = Seconds(t0);
     const Best opt = Exhaustive(g, c, batch, work);
     if (!p.ok()) {
-      std::printf("| %d | %s | | | | %d x %d x %d | %.4f |\n", n,
+      std::printf("| %d | %s | | | | %d x %d x %d | %.4f | | |\n", n,
                   std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks, opt.replicas,
                   opt.microbatches, opt.step);
       continue;
@@ -160,13 +187,15 @@ void Piper(const std::string& piper_graph, const std::string& data) {
 }
 
 int Main(int argc, char** argv) {
-  std::string only, piper = "/work/shared/data/piper/bert32a100.json";
+  std::string only;
+  std::vector<std::string> piper = {"/work/shared/data/piper/bert32a100.json",
+                                    "/work/shared/data/piper/gnmt.json"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--only") {
       only = argv[i + 1];
     } else if (flag == "--piper") {
-      piper = argv[i + 1];
+      piper = {argv[i + 1]};
     } else if (flag == "--devices") {
       only_devices = std::atoi(argv[i + 1]);
     } else {
@@ -176,15 +205,21 @@ int Main(int argc, char** argv) {
   }
   const std::string src = PIPEPLAN_SOURCE_DIR;
   const std::string dir = "/tmp/pipeplan_gbatch_bench/";
-  const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir +
-                          " && python3 " + src + "/scripts/piper_to_graph.py " + piper + " " + dir +
-                          "piper.json";
+  const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir;
   if (std::system(cmd.c_str()) != 0) {
     std::cerr << "could not generate the benchmark inputs\n";
     return 1;
   }
   if (only != "piper") Gpt2(dir, src + "/tests/data/");
-  if (only != "gpt2") Piper(dir + "piper.json", src + "/tests/data/");
+  if (only == "gpt2") return 0;
+  for (size_t i = 0; i < piper.size(); ++i) {
+    const auto instance = ConvertPiper(src, piper[i], dir + "piper" + std::to_string(i) + ".json");
+    if (!instance) {
+      std::cerr << "could not convert " << piper[i] << "\n";
+      return 1;
+    }
+    Piper(*instance, src + "/tests/data/");
+  }
   return 0;
 }
 

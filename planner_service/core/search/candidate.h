@@ -23,6 +23,7 @@
 #include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/plan_result.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "split.h"
 
 namespace pipeplan::search {
 
@@ -41,6 +42,9 @@ struct SearchContext {
   const Cluster* cluster = nullptr;
   const PlanOptions* options = nullptr;
   std::vector<int> device_class;                 // DeviceClasses(cluster)
+  ClusterOrder order;                            // ClusterOrder::Of(cluster)
+  std::vector<int> ring_position;                // RingPositions(cluster)
+  SplitCache* split_cache = nullptr;             // null: every split is solved
   absl::Time deadline = absl::InfiniteFuture();  // of the whole search
   // Every solve of a split gets this long (the options' time limit), never
   // past `hard_deadline` (the request's own deadline): a method solved twice
