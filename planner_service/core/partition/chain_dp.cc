@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -340,28 +341,57 @@ class ChainDp {
     return out;
   }
 
+  // The bottleneck of `warm` (a stage per node) where it is a split of the
+  // order into the problem's stages within every memory window, by the
+  // comparison Feasible makes; infinity otherwise.
+  double WarmBottleneck(std::span<const int> warm) const {
+    const int n = g_.num_nodes();
+    const int k = p_.num_stages();
+    if (static_cast<int>(warm.size()) != n || n == 0) return kInf;
+    std::vector<std::pair<int, int>> path;  // (start, end) per stage
+    for (int i = 0; i < n; ++i) {
+      const int stage = warm[g_.topo_order()[i]];
+      if (stage == static_cast<int>(path.size())) path.push_back({i, i + 1});
+      if (stage != static_cast<int>(path.size()) - 1) return kInf;  // not contiguous
+      path.back().second = i + 1;
+    }
+    if (static_cast<int>(path.size()) != k) return kInf;
+    double worst = 0;
+    for (int j = 0; j < k; ++j) {
+      const auto [a, b] = path[j];
+      if (a < lo_[j][b]) return kInf;  // over stage j's memory
+      const double slow = p_.cost->slowdown(p_.stage_device[j]);
+      const double h = prefix_[a] * slow - charges_[left_[j]][a];
+      worst = std::max(worst, prefix_[b] * slow + charges_[right_[j]][b] - h);
+    }
+    return Witnessed(path, worst) ? worst : kInf;
+  }
+
+  // Whether every stage of `path` passes Feasible's comparison at T.
+  bool Witnessed(const std::vector<std::pair<int, int>>& path, double T) const {
+    for (int j = 0; j < p_.num_stages(); ++j) {
+      const auto [a, b] = path[j];
+      const double slow = p_.cost->slowdown(p_.stage_device[j]);
+      const double h = prefix_[a] * slow - charges_[left_[j]][a];
+      if (!(h >= prefix_[b] * slow + charges_[right_[j]][b] - T)) return false;
+    }
+    return true;
+  }
+
   // The largest stage cost of the split the last feasible test found at T:
   // every T from it on is feasible too (that split is a witness), which the
   // test confirms with the very comparison Feasible makes. T when rounding
   // denies it.
   double WitnessBottleneck(double T) const {
     std::vector<std::pair<int, int>> path = Path();
-    auto parts = [&](int j, int a, int b) {
-      const double slow = p_.cost->slowdown(p_.stage_device[j]);
-      return std::pair(prefix_[a] * slow - charges_[left_[j]][a],
-                       prefix_[b] * slow + charges_[right_[j]][b]);
-    };
     double worst = 0;
     for (int j = 0; j < p_.num_stages(); ++j) {
-      const auto [h, x] = parts(j, path[j].first, path[j].second);
-      worst = std::max(worst, x - h);
+      const auto [a, b] = path[j];
+      const double slow = p_.cost->slowdown(p_.stage_device[j]);
+      const double h = prefix_[a] * slow - charges_[left_[j]][a];
+      worst = std::max(worst, prefix_[b] * slow + charges_[right_[j]][b] - h);
     }
-    if (!(worst <= T)) return T;
-    for (int j = 0; j < p_.num_stages(); ++j) {
-      const auto [h, x] = parts(j, path[j].first, path[j].second);
-      if (!(h >= x - worst)) return T;
-    }
-    return worst;
+    return worst <= T && Witnessed(path, worst) ? worst : T;
   }
 
   // Smallest T (to relative precision) with a feasible split; infinity when
@@ -381,7 +411,7 @@ class ChainDp {
       *lower = kInf;
       return kInf;
     }
-    double yes = kInf, no = -kInf;
+    double yes = WarmBottleneck(problem.warm_start), no = -kInf;
     auto test = [&](double T) {
       if (T >= yes) return true;
       if (T <= no) return false;
@@ -392,6 +422,10 @@ class ChainDp {
       no = std::max(no, T + std::max(0.0, jump_));
       return false;
     };
+    // A warm start often has the optimum's bottleneck (screening and the
+    // sweep solve alike pipelines one after another): then one pass just
+    // below it settles the bisection.
+    if (std::isfinite(yes)) test(std::nextafter(yes, 0.0));
     const double balance = BalanceBound();
     for (double f : {1e-4, 1e-3, 1e-2, 0.05, 0.2, 1.0}) {
       if (balance > 0 && test(balance * (1 + f))) break;

@@ -162,7 +162,8 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
 
 absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Candidate& c,
                                              const Placement& placement, PartitionMethod method,
-                                             double* needed_scale) {
+                                             double* needed_scale,
+                                             std::span<const int> warm_start) {
   PIPEPLAN_ASSIGN_OR_RETURN(
       auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
@@ -178,7 +179,8 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
                  .hard_deadline = ctx.hard_deadline,
                  .relative_gap = ctx.gap,
                  .cancelled = ctx.options->cancelled,
-                 .log = ctx.options->solver_log};
+                 .log = ctx.options->solver_log,
+                 .warm_start = warm_start};
   for (int s = 0; s < sched.num_stages; ++s) {
     const int rank = sched.stage_to_rank[s];
     in.stage_device.push_back(rank);

@@ -57,10 +57,12 @@ struct SearchContext {
 // The candidate on `placement`, split with `method`. On FAILED_PRECONDITION
 // `needed_scale` receives how much every device's memory would have to grow
 // (see SolveSplit).
+// `warm_start` (a stage per node of the split graph) is handed to the
+// partitioner.
 absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& context,
                                              const Candidate& candidate, const Placement& placement,
-                                             PartitionMethod method,
-                                             double* needed_scale = nullptr);
+                                             PartitionMethod method, double* needed_scale = nullptr,
+                                             std::span<const int> warm_start = {});
 
 // Seconds per sample (or per microbatch of the graph's batch when the batch
 // cannot be rescaled): the quantity the search minimizes.

@@ -97,7 +97,8 @@ class Search {
   const Placement* fixed_;
   const BoundInputs bounds_;
   std::vector<Scored> scored_;
-  std::vector<double> swept_units_;  // the kSweptShapes least shape bests screened, ascending
+  std::vector<double> swept_units_;       // the kSweptShapes least shape bests screened, ascending
+  std::map<int, std::vector<int>> warm_;  // stages -> the last chain DP split of that many
   std::map<std::pair<int, int>, ShapeState> shapes_;
   double least_bound_ = kInf;  // no shape's plan beats it
   std::optional<size_t> best_;
@@ -108,7 +109,14 @@ class Search {
 std::optional<size_t> Search::Score(const Candidate& c, const Placement& placement,
                                     PartitionMethod method) {
   double needed = kInf;
-  absl::StatusOr<PlanResult> plan = EvaluateCandidate(ctx_, c, placement, method, &needed);
+  // The last chain DP split of as many stages starts the next: alike
+  // pipelines often share the optimum's bottleneck (see chain_dp.cc).
+  const int stages = c.ranks * c.chunks_per_rank;
+  const bool warm = method == PartitionMethod::kDp && ctx_.groups == nullptr;
+  std::span<const int> start;
+  if (auto it = warm_.find(stages); warm && it != warm_.end()) start = it->second;
+  absl::StatusOr<PlanResult> plan = EvaluateCandidate(ctx_, c, placement, method, &needed, start);
+  if (plan.ok() && warm) warm_[stages] = plan->partition.stage_of_node;
   if (!plan.ok()) {
     const bool memory = plan.status().code() == absl::StatusCode::kFailedPrecondition;
     if (memory) least_scale_ = std::min(least_scale_, needed);

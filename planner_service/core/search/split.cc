@@ -140,7 +140,8 @@ absl::StatusOr<Split> SolveSplit(const SplitInputs& inputs, PartitionMethod meth
 
 namespace {
 
-// Everything SolveSplit's answer depends on, but the deadlines: the graphs,
+// Everything SolveSplit's answer depends on, but the deadlines and the
+// chain DP's warm start: the graphs,
 // the cost options, the pipeline's devices and links, the stages.
 std::vector<double> SplitKey(const SplitInputs& in, PartitionMethod method) {
   static_assert(sizeof(CostOptions) == 40, "a new CostOptions field must join SplitKey");
@@ -177,7 +178,10 @@ std::vector<double> SplitKey(const SplitInputs& in, PartitionMethod method) {
 
 absl::StatusOr<Split> SplitCache::Solve(const SplitInputs& inputs, PartitionMethod method,
                                         double* needed_scale) {
-  if (!inputs.warm_start.empty() || inputs.log) return SolveSplit(inputs, method, needed_scale);
+  // The chain DP's answer does not depend on its warm start (only how
+  // fast it finds it); other methods' may.
+  const bool warm_matters = !inputs.warm_start.empty() && method != PartitionMethod::kDp;
+  if (warm_matters || inputs.log) return SolveSplit(inputs, method, needed_scale);
   std::vector<double> key = SplitKey(inputs, method);
   if (auto it = answers_.find(key); it != answers_.end()) {
     if (needed_scale != nullptr) *needed_scale = it->second.needed_scale;

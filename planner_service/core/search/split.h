@@ -67,7 +67,8 @@ absl::StatusOr<Split> SolveSplit(const SplitInputs& inputs, PartitionMethod meth
 // the deadlines (which only cut a solve short): screening solves the same
 // pipeline again and again (one sample per microbatch at every replica
 // count's largest microbatch count, say), so each is solved once. Answers
-// that are neither a split nor "does not fit" are not kept.
+// that are neither a split nor "does not fit" are not kept, nor those of a
+// method other than the chain DP given a warm start (it may steer them).
 // Thread safety: one thread, like the search that owns it.
 class SplitCache {
  public:
