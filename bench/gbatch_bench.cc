@@ -14,6 +14,9 @@
 //    (the exact bottleneck split over the graph's lattice of ideals) and
 //    simulated with 1F1B and the bucketed all-reduce; shapes visited by
 //    their work bound and cut off once the bound reaches the best step.
+//    "work bound" is batch x work / devices: no plan beats it, with any
+//    replica count per stage, so optimum / bound caps what per-stage
+//    replica counts could gain over uniform ones.
 //
 //   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
 //
@@ -159,7 +162,8 @@ void Piper(const PiperInstance& instance, const std::string& data) {
   std::printf(
       "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
       "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
-      "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
+      "plans scored | search / optimum | work bound (s) | optimum / bound |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
@@ -172,16 +176,21 @@ void Piper(const PiperInstance& instance, const std::string& data) {
     auto p = MakePlan(g, c, o);
     const double plan_seconds = Seconds(t0);
     const Best opt = Exhaustive(g, c, batch, work);
+    // No plan, whatever its replicas per stage, beats the batch's work
+    // spread over every device with no bubble, transfer or all-reduce.
+    const double bound = batch * work / n;
     if (!p.ok()) {
       std::printf("| %d | %s | | | | %d x %d x %d | %.4f | | |\n", n,
                   std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks, opt.replicas,
                   opt.microbatches, opt.step);
       continue;
     }
-    std::printf("| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f |\n", n,
-                p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
-                p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas,
-                opt.microbatches, opt.step, opt.plans, p->step_seconds / opt.step);
+    std::printf(
+        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f | %.4f | "
+        "%.4f |\n",
+        n, p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
+        p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas, opt.microbatches,
+        opt.step, opt.plans, p->step_seconds / opt.step, bound, opt.step / bound);
     std::fflush(stdout);
   }
 }

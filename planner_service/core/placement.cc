@@ -1,7 +1,7 @@
 #include "pipeplan/core/placement.h"
 
 #include <algorithm>
-#include <iterator>
+#include <array>
 #include <limits>
 #include <map>
 #include <set>
@@ -163,25 +163,27 @@ class MoveKeys {
   // A move that changes nothing: its key is the base's.
   static constexpr PlacementMove kNone = {.slot = 0, .other_slot = 0};
 
-  std::vector<int> Of(const PlacementMove& m) {
+  // The removed and the added row ids, common ones cancelled, each pair
+  // sorted and padded with -1.
+  using Key = std::array<int, 4>;
+
+  Key Of(const PlacementMove& m) {
     const int p = base_.ranks;
-    std::vector<int> removed, added;
     const int q1 = m.slot / p;
     const int q2 = m.other_slot >= 0 ? m.other_slot / p : q1;
-    for (int q : {q1, q2}) {
-      if (q == q2 && q2 == q1 && !removed.empty()) break;
-      removed.push_back(base_ids_[q]);
-      added.push_back(Id(Row(q, m)));
+    std::array<int, 2> removed = {base_ids_[q1], -1}, added = {Id(Row(q1, m)), -1};
+    if (q2 != q1) {
+      removed[1] = base_ids_[q2];
+      added[1] = Id(Row(q2, m));
+    }
+    for (int& r : removed) {
+      for (int& a : added) {
+        if (r >= 0 && r == a) r = a = -1;
+      }
     }
     std::sort(removed.begin(), removed.end());
     std::sort(added.begin(), added.end());
-    std::vector<int> key;
-    std::set_difference(removed.begin(), removed.end(), added.begin(), added.end(),
-                        std::back_inserter(key));
-    key.push_back(-1);
-    std::set_difference(added.begin(), added.end(), removed.begin(), removed.end(),
-                        std::back_inserter(key));
-    return key;
+    return {removed[0], removed[1], added[0], added[1]};
   }
 
  private:
@@ -368,7 +370,7 @@ std::vector<PlacementMove> DistinctMoves(const ClusterOrder& order, const Placem
   }
   const int64_t every = moves > limit ? (moves - 1) / std::max<int64_t>(1, limit) + 1 : 1;
   MoveKeys keys(classes, placement);
-  absl::flat_hash_set<std::vector<int>> seen = {keys.Of(MoveKeys::kNone)};
+  absl::flat_hash_set<MoveKeys::Key> seen = {keys.Of(MoveKeys::kNone)};
   std::vector<PlacementMove> out;
   int64_t index = 0;
   auto add = [&](const PlacementMove& m) {

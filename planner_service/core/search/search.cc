@@ -25,7 +25,7 @@ constexpr int kSwapRounds = 2;
 constexpr size_t kSwapsPerRound = 32;
 // Moves a round samples its swaps from: every distinct move of a placement
 // of a few hundred slots; of larger ones an evenly spaced share.
-constexpr int64_t kMovesConsidered = 100000;
+constexpr int64_t kMovesConsidered = 20000;
 
 // Placements a shape may enumerate before it falls back to layouts: fewer
 // on large graphs, where scoring one costs more.
