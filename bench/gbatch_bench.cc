@@ -14,7 +14,8 @@
 //    (the exact bottleneck split over the graph's lattice of ideals) and
 //    simulated with 1F1B and the bucketed all-reduce; shapes visited by
 //    their work bound and cut off once the bound reaches the best step.
-//    "work bound" is batch x work / devices: no plan beats it, with any
+//    "work bound" is the larger of batch x work / devices and one unit's
+//    forward plus backward critical path: no plan beats it, with any
 //    replica count per stage, so optimum / bound caps what per-stage
 //    replica counts could gain over uniform ones.
 //
@@ -129,6 +130,21 @@ Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
   return best;
 }
 
+// The longest path of one unit's forward (or backward) seconds through the
+// graph: its nodes that depend on each other run one after another.
+double CriticalPath(const Graph& g, bool forward) {
+  std::vector<double> done(g.num_nodes(), 0);
+  double longest = 0;
+  for (int v : g.topo_order()) {
+    double start = 0;
+    for (int e : g.in_edges(v)) start = std::max(start, done[g.edge(e).src]);
+    const NodeSpec& node = g.node(v);
+    done[v] = start + (forward ? *node.forward_seconds : *node.backward_seconds);
+    longest = std::max(longest, done[v]);
+  }
+  return longest;
+}
+
 struct PiperInstance {
   std::string name;
   std::string graph;  // converted
@@ -157,6 +173,7 @@ void Piper(const PiperInstance& instance, const std::string& data) {
   for (int v = 0; v < g.num_nodes(); ++v) {
     work += *g.node(v).forward_seconds + *g.node(v).backward_seconds;
   }
+  const double chain = CriticalPath(g, true) + CriticalPath(g, false);
   std::printf("\nPiper %s (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
               instance.name.c_str(), g.num_nodes(), batch);
   std::printf(
@@ -177,8 +194,9 @@ void Piper(const PiperInstance& instance, const std::string& data) {
     const double plan_seconds = Seconds(t0);
     const Best opt = Exhaustive(g, c, batch, work);
     // No plan, whatever its replicas per stage, beats the batch's work
-    // spread over every device with no bubble, transfer or all-reduce.
-    const double bound = batch * work / n;
+    // spread over every device with no bubble, transfer or all-reduce, nor
+    // one unit's forward and backward critical paths (a unit is not split).
+    const double bound = std::max(batch * work / n, chain);
     if (!p.ok()) {
       std::printf("| %d | %s | | | | %d x %d x %d | %.4f | | |\n", n,
                   std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks, opt.replicas,
