@@ -138,8 +138,9 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
     const AllReduceRing ring(*ctx.cluster, placement.Group(r), ctx.ring_position);
     rank_seconds[r] = ring.Seconds(rank_bytes[r]);
     const std::vector<GradientWindow> windows = WindowsOf(sched, runs, r, split_w);
-    step = std::max(step, BucketedAllReduceEnd(*ctx.cluster, placement.Group(r), rank_bytes[r],
-                                               windows, ctx.options->allreduce_bucket_bytes));
+    step = std::max(step,
+                    BucketedAllReduceEnd(*ctx.cluster, placement.Group(r), rank_bytes[r], windows,
+                                         ctx.options->allreduce_bucket_bytes, ctx.ring_position));
   }
   plan.stage_allreduce_seconds.assign(sched.num_stages, 0);
   for (int s = 0; s < sched.num_stages; ++s) {
