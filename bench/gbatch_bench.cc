@@ -1,23 +1,37 @@
-// Fixed global batch at any scale. Two tables:
+// Fixed global batch at any scale. Three tables:
 //  - gpt2: a GPT-2-XL-sized graph (scripts/gen_example_graphs.py) on 8 to
 //    2,048 H100s (8 per host) at a fixed global batch: chosen ranks x
 //    replicas x microbatches, step, exposed all-reduce, planning seconds.
-//  - piper: Piper's BERT-32 instance (scripts/piper_to_graph.py; SGD in
-//    fp32 so weights + gradients = Piper's memoryUsageB) on 2 to 2,048
-//    devices of 80 GB at 25 GB/s, 1F1B: the search's plan against the exact
-//    DP x PP optimum under the same cost model: every (ranks, replicas,
-//    microbatches) with replicas x samples per replica = the batch, each
-//    split with ideal_dp (exact on this graph) and simulated, shapes visited
-//    by their work bound and cut off once the bound reaches the best step.
+//  - piper BERT-32 and piper GNMT: Piper's profiled instances (NeurIPS'21,
+//    /work/shared/data/piper, converted by scripts/piper_to_graph.py; SGD in
+//    fp32 so weights + gradients = Piper's memoryUsageB) at their own batch
+//    (mbsInBatch units: 1,920 and 256) on 2 to 2,048 devices of 80 GB at
+//    25 GB/s, 1F1B (Piper's schedule): the search's plan (MakePlan, method
+//    dp, 1F1B) against the exact DP x PP optimum under the same cost model. The optimum is an
+//    exhaustive enumeration: every (ranks, replicas, microbatches) with
+//    replicas dividing the batch, ranks x replicas <= devices and
+//    microbatches dividing the replica's share, each split with ideal_dp
+//    (the exact bottleneck split over the graph's lattice of ideals) and
+//    simulated with 1F1B and the bucketed all-reduce; shapes visited by
+//    ranks and then their work bound (and one unit's critical path), each
+//    skipped once its bound is within 1e-5 of the best step so far (so
+//    "optimum" is exact to 1e-5).
+//    "work bound" is the larger of batch x work / devices and one unit's
+//    forward plus backward critical path: no plan beats it, with any
+//    replica count per stage, so optimum / bound caps what per-stage
+//    replica counts could gain over uniform ones.
 //
 //   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
 //
+// --piper FILE: one Piper instance instead of the two bundled ones.
 // --devices N: only the rows of N devices (for profiling one scale).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -89,17 +103,28 @@ std::vector<int> Divisors(int b) {
 }
 
 // The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp splits.
-Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
+// `chain`: one unit's critical path, which no plan beats either.
+Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work, double chain) {
   std::vector<std::pair<double, std::pair<int, int>>> shapes;
   for (int p = 1; p <= std::min(c.num_devices(), g.num_nodes()); ++p) {
     for (int r : Divisors(batch)) {
-      if (p * r <= c.num_devices()) shapes.push_back({batch * work / (p * r), {p, r}});
+      const double bound = std::max(batch * work / (p * r), chain);
+      if (p * r <= c.num_devices()) shapes.push_back({bound, {p, r}});
     }
   }
-  std::sort(shapes.begin(), shapes.end());
+  // Shallow pipelines first (pure data parallelism wins these instances
+  // wherever the batch allows), then by bound; every shape is skipped, not
+  // cut off, once its bound reaches the best step, so the order is free.
+  std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second.first, a.first) < std::tie(b.second.first, b.first);
+  });
   Best best;
   for (const auto& [bound, shape] : shapes) {
-    if (bound >= best.step) break;  // no plan of this shape or later ones is faster
+    // No plan of this shape is faster by more than 1e-5 (one
+    // unit's critical path is within 1e-5 of pure data parallelism's step
+    // on GNMT beyond 256 devices: enumerating every deeper shape there
+    // would take hours to gain nothing).
+    if (bound >= best.step * (1 - 1e-5)) continue;
     for (int m : Divisors(batch / shape.second)) {
       const PlanOptions o{.num_ranks = shape.first,
                           .num_replicas = shape.second,
@@ -119,20 +144,57 @@ Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work) {
   return best;
 }
 
-void Piper(const std::string& piper_graph, const std::string& data) {
-  Loaded in = Load(piper_graph, data + "cluster_8xa100.json");
+// The longest path of one unit's forward (or backward) seconds through the
+// graph: its nodes that depend on each other run one after another.
+double CriticalPath(const Graph& g, bool forward) {
+  std::vector<double> done(g.num_nodes(), 0);
+  double longest = 0;
+  for (int v : g.topo_order()) {
+    double start = 0;
+    for (int e : g.in_edges(v)) start = std::max(start, done[g.edge(e).src]);
+    const NodeSpec& node = g.node(v);
+    done[v] = start + (forward ? *node.forward_seconds : *node.backward_seconds);
+    longest = std::max(longest, done[v]);
+  }
+  return longest;
+}
+
+struct PiperInstance {
+  std::string name;
+  std::string graph;  // converted
+  int batch = 0;      // mbsInBatch
+};
+
+// Converts Piper's JSON with scripts/piper_to_graph.py, which prints the
+// instance's batch.
+std::optional<PiperInstance> ConvertPiper(const std::string& src, const std::string& file,
+                                          const std::string& out) {
+  const std::string cmd = "python3 " + src + "/scripts/piper_to_graph.py " + file + " " + out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  int batch = 0;
+  const bool read = std::fscanf(pipe, "%d", &batch) == 1;
+  if (pclose(pipe) != 0 || !read || batch <= 0) return std::nullopt;
+  std::string name = file.substr(file.find_last_of('/') + 1);
+  return PiperInstance{name.substr(0, name.find('.')), out, batch};
+}
+
+void Piper(const PiperInstance& instance, const std::string& data) {
+  Loaded in = Load(instance.graph, data + "cluster_8xa100.json");
   const Graph& g = *in.graph;
-  const int batch = 1920;
+  const int batch = instance.batch;
   double work = 0;  // seconds of one unit over every node
   for (int v = 0; v < g.num_nodes(); ++v) {
     work += *g.node(v).forward_seconds + *g.node(v).backward_seconds;
   }
-  std::printf("\nPiper BERT-32 (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
-              g.num_nodes(), batch);
+  const double chain = CriticalPath(g, true) + CriticalPath(g, false);
+  std::printf("\nPiper %s (%d nodes), batch %d units, 1F1B, SGD fp32, 80 GB, 25 GB/s\n\n",
+              instance.name.c_str(), g.num_nodes(), batch);
   std::printf(
       "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
       "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
-      "plans scored | search / optimum |\n|---|---|---|---|---|---|---|---|---|\n");
+      "plans scored | search / optimum | work bound (s) | optimum / bound |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
@@ -144,29 +206,37 @@ void Piper(const std::string& piper_graph, const std::string& data) {
     const absl::Time t0 = absl::Now();
     auto p = MakePlan(g, c, o);
     const double plan_seconds = Seconds(t0);
-    const Best opt = Exhaustive(g, c, batch, work);
+    const Best opt = Exhaustive(g, c, batch, work, chain);
+    // No plan, whatever its replicas per stage, beats the batch's work
+    // spread over every device with no bubble, transfer or all-reduce, nor
+    // one unit's forward and backward critical paths (a unit is not split).
+    const double bound = std::max(batch * work / n, chain);
     if (!p.ok()) {
-      std::printf("| %d | %s | | | | %d x %d x %d | %.4f |\n", n,
+      std::printf("| %d | %s | | | | %d x %d x %d | %.4f | | |\n", n,
                   std::string(p.status().message()).substr(0, 120).c_str(), opt.ranks, opt.replicas,
                   opt.microbatches, opt.step);
       continue;
     }
-    std::printf("| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f |\n", n,
-                p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
-                p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas,
-                opt.microbatches, opt.step, opt.plans, p->step_seconds / opt.step);
+    std::printf(
+        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f | %.4f | "
+        "%.4f |\n",
+        n, p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
+        p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas, opt.microbatches,
+        opt.step, opt.plans, p->step_seconds / opt.step, bound, opt.step / bound);
     std::fflush(stdout);
   }
 }
 
 int Main(int argc, char** argv) {
-  std::string only, piper = "/work/shared/data/piper/bert32a100.json";
+  std::string only;
+  std::vector<std::string> piper = {"/work/shared/data/piper/bert32a100.json",
+                                    "/work/shared/data/piper/gnmt.json"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--only") {
       only = argv[i + 1];
     } else if (flag == "--piper") {
-      piper = argv[i + 1];
+      piper = {argv[i + 1]};
     } else if (flag == "--devices") {
       only_devices = std::atoi(argv[i + 1]);
     } else {
@@ -176,15 +246,21 @@ int Main(int argc, char** argv) {
   }
   const std::string src = PIPEPLAN_SOURCE_DIR;
   const std::string dir = "/tmp/pipeplan_gbatch_bench/";
-  const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir +
-                          " && python3 " + src + "/scripts/piper_to_graph.py " + piper + " " + dir +
-                          "piper.json";
+  const std::string cmd = "python3 " + src + "/scripts/gen_example_graphs.py --bench-dir " + dir;
   if (std::system(cmd.c_str()) != 0) {
     std::cerr << "could not generate the benchmark inputs\n";
     return 1;
   }
   if (only != "piper") Gpt2(dir, src + "/tests/data/");
-  if (only != "gpt2") Piper(dir + "piper.json", src + "/tests/data/");
+  if (only == "gpt2") return 0;
+  for (size_t i = 0; i < piper.size(); ++i) {
+    const auto instance = ConvertPiper(src, piper[i], dir + "piper" + std::to_string(i) + ".json");
+    if (!instance) {
+      std::cerr << "could not convert " << piper[i] << "\n";
+      return 1;
+    }
+    Piper(*instance, src + "/tests/data/");
+  }
   return 0;
 }
 

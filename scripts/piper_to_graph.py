@@ -8,7 +8,9 @@ timePerSample (forward + backward per unit, split 1 : 2), parameterSize
 (bytes), memoryUsageA (activation bytes per unit in flight); edges carry
 communicationCost bytes per unit. The graph has batch_size 1 (one unit), and
 element_bytes 4 so that `--optimizer sgd --precision fp32` keeps weights +
-gradients = 2 x parameterSize, Piper's memoryUsageB.
+gradients = 2 x parameterSize, Piper's memoryUsageB. Nodes whose profile has
+no tensor-parallel entries but "1" (GNMT) convert the same way. Prints the
+instance's batch (mbsInBatch units) on stdout.
 
     piper_to_graph.py IN.json OUT.json
 """
@@ -41,6 +43,7 @@ def convert(piper):
 def main():
     piper = json.load(open(sys.argv[1]))
     json.dump(convert(piper), open(sys.argv[2], "w"), indent=1)
+    print(int(piper["mbsInBatch"]))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 #include "pipeplan/core/placement.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -40,6 +43,14 @@ bool NaturalLess(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+// The ring's order: host by host, then device, in natural order.
+bool RingLess(const Cluster& cluster, int a, int b) {
+  const DeviceSpec& x = cluster.device(a);
+  const DeviceSpec& y = cluster.device(b);
+  if (x.host != y.host) return NaturalLess(x.host, y.host);
+  return NaturalLess(x.id, y.id);
+}
+
 // Hosts by capability (total flops, then devices), then name.
 std::vector<std::string> HostsByCapability(const Cluster& cluster) {
   std::map<std::string, std::pair<double, int>> hosts;
@@ -56,8 +67,14 @@ std::vector<std::string> HostsByCapability(const Cluster& cluster) {
   return names;
 }
 
-int HostIndex(const std::vector<std::string>& hosts, const std::string& host) {
-  return static_cast<int>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
+// Each device's host's place in `hosts`, looked up once: layouts sort
+// thousands of devices by it.
+std::vector<int> HostIndexOfDevices(const Cluster& cluster, const std::vector<std::string>& hosts) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < hosts.size(); ++i) index.emplace(hosts[i], static_cast<int>(i));
+  std::vector<int> out(cluster.num_devices());
+  for (int d = 0; d < cluster.num_devices(); ++d) out[d] = index.at(cluster.device(d).host);
+  return out;
 }
 
 // Devices of `order` assigned to slots by `slot_of`: devices[slot_of(i)] =
@@ -129,6 +146,74 @@ class GridEnumerator {
   bool overflow_ = false;
 };
 
+// PlacementKey's equality (the multiset of the replicas' class rows) for
+// the placements one move from a base, without building them or strings:
+// each distinct row gets an id, and since a move changes one or two rows,
+// the placement after it is the base less those rows' ids plus the new
+// rows' ids. Two moves reach the same placement exactly when these
+// differences (common ids cancelled) are equal, so the difference is the
+// key: a few ints, built in O(ranks).
+class MoveKeys {
+ public:
+  MoveKeys(const std::vector<int>& classes, const Placement& base)
+      : classes_(classes), base_(base) {
+    for (int q = 0; q < base.replicas; ++q) base_ids_.push_back(Id(Row(q, kNone)));
+  }
+
+  // A move that changes nothing: its key is the base's.
+  static constexpr PlacementMove kNone = {.slot = 0, .other_slot = 0};
+
+  // The removed and the added row ids, common ones cancelled, each pair
+  // sorted and padded with -1.
+  using Key = std::array<int, 4>;
+
+  Key Of(const PlacementMove& m) {
+    const int p = base_.ranks;
+    const int q1 = m.slot / p;
+    const int q2 = m.other_slot >= 0 ? m.other_slot / p : q1;
+    std::array<int, 2> removed = {base_ids_[q1], -1}, added = {Id(Row(q1, m)), -1};
+    if (q2 != q1) {
+      removed[1] = base_ids_[q2];
+      added[1] = Id(Row(q2, m));
+    }
+    for (int& r : removed) {
+      for (int& a : added) {
+        if (r >= 0 && r == a) r = a = -1;
+      }
+    }
+    std::sort(removed.begin(), removed.end());
+    std::sort(added.begin(), added.end());
+    return {removed[0], removed[1], added[0], added[1]};
+  }
+
+ private:
+  // Row q's classes after `m`.
+  std::vector<int> Row(int q, const PlacementMove& m) const {
+    std::vector<int> row(base_.ranks);
+    for (int r = 0; r < base_.ranks; ++r) {
+      const int slot = q * base_.ranks + r;
+      int device = base_.devices[slot];
+      if (m.other_slot >= 0 && m.slot != m.other_slot) {
+        if (slot == m.slot) device = base_.devices[m.other_slot];
+        if (slot == m.other_slot) device = base_.devices[m.slot];
+      } else if (m.other_slot < 0 && slot == m.slot) {
+        device = m.device;
+      }
+      row[r] = classes_[device];
+    }
+    return row;
+  }
+
+  int Id(std::vector<int> row) {
+    return ids_.emplace(std::move(row), static_cast<int>(ids_.size())).first->second;
+  }
+
+  const std::vector<int>& classes_;
+  const Placement& base_;
+  std::vector<int> base_ids_;
+  absl::flat_hash_map<std::vector<int>, int> ids_;
+};
+
 }  // namespace
 
 std::vector<int> Placement::Group(int rank) const {
@@ -183,12 +268,23 @@ std::string PlacementKey(const std::vector<int>& classes, const Placement& place
   return absl::StrJoin(rows, ";");
 }
 
+ClusterOrder ClusterOrder::Of(const Cluster& cluster) {
+  ClusterOrder out{.classes = DeviceClasses(cluster), .canonical = CanonicalDeviceOrder(cluster)};
+  out.host_rank = HostIndexOfDevices(cluster, HostsByCapability(cluster));
+  return out;
+}
+
 std::optional<std::vector<Placement>> AllPlacements(const Cluster& cluster, int ranks, int replicas,
                                                     int64_t limit) {
-  const std::vector<int> classes = DeviceClasses(cluster);
+  return AllPlacements(ClusterOrder::Of(cluster), ranks, replicas, limit);
+}
+
+std::optional<std::vector<Placement>> AllPlacements(const ClusterOrder& order, int ranks,
+                                                    int replicas, int64_t limit) {
+  const std::vector<int>& classes = order.classes;
   const int num_classes = *std::max_element(classes.begin(), classes.end()) + 1;
   std::vector<std::vector<int>> members(num_classes);
-  for (int d : CanonicalDeviceOrder(cluster)) members[classes[d]].push_back(d);
+  for (int d : order.canonical) members[classes[d]].push_back(d);
   std::vector<int> left(num_classes);
   for (int c = 0; c < num_classes; ++c) left[c] = static_cast<int>(members[c].size());
   GridEnumerator grids(ranks, replicas, left, limit);
@@ -205,13 +301,17 @@ std::optional<std::vector<Placement>> AllPlacements(const Cluster& cluster, int 
 }
 
 std::vector<Placement> LayoutPlacements(const Cluster& cluster, int ranks, int replicas) {
-  const std::vector<int> classes = DeviceClasses(cluster);
-  const std::vector<std::string> hosts = HostsByCapability(cluster);
-  const std::vector<int> canonical = CanonicalDeviceOrder(cluster);
+  return LayoutPlacements(cluster, ClusterOrder::Of(cluster), ranks, replicas);
+}
+
+std::vector<Placement> LayoutPlacements(const Cluster& cluster, const ClusterOrder& order,
+                                        int ranks, int replicas) {
+  const std::vector<int>& classes = order.classes;
+  const std::vector<int>& host_of = order.host_rank;
+  const std::vector<int>& canonical = order.canonical;
   std::vector<int> packed = canonical;
-  std::stable_sort(packed.begin(), packed.end(), [&](int a, int b) {
-    return HostIndex(hosts, cluster.device(a).host) < HostIndex(hosts, cluster.device(b).host);
-  });
+  std::stable_sort(packed.begin(), packed.end(),
+                   [&](int a, int b) { return host_of[a] < host_of[b]; });
   std::vector<Placement> out;
   std::set<std::string> seen;
   // Pipelines within hosts; then rank groups within hosts.
@@ -236,8 +336,8 @@ std::vector<Placement> LayoutPlacements(const Cluster& cluster, int ranks, int r
   Placement balanced{.ranks = ranks, .replicas = replicas};
   for (std::vector<int>& pipeline : dealt) {
     std::stable_sort(pipeline.begin(), pipeline.end(), [&](int a, int b) {
-      const int ha = HostIndex(hosts, cluster.device(a).host);
-      const int hb = HostIndex(hosts, cluster.device(b).host);
+      const int ha = host_of[a];
+      const int hb = host_of[b];
       return std::tie(ha, cluster.device(b).memory_bytes) <
              std::tie(hb, cluster.device(a).memory_bytes);
     });
@@ -247,40 +347,102 @@ std::vector<Placement> LayoutPlacements(const Cluster& cluster, int ranks, int r
   return out;
 }
 
-std::vector<Placement> SwapNeighbours(const Cluster& cluster, const Placement& placement) {
-  const std::vector<int> classes = DeviceClasses(cluster);
+std::vector<PlacementMove> DistinctMoves(const Cluster& cluster, const Placement& placement,
+                                         int64_t limit) {
+  return DistinctMoves(ClusterOrder::Of(cluster), placement, limit);
+}
+
+std::vector<PlacementMove> DistinctMoves(const ClusterOrder& order, const Placement& placement,
+                                         int64_t limit) {
+  const std::vector<int>& classes = order.classes;
   const int slots = static_cast<int>(placement.devices.size());
-  std::set<std::string> seen = {PlacementKey(classes, placement)};
-  std::vector<Placement> out;
-  for (int i = 0; i < slots; ++i) {
-    for (int j = i + 1; j < slots; ++j) {
-      if (classes[placement.devices[i]] == classes[placement.devices[j]]) continue;
-      Placement next = placement;
-      std::swap(next.devices[i], next.devices[j]);
-      AddDistinct(classes, std::move(next), seen, out);
-    }
-  }
-  std::vector<char> used(cluster.num_devices(), 0);
+  std::vector<char> used(classes.size(), 0);
   for (int d : placement.devices) used[d] = 1;
   std::map<int, int> unused_of_class;  // class -> first unused device, canonically
-  for (int d : CanonicalDeviceOrder(cluster)) {
+  for (int d : order.canonical) {
     if (!used[d]) unused_of_class.emplace(classes[d], d);
+  }
+  auto differ = [&](int i, int c) { return classes[placement.devices[i]] != c; };
+  int64_t moves = 0;
+  for (int i = 0; i < slots; ++i) {
+    for (int j = i + 1; j < slots; ++j) moves += differ(j, classes[placement.devices[i]]);
+    for (const auto& [c, d] : unused_of_class) moves += differ(i, c);
+  }
+  const int64_t every = moves > limit ? (moves - 1) / std::max<int64_t>(1, limit) + 1 : 1;
+  MoveKeys keys(classes, placement);
+  absl::flat_hash_set<MoveKeys::Key> seen = {keys.Of(MoveKeys::kNone)};
+  std::vector<PlacementMove> out;
+  int64_t index = 0;
+  auto add = [&](const PlacementMove& m) {
+    if (index++ % every != 0) return;
+    if (seen.insert(keys.Of(m)).second) out.push_back(m);
+  };
+  for (int i = 0; i < slots; ++i) {
+    for (int j = i + 1; j < slots; ++j) {
+      if (differ(j, classes[placement.devices[i]])) add({.slot = i, .other_slot = j});
+    }
   }
   for (int i = 0; i < slots; ++i) {
     for (const auto& [c, d] : unused_of_class) {
-      if (c == classes[placement.devices[i]]) continue;
-      Placement next = placement;
-      next.devices[i] = d;
-      AddDistinct(classes, std::move(next), seen, out);
+      if (differ(i, c)) add({.slot = i, .device = d});
     }
   }
   return out;
 }
 
+Placement ApplyMove(const Placement& placement, const PlacementMove& move) {
+  Placement next = placement;
+  if (move.other_slot >= 0) {
+    std::swap(next.devices[move.slot], next.devices[move.other_slot]);
+  } else {
+    next.devices[move.slot] = move.device;
+  }
+  return next;
+}
+
+std::vector<Placement> SwapNeighbours(const Cluster& cluster, const Placement& placement) {
+  std::vector<Placement> out;
+  for (const PlacementMove& m : DistinctMoves(cluster, placement)) {
+    out.push_back(ApplyMove(placement, m));
+  }
+  return out;
+}
+
+std::vector<int> HostPattern(const Cluster& cluster, std::span<const int> devices) {
+  std::vector<int> out(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    size_t j = 0;
+    while (cluster.device(devices[j]).host != cluster.device(devices[i]).host) ++j;
+    out[i] = static_cast<int>(j);
+  }
+  return out;
+}
+
+namespace {
+
+// The replicas whose links stand for every replica's: one per host pattern
+// of its pipeline when no device of the placement has links of its own
+// (like patterns, like links), otherwise all of them.
+std::vector<int> LinkRepresentatives(const Cluster& cluster, const Placement& placement) {
+  std::vector<int> out;
+  const bool own = std::any_of(placement.devices.begin(), placement.devices.end(),
+                               [&](int d) { return cluster.has_own_links(d); });
+  std::set<std::vector<int>> patterns;
+  for (int q = 0; q < placement.replicas; ++q) {
+    if (own || patterns.insert(HostPattern(cluster, placement.Pipeline(q))).second) {
+      out.push_back(q);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement) {
   const int p = placement.ranks;
   std::vector<DeviceSpec> devices(p);
   std::vector<double> bandwidth(static_cast<size_t>(p) * p, 1), latency(static_cast<size_t>(p) * p);
+  const std::vector<int> links = LinkRepresentatives(cluster, placement);
   for (int r = 0; r < p; ++r) {
     DeviceSpec& dev = devices[r];
     dev.id = absl::StrCat("rank", r);
@@ -295,7 +457,7 @@ Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement) 
     for (int s = 0; s < p; ++s) {
       if (s == r) continue;
       double bw = std::numeric_limits<double>::infinity(), lat = 0;
-      for (int q = 0; q < placement.replicas; ++q) {
+      for (int q : links) {
         bw = std::min(bw, cluster.bandwidth(placement.device(q, r), placement.device(q, s)));
         lat = std::max(lat, cluster.latency(placement.device(q, r), placement.device(q, s)));
       }
@@ -307,22 +469,44 @@ Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement) 
                                cluster.max_flops());
 }
 
-double RingAllReduceSeconds(const Cluster& cluster, std::span<const int> group, double bytes) {
-  const int d = static_cast<int>(group.size());
-  if (d <= 1 || bytes <= 0) return 0;
+std::vector<int> RingPositions(const Cluster& cluster) {
+  std::vector<int> order(cluster.num_devices());
+  for (int d = 0; d < cluster.num_devices(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return RingLess(cluster, a, b); });
+  std::vector<int> position(cluster.num_devices());
+  for (int i = 0; i < cluster.num_devices(); ++i) position[order[i]] = i;
+  return position;
+}
+
+AllReduceRing::AllReduceRing(const Cluster& cluster, std::span<const int> group,
+                             std::span<const int> ring_position)
+    : size_(static_cast<int>(group.size())) {
   std::vector<int> ring(group.begin(), group.end());
-  std::sort(ring.begin(), ring.end(), [&](int a, int b) {
-    const DeviceSpec& x = cluster.device(a);
-    const DeviceSpec& y = cluster.device(b);
-    if (x.host != y.host) return NaturalLess(x.host, y.host);
-    return NaturalLess(x.id, y.id);
-  });
-  double slowest = 0;
-  for (int i = 0; i < d; ++i) {
-    const int a = ring[i], b = ring[(i + 1) % d];
-    slowest = std::max(slowest, bytes / d / cluster.bandwidth(a, b) + cluster.latency(a, b));
+  if (ring_position.empty()) {
+    std::sort(ring.begin(), ring.end(), [&](int a, int b) { return RingLess(cluster, a, b); });
+  } else {
+    std::sort(ring.begin(), ring.end(),
+              [&](int a, int b) { return ring_position[a] < ring_position[b]; });
   }
-  return 2.0 * (d - 1) * slowest;
+  std::set<std::pair<double, double>> seen;
+  for (int i = 0; i < size_ && size_ > 1; ++i) {
+    const int a = ring[i], b = ring[(i + 1) % size_];
+    if (seen.insert({cluster.bandwidth(a, b), cluster.latency(a, b)}).second) {
+      links_.push_back({cluster.bandwidth(a, b), cluster.latency(a, b)});
+    }
+  }
+}
+
+double AllReduceRing::Seconds(double bytes) const {
+  if (size_ <= 1 || bytes <= 0) return 0;
+  double slowest = 0;
+  for (const auto& [bw, lat] : links_) slowest = std::max(slowest, bytes / size_ / bw + lat);
+  return 2.0 * (size_ - 1) * slowest;
+}
+
+double RingAllReduceSeconds(const Cluster& cluster, std::span<const int> group, double bytes) {
+  return AllReduceRing(cluster, group).Seconds(bytes);
 }
 
 }  // namespace pipeplan

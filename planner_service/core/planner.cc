@@ -108,12 +108,16 @@ absl::StatusOr<PlanResult> Plan(const Graph& graph, const Cluster& cluster,
   }
   const double limit =
       options.time_limit_seconds > 0 ? options.time_limit_seconds : kDefaultTimeLimitSeconds;
+  search::SplitCache split_cache;
   const search::SearchContext context{
       .graph = &graph,
       .groups = groups ? &*groups : nullptr,
       .cluster = &cluster,
       .options = &options,
       .device_class = DeviceClasses(cluster),
+      .order = ClusterOrder::Of(cluster),
+      .ring_position = RingPositions(cluster),
+      .split_cache = &split_cache,
       .deadline = std::min(options.deadline, start + absl::Seconds(limit)),
       .solve_limit = absl::Seconds(limit),
       .hard_deadline = options.deadline,

@@ -25,21 +25,23 @@ double ReadyAt(std::span<const GradientWindow> windows, double fraction) {
 }  // namespace
 
 GradientBuckets MakeGradientBuckets(const Cluster& cluster, std::span<const int> group,
-                                    double bytes, double bucket_bytes, double ring_scale) {
+                                    double bytes, double bucket_bytes, double ring_scale,
+                                    std::span<const int> ring_position) {
   GradientBuckets out;
   if (group.size() <= 1 || bytes <= 0) return out;
+  const AllReduceRing ring(cluster, group, ring_position);
   double bucket = bucket_bytes > 0 ? bucket_bytes : kDefaultBucketBytes;
   bucket = std::max(bucket, bytes / kMaxBuckets);
   const int full = static_cast<int>(std::floor(bytes / bucket));
   const double rest = bytes - full * bucket;
-  const double full_seconds = full > 0 ? RingAllReduceSeconds(cluster, group, bucket) : 0;
+  const double full_seconds = full > 0 ? ring.Seconds(bucket) : 0;
   for (int i = 1; i <= full; ++i) {
     out.ready_fraction.push_back(std::min(1.0, i * bucket / bytes));
     out.ring_seconds.push_back(full_seconds * ring_scale);
   }
   if (rest > 0) {
     out.ready_fraction.push_back(1.0);
-    out.ring_seconds.push_back(RingAllReduceSeconds(cluster, group, rest) * ring_scale);
+    out.ring_seconds.push_back(ring.Seconds(rest) * ring_scale);
   }
   return out;
 }
@@ -63,8 +65,10 @@ bool SplitsWeightGradients(const schedule::PipelineSchedule& sched) {
 }
 
 double BucketedAllReduceEnd(const Cluster& cluster, std::span<const int> group, double bytes,
-                            std::span<const GradientWindow> windows, double bucket_bytes) {
-  return BucketsEnd(MakeGradientBuckets(cluster, group, bytes, bucket_bytes), windows);
+                            std::span<const GradientWindow> windows, double bucket_bytes,
+                            std::span<const int> ring_position) {
+  return BucketsEnd(MakeGradientBuckets(cluster, group, bytes, bucket_bytes, 1, ring_position),
+                    windows);
 }
 
 }  // namespace pipeplan

@@ -42,18 +42,43 @@ absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
   return run;
 }
 
+// What a replica's run depends on: every rank's device speed and memory
+// and the link between every two ranks (as a host pattern where no Link
+// overrides them, see HostPattern). Replicas alike in these (on different
+// hosts of a uniform cluster, say) run alike, whatever their devices'
+// classes; a large cluster has few such kinds of replica.
+std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placement, int q) {
+  const std::vector<int> pipeline = placement.Pipeline(q);
+  const bool own = std::any_of(pipeline.begin(), pipeline.end(),
+                               [&](int d) { return cluster.has_own_links(d); });
+  std::vector<double> key = {own ? 1.0 : 0.0};
+  for (int r = 0; r < placement.ranks; ++r) {
+    key.push_back(cluster.device(pipeline[r]).flops);
+    key.push_back(cluster.device(pipeline[r]).memory_bytes);
+  }
+  if (!own) {
+    for (int i : HostPattern(cluster, pipeline)) key.push_back(i);
+    return key;
+  }
+  for (int r = 0; r < placement.ranks; ++r) {
+    for (int s = 0; s < placement.ranks; ++s) {
+      if (s == r) continue;
+      key.push_back(cluster.bandwidth(pipeline[r], pipeline[s]));
+      key.push_back(cluster.latency(pipeline[r], pipeline[s]));
+    }
+  }
+  return key;
+}
+
 // Every distinct replica, replica 0 first.
 absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, const CostModel& real,
                                                     const Split& split,
                                                     const schedule::PipelineSchedule& sched,
                                                     const Placement& placement) {
   std::vector<ReplicaRun> runs;
-  std::map<std::vector<int>, size_t> seen;  // class of every rank's device -> run
+  std::map<std::vector<double>, size_t> seen;  // ReplicaKey -> run
   for (int q = 0; q < placement.replicas; ++q) {
-    std::vector<int> classes;
-    for (int r = 0; r < placement.ranks; ++r) {
-      classes.push_back(ctx.device_class[placement.device(q, r)]);
-    }
+    const std::vector<double> classes = ReplicaKey(*ctx.cluster, placement, q);
     if (auto it = seen.find(classes); it != seen.end()) {
       ++runs[it->second].copies;
       continue;
@@ -110,10 +135,12 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
   double step = pipeline_step;
   std::vector<double> rank_seconds(placement.ranks, 0);
   for (int r = 0; r < placement.ranks; ++r) {
-    rank_seconds[r] = RingAllReduceSeconds(*ctx.cluster, placement.Group(r), rank_bytes[r]);
+    const AllReduceRing ring(*ctx.cluster, placement.Group(r), ctx.ring_position);
+    rank_seconds[r] = ring.Seconds(rank_bytes[r]);
     const std::vector<GradientWindow> windows = WindowsOf(sched, runs, r, split_w);
-    step = std::max(step, BucketedAllReduceEnd(*ctx.cluster, placement.Group(r), rank_bytes[r],
-                                               windows, ctx.options->allreduce_bucket_bytes));
+    step = std::max(step,
+                    BucketedAllReduceEnd(*ctx.cluster, placement.Group(r), rank_bytes[r], windows,
+                                         ctx.options->allreduce_bucket_bytes, ctx.ring_position));
   }
   plan.stage_allreduce_seconds.assign(sched.num_stages, 0);
   for (int s = 0; s < sched.num_stages; ++s) {
@@ -136,7 +163,8 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
 
 absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Candidate& c,
                                              const Placement& placement, PartitionMethod method,
-                                             double* needed_scale) {
+                                             double* needed_scale,
+                                             std::span<const int> warm_start) {
   PIPEPLAN_ASSIGN_OR_RETURN(
       auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
@@ -152,13 +180,16 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
                  .hard_deadline = ctx.hard_deadline,
                  .relative_gap = ctx.gap,
                  .cancelled = ctx.options->cancelled,
-                 .log = ctx.options->solver_log};
+                 .log = ctx.options->solver_log,
+                 .warm_start = warm_start};
   for (int s = 0; s < sched.num_stages; ++s) {
     const int rank = sched.stage_to_rank[s];
     in.stage_device.push_back(rank);
     in.stage_cap.push_back(pipeline.device(rank).memory_bytes / c.chunks_per_rank);
   }
-  PIPEPLAN_ASSIGN_OR_RETURN(Split split, SolveSplit(in, method, needed_scale));
+  PIPEPLAN_ASSIGN_OR_RETURN(Split split, ctx.split_cache != nullptr
+                                             ? ctx.split_cache->Solve(in, method, needed_scale)
+                                             : SolveSplit(in, method, needed_scale));
   const CostModel real(*ctx.graph, *ctx.cluster, co);
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<ReplicaRun> runs,
                             RunReplicas(ctx, real, split, sched, placement));

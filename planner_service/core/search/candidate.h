@@ -23,6 +23,7 @@
 #include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/plan_result.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "split.h"
 
 namespace pipeplan::search {
 
@@ -41,6 +42,9 @@ struct SearchContext {
   const Cluster* cluster = nullptr;
   const PlanOptions* options = nullptr;
   std::vector<int> device_class;                 // DeviceClasses(cluster)
+  ClusterOrder order;                            // ClusterOrder::Of(cluster)
+  std::vector<int> ring_position;                // RingPositions(cluster)
+  SplitCache* split_cache = nullptr;             // null: every split is solved
   absl::Time deadline = absl::InfiniteFuture();  // of the whole search
   // Every solve of a split gets this long (the options' time limit), never
   // past `hard_deadline` (the request's own deadline): a method solved twice
@@ -53,10 +57,12 @@ struct SearchContext {
 // The candidate on `placement`, split with `method`. On FAILED_PRECONDITION
 // `needed_scale` receives how much every device's memory would have to grow
 // (see SolveSplit).
+// `warm_start` (a stage per node of the split graph) is handed to the
+// partitioner.
 absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& context,
                                              const Candidate& candidate, const Placement& placement,
-                                             PartitionMethod method,
-                                             double* needed_scale = nullptr);
+                                             PartitionMethod method, double* needed_scale = nullptr,
+                                             std::span<const int> warm_start = {});
 
 // Seconds per sample (or per microbatch of the graph's batch when the batch
 // cannot be rescaled): the quantity the search minimizes.

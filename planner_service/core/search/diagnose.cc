@@ -26,6 +26,9 @@ bool Fits(const SearchContext& ctx, const Cluster& cluster, const PlanOptions& o
   c.cluster = &cluster;
   c.options = &options;
   c.device_class = DeviceClasses(cluster);
+  c.order = ClusterOrder::Of(cluster);
+  c.ring_position = RingPositions(cluster);
+  c.split_cache = nullptr;  // another cluster or options: solved afresh
   const int replicas = options.num_replicas > 0 ? options.num_replicas : 1;
   if (ranks * replicas > cluster.num_devices()) return false;
   const schedule::ScheduleKind kind = KindsToTry(options).front();

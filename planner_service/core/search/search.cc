@@ -23,6 +23,9 @@ constexpr size_t kMaxAlternatives = 8;
 constexpr size_t kSweptShapes = 3;
 constexpr int kSwapRounds = 2;
 constexpr size_t kSwapsPerRound = 32;
+// Moves a round samples its swaps from: every distinct move of a placement
+// of a few hundred slots; of larger ones an evenly spaced share.
+constexpr int64_t kMovesConsidered = 20000;
 
 // Placements a shape may enumerate before it falls back to layouts: fewer
 // on large graphs, where scoring one costs more.
@@ -59,7 +62,10 @@ PlanAlternative AlternativeOf(const Scored& s, int devices) {
 class Search {
  public:
   Search(const SearchContext& ctx, const Placement* fixed)
-      : ctx_(ctx), split_graph_(ctx.groups ? *ctx.groups->graph : *ctx.graph), fixed_(fixed) {}
+      : ctx_(ctx),
+        split_graph_(ctx.groups ? *ctx.groups->graph : *ctx.graph),
+        fixed_(fixed),
+        bounds_(MakeBoundInputs(*ctx.graph, *ctx.cluster, *ctx.options)) {}
 
   absl::StatusOr<PlanResult> Run();
 
@@ -77,8 +83,11 @@ class Search {
                               PartitionMethod method);
   std::optional<Candidate> ScreeningCandidate(const Shape& shape) const;
   void ScreenShape(const Shape& shape, bool single);
+  bool CannotBeSwept(const Shape& shape) const;
+  void Screen(const std::vector<Shape>& shapes, bool single);
   void ImprovePlacement(const Shape& shape);
   void Sweep(const Shape& shape);
+  bool CannotWin(const Candidate& c) const;
   void Refine(Scored& winner);
   absl::Status NothingFound() const;
   PlanResult Finish(size_t winner);
@@ -86,7 +95,10 @@ class Search {
   const SearchContext& ctx_;
   const Graph& split_graph_;
   const Placement* fixed_;
+  const BoundInputs bounds_;
   std::vector<Scored> scored_;
+  std::vector<double> swept_units_;       // the kSweptShapes least shape bests screened, ascending
+  std::map<int, std::vector<int>> warm_;  // stages -> the last chain DP split of that many
   std::map<std::pair<int, int>, ShapeState> shapes_;
   double least_bound_ = kInf;  // no shape's plan beats it
   std::optional<size_t> best_;
@@ -97,7 +109,14 @@ class Search {
 std::optional<size_t> Search::Score(const Candidate& c, const Placement& placement,
                                     PartitionMethod method) {
   double needed = kInf;
-  absl::StatusOr<PlanResult> plan = EvaluateCandidate(ctx_, c, placement, method, &needed);
+  // The last chain DP split of as many stages starts the next: alike
+  // pipelines often share the optimum's bottleneck (see chain_dp.cc).
+  const int stages = c.ranks * c.chunks_per_rank;
+  const bool warm = method == PartitionMethod::kDp && ctx_.groups == nullptr;
+  std::span<const int> start;
+  if (auto it = warm_.find(stages); warm && it != warm_.end()) start = it->second;
+  absl::StatusOr<PlanResult> plan = EvaluateCandidate(ctx_, c, placement, method, &needed, start);
+  if (plan.ok() && warm) warm_[stages] = plan->partition.stage_of_node;
   if (!plan.ok()) {
     const bool memory = plan.status().code() == absl::StatusCode::kFailedPrecondition;
     if (memory) least_scale_ = std::min(least_scale_, needed);
@@ -140,10 +159,12 @@ void Search::ScreenShape(const Shape& shape, bool single) {
     state.placement = "given";
   } else {
     placements =
-        AllPlacements(*ctx_.cluster, shape.ranks, shape.replicas, ExhaustiveLimit(split_graph_));
+        AllPlacements(ctx_.order, shape.ranks, shape.replicas, ExhaustiveLimit(split_graph_));
     state.placement = placements ? "exhaustive" : "layouts";
   }
-  if (!placements) placements = LayoutPlacements(*ctx_.cluster, shape.ranks, shape.replicas);
+  if (!placements) {
+    placements = LayoutPlacements(*ctx_.cluster, ctx_.order, shape.ranks, shape.replicas);
+  }
   // One candidate on one placement is solved with the requested method
   // directly; otherwise the fast DP screens and the winner is refined.
   const bool direct = single && placements->size() == 1;
@@ -158,10 +179,11 @@ void Search::ImprovePlacement(const Shape& shape) {
   if (!state.best || state.placement != "layouts") return;
   for (int round = 0; round < kSwapRounds && !Stopped(); ++round) {
     const Scored start = scored_[*state.best];
-    std::vector<Placement> next = SwapNeighbours(*ctx_.cluster, start.placement);
+    const std::vector<PlacementMove> next =
+        DistinctMoves(ctx_.order, start.placement, kMovesConsidered);
     const size_t stride = std::max<size_t>(1, next.size() / kSwapsPerRound);
     for (size_t i = 0; i < next.size() && !Stopped(); i += stride) {
-      Score(start.candidate, next[i], PartitionMethod::kDp);
+      Score(start.candidate, ApplyMove(start.placement, next[i]), PartitionMethod::kDp);
     }
     if (scored_[*state.best].unit >= start.unit) break;
   }
@@ -179,9 +201,20 @@ void Search::Sweep(const Shape& shape) {
       if (Stopped()) return;
       const Candidate c{kind, shape.ranks, shape.replicas, chunks, m};
       if (kind == start.candidate.kind && m == start.candidate.microbatches) continue;
+      if (CannotWin(c)) continue;
       Score(c, start.placement, PartitionMethod::kDp);
     }
   }
+}
+
+// Whether the candidate provably trains slower than the best plan found.
+// Only with a global batch, where the sweep tries every microbatch count the
+// batch allows; without one it tries one count per schedule, and every
+// candidate it scores is listed among the alternatives.
+bool Search::CannotWin(const Candidate& c) const {
+  if (ctx_.options->global_batch <= 0 || !best_ || scored_[*best_].plan.degenerate) return false;
+  return CandidateLowerBound(bounds_, Shape{c.ranks, c.replicas}, c.kind, c.microbatches) >=
+         scored_[*best_].unit;
 }
 
 // Re-solves the winner with the requested method. Same candidate, so the
@@ -253,26 +286,45 @@ absl::Status Search::NothingFound() const {
   return absl::FailedPreconditionError("no schedule, depth and microbatch count fits");
 }
 
-absl::StatusOr<PlanResult> Search::Run() {
-  std::vector<Shape> shapes = ShapesToTry(split_graph_, *ctx_.cluster, *ctx_.options);
-  if (fixed_ != nullptr) shapes = {Shape{fixed_->ranks, fixed_->replicas}};
+// Whether the shape's screening candidate provably scores worse than the
+// kSweptShapes best shapes screened so far: then it is not swept (only
+// those are, and the best only get better) nor the best, so screening it
+// changes nothing the search returns.
+bool Search::CannotBeSwept(const Shape& shape) const {
+  if (swept_units_.size() < kSweptShapes) return false;
+  std::optional<Candidate> c = ScreeningCandidate(shape);
+  if (!c) return false;
+  return CandidateLowerBound(bounds_, shape, c->kind, c->microbatches) > swept_units_.back();
+}
+
+void Search::Screen(const std::vector<Shape>& shapes, bool single) {
   std::vector<double> bound;
-  for (const Shape& s : shapes) {
-    bound.push_back(ShapeLowerBound(*ctx_.graph, *ctx_.cluster, *ctx_.options, s));
-  }
+  for (const Shape& s : shapes) bound.push_back(ShapeLowerBound(bounds_, s));
   std::vector<size_t> order(shapes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return bound[a] < bound[b]; });
   if (!bound.empty()) least_bound_ = bound[order.front()];
-  const bool single =
-      shapes.size() == 1 && KindsToTry(*ctx_.options).size() == 1 && ctx_.options->microbatches > 0;
   for (size_t i : order) {
     if (Stopped()) break;
     // Nothing of this shape can beat the best plan; the bounds only grow.
     if (best_ && !scored_[*best_].plan.degenerate && bound[i] >= scored_[*best_].unit) break;
+    if (CannotBeSwept(shapes[i])) continue;
     ScreenShape(shapes[i], single);
+    const ShapeState& state = shapes_[{shapes[i].ranks, shapes[i].replicas}];
+    if (!state.best) continue;
+    swept_units_.push_back(scored_[*state.best].unit);
+    std::sort(swept_units_.begin(), swept_units_.end());
+    if (swept_units_.size() > kSweptShapes) swept_units_.pop_back();
   }
+}
+
+absl::StatusOr<PlanResult> Search::Run() {
+  std::vector<Shape> shapes = ShapesToTry(split_graph_, *ctx_.cluster, *ctx_.options);
+  if (fixed_ != nullptr) shapes = {Shape{fixed_->ranks, fixed_->replicas}};
+  const bool single =
+      shapes.size() == 1 && KindsToTry(*ctx_.options).size() == 1 && ctx_.options->microbatches > 0;
+  Screen(shapes, single);
   std::vector<std::pair<double, Shape>> ranked;
   for (const auto& [key, state] : shapes_) {
     if (state.best) ranked.push_back({scored_[*state.best].unit, Shape{key.first, key.second}});

@@ -65,28 +65,53 @@ std::vector<int> MicrobatchesToTry(const PlanOptions& o, int ranks, int replicas
   return small;
 }
 
-double ShapeLowerBound(const Graph& graph, const Cluster& cluster, const PlanOptions& options,
-                       const Shape& shape) {
-  double work = 0;  // seconds of one graph-batch microbatch on the fastest device
+BoundInputs MakeBoundInputs(const Graph& graph, const Cluster& cluster,
+                            const PlanOptions& options) {
+  BoundInputs in;
   for (int v = 0; v < graph.num_nodes(); ++v) {
     const NodeSpec& n = graph.node(v);
-    work += n.forward_seconds ? *n.forward_seconds : n.forward_flops / cluster.max_flops();
-    work +=
+    double node = n.forward_seconds ? *n.forward_seconds : n.forward_flops / cluster.max_flops();
+    node +=
         n.backward_seconds ? *n.backward_seconds : graph.backward_flops(v) / cluster.max_flops();
+    in.work += node;
+    in.largest = std::max(in.largest, node);
   }
   std::vector<double> speed;
   for (int d = 0; d < cluster.num_devices(); ++d) {
     speed.push_back(cluster.device(d).flops / cluster.max_flops());
   }
   std::sort(speed.begin(), speed.end(), std::greater<>());
-  double capacity = 0;
-  for (int i = 0; i < shape.ranks * shape.replicas; ++i) capacity += speed[i];
+  in.capacity.assign(speed.size() + 1, 0);
+  for (size_t i = 0; i < speed.size(); ++i) in.capacity[i + 1] = in.capacity[i] + speed[i];
+  in.same_samples = options.global_batch > 0 && graph.batch_size() > 0;
+  in.batches = in.same_samples ? options.global_batch / graph.batch_size() : 1;
+  return in;
+}
+
+double ShapeLowerBound(const BoundInputs& in, const Shape& shape) {
   // A step trains global_batch samples (or m x replicas graph batches, and
   // the unit is one graph batch): the slowest replica has at most the mean
-  // capacity and its share of the work.
-  const bool same_samples = options.global_batch > 0 && graph.batch_size() > 0;
-  const double batches = same_samples ? options.global_batch / graph.batch_size() : 1;
-  return batches * work / capacity;
+  // capacity and its share of the work. And some device of every replica
+  // runs the largest node on each of the replica's samples: no split or
+  // schedule spreads one node, so deep pipelines of few replicas are bound
+  // by it however many ranks they have.
+  const double capacity = in.capacity[static_cast<size_t>(shape.ranks) * shape.replicas];
+  return in.batches * std::max(in.work / capacity, in.largest / shape.replicas);
+}
+
+double CandidateLowerBound(const BoundInputs& in, const Shape& shape, ScheduleKind kind,
+                           int microbatches) {
+  const double shape_bound = ShapeLowerBound(in, shape);
+  if (kind != ScheduleKind::kGPipe && kind != ScheduleKind::k1F1B) return shape_bound;
+  const double m = microbatches;
+  // One microbatch's work: its share of the replica's batch, or one graph
+  // batch when the batch is open (the unit is then step / (m x replicas)).
+  const double per_microbatch =
+      in.same_samples ? in.batches / shape.replicas / m * in.work : in.work;
+  const double drained = -std::expm1(shape.ranks * std::log1p(-1 / m));  // 1 - (1 - 1/m)^p
+  const double step = per_microbatch / drained;
+  const double unit = in.same_samples ? step : step / (m * shape.replicas);
+  return std::max(shape_bound, unit);
 }
 
 }  // namespace pipeplan::search

@@ -38,10 +38,37 @@ int ChunksPerRank(schedule::ScheduleKind kind, const PlanOptions& options);
 // per rank without a global batch (costs are then per microbatch).
 std::vector<int> MicrobatchesToTry(const PlanOptions& options, int ranks, int replicas);
 
+// What the lower bounds below need of the graph, cluster and options,
+// computed once per search.
+struct BoundInputs {
+  double work = 0;     // seconds of one graph-batch microbatch, every node, fastest device
+  double largest = 0;  // the same of the largest node
+  // capacity[i]: the summed speed (relative to the fastest) of the i
+  // fastest devices.
+  std::vector<double> capacity;
+  // Graph batches a step trains when a global batch fixes the samples
+  // (the unit is then the step), else 1 (the unit is one graph batch).
+  double batches = 1;
+  bool same_samples = false;
+};
+BoundInputs MakeBoundInputs(const Graph& graph, const Cluster& cluster, const PlanOptions& options);
+
 // No plan of the shape trains faster per unit (SecondsPerUnit): the work of
-// a step spread perfectly over the fastest ranks x replicas devices.
-double ShapeLowerBound(const Graph& graph, const Cluster& cluster, const PlanOptions& options,
-                       const Shape& shape);
+// a step spread perfectly over the fastest ranks x replicas devices, and
+// the largest node run on every sample of a replica.
+double ShapeLowerBound(const BoundInputs& in, const Shape& shape);
+
+// No plan of the shape with `kind` and `microbatches` per replica trains
+// faster per unit. Beyond ShapeLowerBound, for the schedules with one stage
+// per rank and a whole backward (GPipe, 1F1B), the pipeline's fill and
+// drain: rank s starts no earlier than the forwards of stages before it
+// and, after its last backward, the backwards of those stages still run,
+// so the step is at least T(<s) + m t(s) for every stage s, whatever the
+// split; the least such maximum over all splits of the work is
+// W / (1 - (1 - 1/m)^p) for W the work of one microbatch. Other
+// schedules: ShapeLowerBound.
+double CandidateLowerBound(const BoundInputs& in, const Shape& shape, schedule::ScheduleKind kind,
+                           int microbatches);
 
 }  // namespace pipeplan::search
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -134,6 +136,64 @@ absl::StatusOr<Split> SolveSplit(const SplitInputs& inputs, PartitionMethod meth
     *needed_scale = MemoryScaleNeeded(ViewProblem(inputs, view, true, none));
   }
   return recomputed;
+}
+
+namespace {
+
+// Everything SolveSplit's answer depends on, but the deadlines and the
+// chain DP's warm start: the graphs,
+// the cost options, the pipeline's devices and links, the stages.
+std::vector<double> SplitKey(const SplitInputs& in, PartitionMethod method) {
+  static_assert(sizeof(CostOptions) == 40, "a new CostOptions field must join SplitKey");
+  const CostOptions& co = in.cost_options;
+  std::vector<double> key = {static_cast<double>(reinterpret_cast<uintptr_t>(in.graph)),
+                             static_cast<double>(reinterpret_cast<uintptr_t>(in.groups)),
+                             static_cast<double>(method),
+                             in.relative_gap,
+                             static_cast<double>(co.comm_model),
+                             co.optimizer_state_multiplier,
+                             co.sample_scale,
+                             co.tensor_scale,
+                             static_cast<double>(co.recompute),
+                             static_cast<double>(co.loss_workspace),
+                             in.pipeline->max_flops()};
+  const int p = in.pipeline->num_devices();
+  for (int a = 0; a < p; ++a) {
+    key.push_back(in.pipeline->device(a).flops);
+    key.push_back(in.pipeline->device(a).memory_bytes);
+    for (int b = 0; b < p; ++b) {
+      key.push_back(in.pipeline->bandwidth(a, b));
+      key.push_back(in.pipeline->latency(a, b));
+    }
+  }
+  for (size_t s = 0; s < in.stage_device.size(); ++s) {
+    key.push_back(in.stage_device[s]);
+    key.push_back(in.stage_inflight[s]);
+    key.push_back(in.stage_cap[s]);
+  }
+  return key;
+}
+
+}  // namespace
+
+absl::StatusOr<Split> SplitCache::Solve(const SplitInputs& inputs, PartitionMethod method,
+                                        double* needed_scale) {
+  // The chain DP's answer does not depend on its warm start (only how
+  // fast it finds it); other methods' may.
+  const bool warm_matters = !inputs.warm_start.empty() && method != PartitionMethod::kDp;
+  if (warm_matters || inputs.log) return SolveSplit(inputs, method, needed_scale);
+  std::vector<double> key = SplitKey(inputs, method);
+  if (auto it = answers_.find(key); it != answers_.end()) {
+    if (needed_scale != nullptr) *needed_scale = it->second.needed_scale;
+    return it->second.split;
+  }
+  double scale = std::numeric_limits<double>::infinity();
+  absl::StatusOr<Split> split = SolveSplit(inputs, method, &scale);
+  if (needed_scale != nullptr) *needed_scale = scale;
+  if (split.ok() || split.status().code() == absl::StatusCode::kFailedPrecondition) {
+    answers_.emplace(std::move(key), Answer{split, scale});
+  }
+  return split;
 }
 
 }  // namespace pipeplan::search

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pipeplan/core/cluster.h"
@@ -61,6 +62,26 @@ struct Split {
 // Other errors as SolvePartition.
 absl::StatusOr<Split> SolveSplit(const SplitInputs& inputs, PartitionMethod method,
                                  double* needed_scale = nullptr);
+
+// SolveSplit's answers within one search, by everything they depend on but
+// the deadlines (which only cut a solve short): screening solves the same
+// pipeline again and again (one sample per microbatch at every replica
+// count's largest microbatch count, say), so each is solved once. Answers
+// that are neither a split nor "does not fit" are not kept, nor those of a
+// method other than the chain DP given a warm start (it may steer them).
+// Thread safety: one thread, like the search that owns it.
+class SplitCache {
+ public:
+  absl::StatusOr<Split> Solve(const SplitInputs& inputs, PartitionMethod method,
+                              double* needed_scale);
+
+ private:
+  struct Answer {
+    absl::StatusOr<Split> split;
+    double needed_scale;
+  };
+  absl::flat_hash_map<std::vector<double>, Answer> answers_;
+};
 
 }  // namespace pipeplan::search
 

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/convert/proto_convert.h"
+#include "pipeplan/core/placement.h"
 #include "pipeplan/core/planner.h"
 #include "support/test_data.h"
 
@@ -282,6 +283,75 @@ TEST(DataParallelSearch, AllReduceAddsToTheStepAfterTheLastBackward) {
   auto twice =
       PlanOnPlacement(*graph, *cluster, o, {.ranks = 2, .replicas = 2, .devices = {0, 0, 1, 2}});
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// DistinctMoves names moves instead of building placements, and keys them
+// without strings: the placements it reaches are exactly one of each key
+// that some single move reaches (PlacementKey, built the slow way here),
+// and never the start's.
+TEST(PlacementMoves, OneOfEveryPlacementKeyOneMoveAway) {
+  auto cluster = Cluster::Build(
+      MixedCluster({{"fast", "h0", 2}, {"mid", "h0", 1}, {"fast", "h1", 2}, {"slow", "h1", 2}}));
+  ASSERT_TRUE(cluster.ok());
+  const std::vector<int> classes = DeviceClasses(*cluster);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int ranks = 1 + trial % 3, replicas = 1 + trial % 2;
+    std::vector<int> order(cluster->num_devices());
+    for (int i = 0; i < cluster->num_devices(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    Placement start{.ranks = ranks, .replicas = replicas};
+    start.devices.assign(order.begin(), order.begin() + ranks * replicas);
+    std::set<std::string> want;  // every key one move reaches, but the start's
+    const int slots = ranks * replicas;
+    for (int i = 0; i < slots; ++i) {
+      for (int j = i + 1; j < slots; ++j) {
+        want.insert(PlacementKey(classes, ApplyMove(start, {.slot = i, .other_slot = j})));
+      }
+      for (int d = 0; d < cluster->num_devices(); ++d) {
+        if (std::find(start.devices.begin(), start.devices.end(), d) != start.devices.end()) {
+          continue;
+        }
+        want.insert(PlacementKey(classes, ApplyMove(start, {.slot = i, .device = d})));
+      }
+    }
+    want.erase(PlacementKey(classes, start));
+    std::set<std::string> got;
+    for (const Placement& p : SwapNeighbours(*cluster, start)) {
+      EXPECT_TRUE(got.insert(PlacementKey(classes, p)).second) << "a duplicate, trial " << trial;
+    }
+    EXPECT_EQ(got, want) << "trial " << trial;
+  }
+}
+
+// The worst-replica pipeline looks one replica per host pattern up where no
+// Link overrides a device: the same as taking every replica's links.
+TEST(PlacementMoves, WorstReplicaClusterMatchesEveryReplica) {
+  auto cluster = Cluster::Build(
+      MixedCluster({{"fast", "h0", 3}, {"slow", "h1", 3}, {"mid", "h2", 3}, {"fast", "h3", 3}}));
+  ASSERT_TRUE(cluster.ok());
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int ranks = 2 + trial % 3, replicas = 1 + (trial / 3) % 3;  // at most 12 slots
+    std::vector<int> order(cluster->num_devices());
+    for (int i = 0; i < cluster->num_devices(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    Placement p{.ranks = ranks, .replicas = replicas};
+    p.devices.assign(order.begin(), order.begin() + ranks * replicas);
+    const Cluster worst = WorstReplicaCluster(*cluster, p);
+    for (int r = 0; r < ranks; ++r) {
+      for (int s = 0; s < ranks; ++s) {
+        if (r == s) continue;
+        double bw = kInf, lat = 0;
+        for (int q = 0; q < replicas; ++q) {
+          bw = std::min(bw, cluster->bandwidth(p.device(q, r), p.device(q, s)));
+          lat = std::max(lat, cluster->latency(p.device(q, r), p.device(q, s)));
+        }
+        EXPECT_EQ(worst.bandwidth(r, s), bw) << trial;
+        EXPECT_EQ(worst.latency(r, s), lat) << trial;
+      }
+    }
+  }
 }
 
 }  // namespace

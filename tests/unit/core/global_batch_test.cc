@@ -1,7 +1,8 @@
 // A fixed global batch: replicas x samples per replica = the batch, every
 // microbatch count the batch allows (not a multiple of the ranks, and past
 // 16 per rank when memory needs it), memory errors that name a change that
-// does fit, and --method returning that method's split.
+// does fit, --method returning that method's split, and the lower bounds
+// the search prunes shapes and candidates with.
 #include <algorithm>
 #include <regex>
 #include <string>
@@ -10,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/planner.h"
+#include "search_space.h"
 
 namespace pipeplan {
 namespace {
@@ -136,6 +138,48 @@ TEST(GlobalBatchTest, NamedMethodReturnsItsSplit) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->method, PartitionMethodName(m));
   }
+}
+
+// The search skips a shape or a candidate when its lower bound reaches the
+// best plan found: a bound above any plan it stands for could drop the
+// optimum. Every candidate on small clusters, planned on its own (every
+// placement of its shape), is at least both bounds; with a global batch and
+// without (unit = step / (microbatches x replicas)).
+TEST(GlobalBatchTest, PruningBoundsNeverExceedAPlan) {
+  using schedule::ScheduleKind;
+  int planned = 0;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    const Graph g = Chain(6 + seed, 1e8 * (1 + seed), 4e8 / (1 + seed));
+    const Cluster c = Devices(seed % 2 == 0 ? 4 : 6);
+    for (int batch : {0, 24}) {
+      PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
+      const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
+      for (const search::Shape shape : search::ShapesToTry(g, c, o)) {
+        for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                                  ScheduleKind::kInterleaved1F1B, ScheduleKind::kZBVZeroBubble}) {
+          for (int m : search::MicrobatchesToTry(o, shape.ranks, shape.replicas)) {
+            PlanOptions one = o;
+            one.num_ranks = shape.ranks;
+            one.num_replicas = shape.replicas;
+            one.microbatches = batch > 0 ? m : 0;
+            one.schedule = kind;
+            auto plan = MakePlan(g, c, one);
+            if (!plan.ok()) continue;
+            const double unit =
+                batch > 0 ? plan->step_seconds
+                          : plan->step_seconds / (plan->microbatches * plan->num_replicas);
+            EXPECT_LE(search::ShapeLowerBound(in, shape), unit * (1 + 1e-9));
+            EXPECT_LE(search::CandidateLowerBound(in, shape, kind, plan->microbatches),
+                      unit * (1 + 1e-9))
+                << schedule::ScheduleKindName(kind) << " " << shape.ranks << "x" << shape.replicas
+                << " m=" << plan->microbatches << " batch " << batch;
+            ++planned;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(planned, 200);
 }
 
 }  // namespace
