@@ -1,5 +1,7 @@
 #include "plan_command.h"
 
+#include <unistd.h>
+
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -11,14 +13,20 @@
 #include "pipeplan/core/planner.h"
 #include "plan_svg.h"
 #include "plan_table.h"
+#include "progress/search_progress_line.h"
 #include "request_flags.h"
 
 namespace pipeplan::cli {
 
 absl::StatusOr<v1::Plan> PlanOffline(const v1::PlanRequest& req) {
   PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(req));
-  PIPEPLAN_ASSIGN_OR_RETURN(PlanResult result, MakePlan(*in.graph, *in.cluster, in.options));
-  return PlanToProto(*in.graph, *in.cluster, result);
+  // A long search (thousands of devices) shows where it stands on stderr.
+  SearchProgressLine line(std::cerr, isatty(STDERR_FILENO) != 0);
+  in.options.progress = [&line](const SearchProgress& p) { line.Update(p); };
+  absl::StatusOr<PlanResult> result = MakePlan(*in.graph, *in.cluster, in.options);
+  line.Finish();
+  if (!result.ok()) return result.status();
+  return PlanToProto(*in.graph, *in.cluster, *result);
 }
 
 absl::StatusOr<v1::Plan> PlanAnywhere(const GlobalFlags& global, const v1::PlanRequest& req) {

@@ -91,6 +91,7 @@ class Search {
   void Refine(Scored& winner);
   absl::Status NothingFound() const;
   PlanResult Finish(size_t winner);
+  void Report(SearchProgress::Phase phase, size_t done, size_t total) const;
 
   const SearchContext& ctx_;
   const Graph& split_graph_;
@@ -305,7 +306,9 @@ void Search::Screen(const std::vector<Shape>& shapes, bool single) {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return bound[a] < bound[b]; });
   if (!bound.empty()) least_bound_ = bound[order.front()];
-  for (size_t i : order) {
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t i = order[n];
+    Report(SearchProgress::Phase::kScreening, n, order.size());
     if (Stopped()) break;
     // Nothing of this shape can beat the best plan; the bounds only grow.
     if (best_ && !scored_[*best_].plan.degenerate && bound[i] >= scored_[*best_].unit) break;
@@ -317,6 +320,15 @@ void Search::Screen(const std::vector<Shape>& shapes, bool single) {
     std::sort(swept_units_.begin(), swept_units_.end());
     if (swept_units_.size() > kSweptShapes) swept_units_.pop_back();
   }
+  Report(SearchProgress::Phase::kScreening, order.size(), order.size());
+}
+
+void Search::Report(SearchProgress::Phase phase, size_t done, size_t total) const {
+  if (!ctx_.options->progress) return;
+  ctx_.options->progress({.phase = phase,
+                          .done = static_cast<int>(done),
+                          .total = static_cast<int>(total),
+                          .best_step_seconds = best_ ? scored_[*best_].plan.step_seconds : 0});
 }
 
 absl::StatusOr<PlanResult> Search::Run() {
@@ -331,10 +343,13 @@ absl::StatusOr<PlanResult> Search::Run() {
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < ranked.size() && i < kSweptShapes; ++i) {
+  const size_t sweeps = std::min(ranked.size(), kSweptShapes);
+  for (size_t i = 0; i < sweeps; ++i) {
+    Report(SearchProgress::Phase::kSweeping, i, sweeps);
     if (i == 0) ImprovePlacement(ranked[i].second);
     Sweep(ranked[i].second);
   }
+  Report(SearchProgress::Phase::kSweeping, sweeps, sweeps);
   if (!best_) return NothingFound();
   Refine(scored_[*best_]);
   return Finish(*best_);

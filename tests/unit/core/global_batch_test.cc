@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -180,6 +181,39 @@ TEST(GlobalBatchTest, PruningBoundsNeverExceedAPlan) {
     }
   }
   EXPECT_GT(planned, 200);
+}
+
+// PlanOptions::progress: the search reports screening from 0 to every
+// shape, then sweeping to its end, never going back, and the best step it
+// names is the plan's once the search ends.
+TEST(SearchProgressTest, ScreensThenSweepsForwardToTheEnd) {
+  const Graph g = Chain(12, 2e8, 2e8);
+  const Cluster c = Devices(16);
+  std::vector<SearchProgress> seen;
+  PlanOptions o{.global_batch = 64, .method = PartitionMethod::kDp};
+  o.progress = [&](const SearchProgress& p) { seen.push_back(p); };
+  auto plan = MakePlan(g, c, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(seen.size(), 4u);
+  EXPECT_EQ(seen.front().phase, SearchProgress::Phase::kScreening);
+  EXPECT_EQ(seen.front().done, 0);
+  EXPECT_GT(seen.front().total, 1);
+  EXPECT_EQ(seen.back().phase, SearchProgress::Phase::kSweeping);
+  EXPECT_EQ(seen.back().done, seen.back().total);
+  EXPECT_DOUBLE_EQ(seen.back().best_step_seconds, plan->step_seconds);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    const SearchProgress& a = seen[i - 1];
+    const SearchProgress& b = seen[i];
+    EXPECT_LE(a.phase, b.phase) << i;
+    if (a.phase == b.phase) {
+      EXPECT_LE(a.done, b.done) << i;
+    }
+    EXPECT_LE(b.done, b.total) << i;
+  }
+  const auto screened_to_end = std::find_if(seen.begin(), seen.end(), [](const SearchProgress& p) {
+    return p.phase == SearchProgress::Phase::kScreening && p.done == p.total;
+  });
+  EXPECT_NE(screened_to_end, seen.end());
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/memory_model.h"
+#include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 

@@ -32,6 +32,19 @@ inline constexpr int kDefaultChunksPerRank = 2;
 // DDP's default bucket_cap_mb.
 inline constexpr double kDefaultBucketBytes = 25.0 * (1 << 20);
 
+// Where a search stands, for a progress line on long searches (thousands
+// of devices, --explain): it first screens the (ranks, replicas) shapes in
+// the order of their lower bounds (`done` of `total`; the tail a bound rules
+// out is skipped at once), then sweeps schedules and microbatch counts of
+// the best few shapes.
+struct SearchProgress {
+  enum class Phase { kScreening, kSweeping };
+  Phase phase = Phase::kScreening;
+  int done = 0;
+  int total = 0;
+  double best_step_seconds = 0;  // the best plan's step so far; 0 before one
+};
+
 struct PlanOptions {
   // Pipeline ranks (devices per replica); 0 lets the planner choose. Schedules
   // with several stages per rank split the graph into ranks x
@@ -67,6 +80,8 @@ struct PlanOptions {
   const std::atomic<bool>* cancelled = nullptr;
   // Optional solver progress log (PartitionProblem::log) for every solve.
   std::function<void(std::string_view)> solver_log;
+  // Optional: called on the planning thread as the search moves on.
+  std::function<void(const SearchProgress&)> progress;
 };
 
 }  // namespace pipeplan
