@@ -804,9 +804,26 @@ def check_docs():
 
 # ------------------------------------------- flags, exit codes, packages ---
 
+FLAG_PATTERN = r'(?:\.|->)(?:Value|Switch)\(\s*"([a-z0-9-]+)"'
+# Flag groups declared once in common/ for several programs: helper -> its file.
+SHARED_FLAG_HELPERS = {"AddPlannerCredentialFlags": os.path.join("common", "flag_set.cc")}
+
+
 def declared_flags(source):
-    """Flags a daemon declares: .Value("name", ...) / .Switch("name", ...)."""
-    return set(re.findall(r'(?:\.|->)(?:Value|Switch)\(\s*"([a-z0-9-]+)"', read(os.path.join(ROOT, source))))
+    """Flags a daemon declares: .Value("name", ...) / .Switch("name", ...) in its
+    main.cc, and those of the shared flag helpers it calls."""
+    text = read(os.path.join(ROOT, source))
+    flags = set(re.findall(FLAG_PATTERN, text))
+    for helper, path in SHARED_FLAG_HELPERS.items():
+        if helper + "(" not in text:
+            continue
+        body = re.search(r"\n\w[^\n]*\b%s\([^)]*\)\s*\{(.*?)\n\}" % helper,
+                         read(os.path.join(ROOT, path)), re.S)
+        if body is None:
+            fail(f"{path}: found no definition of {helper}; did it move?")
+            continue
+        flags |= set(re.findall(FLAG_PATTERN, body.group(1)))
+    return flags
 
 
 def exit_codes():
