@@ -35,30 +35,13 @@ namespace {
 
 constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
 
-std::string Source(const std::string& path) {
-  return std::string(PIPEPLAN_SOURCE_DIR) + "/" + path;
-}
-
 class ElasticTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
 #ifndef PIPEPLAN_TEST_WITH_TORCH
     GTEST_SKIP() << "pipeplan-worker was built without LibTorch";
 #endif
-    std::string out;
-    ASSERT_EQ(RunCommand({kPython, Source("tests/models/make_fixtures.py"), "--out-dir",
-                          dir_.path(), "--model", "gpt", "--rows", "48"},
-                         &out, absl::Seconds(300)),
-              0)
-        << out;
-    std::ofstream cluster(Path("cluster.json"));
-    cluster << R"({"devices": [)";
-    for (int d = 0; d < 4; ++d) {
-      cluster << (d ? "," : "") << R"({"id": "cpu)" << d
-              << R"(", "host": "h0", "flops": 1e12, "memory_bytes": 8e9})";
-    }
-    cluster << "]}";
-    cluster.close();
+    ASSERT_NO_FATAL_FAILURE(WriteGptFixtures(kPython, PIPEPLAN_SOURCE_DIR, dir_.path(), 4));
     auto planner = PlannerProcess::Start(PlannerFlags());
     ASSERT_TRUE(planner.ok()) << planner.status();
     planner_ = *std::move(planner);

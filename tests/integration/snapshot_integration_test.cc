@@ -31,10 +31,6 @@ namespace {
 
 constexpr char kPython[] = PIPEPLAN_DEFAULT_PYTHON;
 
-std::string Source(const std::string& path) {
-  return std::string(PIPEPLAN_SOURCE_DIR) + "/" + path;
-}
-
 int64_t Int(const std::string& s) {
   int64_t v = -1;
   (void)absl::SimpleAtoi(s, &v);
@@ -67,20 +63,7 @@ class SnapshotTrainingTest : public ::testing::Test {
 #ifndef PIPEPLAN_TEST_WITH_TORCH
     GTEST_SKIP() << "pipeplan-worker was built without LibTorch";
 #endif
-    std::string out;
-    ASSERT_EQ(RunCommand({kPython, Source("tests/models/make_fixtures.py"), "--out-dir",
-                          dir_.path(), "--model", "gpt", "--rows", "48"},
-                         &out, absl::Seconds(300)),
-              0)
-        << out;
-    std::ofstream cluster(Path("cluster.json"));
-    cluster << R"({"devices": [)";
-    for (int d = 0; d < 4; ++d) {
-      cluster << (d ? "," : "") << R"({"id": "cpu)" << d
-              << R"(", "host": "h0", "flops": 1e12, "memory_bytes": 8e9})";
-    }
-    cluster << "]}";
-    cluster.close();
+    ASSERT_NO_FATAL_FAILURE(WriteGptFixtures(kPython, PIPEPLAN_SOURCE_DIR, dir_.path(), 4));
     // A short lease so the loss is noticed within seconds; membership
     // replans only.
     auto planner = PlannerProcess::Start(

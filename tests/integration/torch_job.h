@@ -24,6 +24,26 @@
 
 namespace pipeplan::testing {
 
+// The tiny GPT's graph, package and 48 rows of data (make_fixtures.py) and a
+// cluster.json of `devices` CPU devices on one host, all in `dir`; a test
+// failure saying why when the fixtures cannot be made.
+inline void WriteGptFixtures(const std::string& python, const std::string& source,
+                             const std::string& dir, int devices) {
+  std::string out;
+  ASSERT_EQ(RunCommand({python, source + "/tests/models/make_fixtures.py", "--out-dir", dir,
+                        "--model", "gpt", "--rows", "48"},
+                       &out, absl::Seconds(300)),
+            0)
+      << out;
+  std::ofstream cluster(dir + "/cluster.json");
+  cluster << R"({"devices": [)";
+  for (int d = 0; d < devices; ++d) {
+    cluster << (d ? "," : "") << R"({"id": "cpu)" << d
+            << R"(", "host": "h0", "flops": 1e12, "memory_bytes": 8e9})";
+  }
+  cluster << "]}";
+}
+
 // `jobs create` of the job with `extra` flags; the job's id, or "" (with a
 // test failure saying why) when the CLI fails.
 inline std::string CreateTorchJob(const std::string& cli, const std::string& planner,
