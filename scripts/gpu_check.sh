@@ -53,8 +53,12 @@ build_gpu() {
       "no .gpu/build-on-gpu.sh: run bash ../shared/tools/gpu/pack.sh on the build machine"
     return 1
   }
-  BUILD=$BUILD CMAKE_ARGS="-DPIPEPLAN_PYTHON=$PY ${CMAKE_ARGS:-}" bash .gpu/build-on-gpu.sh ||
-    return 1
+  # Only what the phases run: the daemons, the CLI and the gpu tests' binaries
+  # (the whole project takes minutes of the GPU machine's short lease).
+  local targets="pipeplan-planner;pipeplan-worker;pipeplan;worker_torch_executor_test"
+  targets+=";training_integration_test"
+  BUILD=$BUILD CMAKE_ARGS="-DPIPEPLAN_PYTHON=$PY -DPIPEPLAN_BUILD_TARGETS=$targets ${CMAKE_ARGS:-}" \
+    bash .gpu/build-on-gpu.sh || return 1
   # The configure summary: CUDA, NCCL, LibTorch (with CUDA?), the Python with torch.
   row build ok "$SECONDS" "$BUILD: $(grep -hoE 'pipeplan: .*' "$BUILD.configure.log" |
     sed 's/^pipeplan: //' | paste -sd ';' | sed 's/;/; /g')"
