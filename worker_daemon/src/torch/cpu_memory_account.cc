@@ -6,7 +6,9 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
 
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -48,9 +50,18 @@ void Free(void* data) {
   c10::free_cpu(data);
 }
 
+// LibTorch 2.3 made Allocator::allocate non-const and added copy_data (a
+// CUDA wheel is 2.x, Debian's libtorch-dev 1.13).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define PIPEPLAN_ALLOCATE_CONST
+#define PIPEPLAN_ALLOCATOR_COPY_DATA 1
+#else
+#define PIPEPLAN_ALLOCATE_CONST const
+#endif
+
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) PIPEPLAN_ALLOCATE_CONST override {
     void* data = c10::alloc_cpu(n);
     if (CpuMemoryAccount* account = current_account; account != nullptr && data != nullptr) {
       // An allocation keeps its account alive until it is freed.
@@ -66,6 +77,11 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Free; }
+#ifdef PIPEPLAN_ALLOCATOR_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+#endif
 };
 
 }  // namespace

@@ -95,17 +95,21 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> LoadInitialParameters(
   const std::string path = package.ParamsPath();
   PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
   std::map<std::string, torch::Tensor> out;
+  torch::IValue v;
   try {
-    const torch::IValue v = torch::jit::pickle_load(bytes);
-    if (!v.isGenericDict()) throw c10::Error("not a dict", "");
-    for (const auto& kv : v.toGenericDict()) {
-      if (kv.key().isString() && kv.value().isTensor()) {
-        out[kv.key().toStringRef()] = kv.value().toTensor();
-      }
-    }
+    v = torch::jit::pickle_load(bytes);
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a torch.save'd dict of tensors: ", e.what_without_backtrace()));
+  }
+  if (!v.isGenericDict()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a torch.save'd dict of tensors: not a dict"));
+  }
+  for (const auto& kv : v.toGenericDict()) {
+    if (kv.key().isString() && kv.value().isTensor()) {
+      out[kv.key().toStringRef()] = kv.value().toTensor();
+    }
   }
   for (const TensorSpec& p : package.parameters) {
     auto it = out.find(p.name);

@@ -5,6 +5,7 @@ dtype of what it produces and, for opaque modules without a cost model, the
 matmul / convolution / softmax flops counted while running them.
 """
 
+import inspect
 import warnings
 
 import torch
@@ -56,7 +57,13 @@ class _NonFakeInputsAsFake(FakeTensorMode):
     (`.item()`, `torch.equal`, `nonzero`) raises instead of reading zeros."""
 
     def __init__(self):
-        super().__init__(throw_on_data_dependent_ops=True)
+        # torch 1.13 reads zeros for data-dependent ops unless told to throw;
+        # later releases throw by default and no longer take the argument.
+        params = inspect.signature(FakeTensorMode.__init__).parameters
+        if "throw_on_data_dependent_ops" in params:
+            super().__init__(throw_on_data_dependent_ops=True)
+        else:
+            super().__init__()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         args, kwargs = tree_map_only(
