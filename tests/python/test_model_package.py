@@ -63,7 +63,7 @@ def test_fresh_process_loads_and_runs_the_package(fixtures, tmp_path):
     check = (
         "import sys, torch\n"
         "def run(package, x_path):\n"
-        "    gm = torch.load(package + '/graph_module.pt')\n"
+        "    gm = torch.load(package + '/graph_module.pt', weights_only=False)\n"
         "    named = dict(gm.named_parameters())\n"
         "    params = torch.load(package + '/params.pt')\n"
         "    assert all(torch.equal(named[k], v) for k, v in params.items())\n"

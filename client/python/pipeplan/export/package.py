@@ -13,7 +13,7 @@ Canonical parameter names are the names the saved GraphModule's
 named_parameters() lists (a tied parameter once, under its first name); fx keeps
 the model's own qualified names, so these are the names the model uses.
 
-graph_module.pt loads with a plain torch.load: torch.fx rebuilds the graph by
+graph_module.pt loads with torch.load(weights_only=False): torch.fx rebuilds the graph by
 tracing the saved code. A model that calls a torch factory with a traced size
 (`torch.arange(T)`) needs the exporter's tracer patches for that, so its pickle
 names ReloadTracer (pipeplan.export.package; packages written before the exporter
@@ -355,7 +355,9 @@ def load_package(path):
         raise PackageError("package %s: digest %s in %s does not match the files (%s)"
                            % (path, manifest["digest"], MANIFEST, digest))
     try:
-        module = torch.load(files[0])
+        # A pickled GraphModule, which torch >= 2.6's weights-only default
+        # refuses; the digest above has already tied it to the manifest.
+        module = torch.load(files[0], weights_only=False)
         params = torch.load(files[1])
     except Exception as e:  # unpickling raises anything a model's classes raise
         raise PackageError("package %s: cannot load: %s: %s"
