@@ -8,6 +8,7 @@
 #include "pipeplan/worker/torch/torch_devices.h"
 
 #ifdef PIPEPLAN_TORCH_CUDA
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -58,9 +59,19 @@ double ComputeTimer::Stop() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+#ifdef PIPEPLAN_TORCH_CUDA
+namespace {
+// The caching allocator's statistics throw ("Invalid device argument ...:
+// did you call init?") until CUDA is lazily initialised, which the first
+// CUDA tensor does; an executor resets the peak before it has made one.
+void InitCuda(c10::Device device) { (void)at::empty({0}, at::TensorOptions().device(device)); }
+}  // namespace
+#endif
+
 std::optional<double> AllocatorPeakBytes(c10::Device device) {
 #ifdef PIPEPLAN_TORCH_CUDA
   if (device.is_cuda()) {
+    InitCuda(device);
     // Index 0 is the aggregate over pool kinds in every LibTorch release;
     // the enum naming it moved between namespaces.
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
@@ -73,7 +84,10 @@ std::optional<double> AllocatorPeakBytes(c10::Device device) {
 
 void ResetPeakMemory(c10::Device device) {
 #ifdef PIPEPLAN_TORCH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) {
+    InitCuda(device);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
 #endif
   (void)device;
 }

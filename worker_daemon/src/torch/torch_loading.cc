@@ -296,6 +296,18 @@ absl::StatusOr<torch::Device> ExistingDevice(const std::string& name) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::Create(TorchExecutorOptions options) {
+  // LibTorch throws what its own checks refuse (a CUDA call before CUDA is
+  // ready, say): a status to report, not a terminated worker.
+  try {
+    return CreateOnDevice(std::move(options));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("creating the torch executor: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<TorchExecutor>> TorchExecutor::CreateOnDevice(
+    TorchExecutorOptions options) {
   PIPEPLAN_RETURN_IF_ERROR(CheckOptions(options));
   auto impl = std::make_unique<Impl>();
   impl->memory = CpuMemoryAccount::Make();

@@ -126,7 +126,8 @@ class TorchExecutor final : public Executor {
   // Loads this rank's stages (stage_<s>.pt) and the package's initial
   // parameters, opens the data. INVALID_ARGUMENT naming the part that is
   // wrong (options, a stage file, a parameter, the data file's shapes or
-  // dtypes), NOT_FOUND for missing files.
+  // dtypes), NOT_FOUND for missing files, FAILED_PRECONDITION for a device
+  // the host lacks, INTERNAL for what LibTorch itself refused.
   static absl::StatusOr<std::unique_ptr<TorchExecutor>> Create(TorchExecutorOptions options);
   ~TorchExecutor() override;
   TorchExecutor(const TorchExecutor&) = delete;
@@ -199,6 +200,8 @@ class TorchExecutor final : public Executor {
   struct Impl;
 
  private:
+  static absl::StatusOr<std::unique_ptr<TorchExecutor>> CreateOnDevice(
+      TorchExecutorOptions options);
   explicit TorchExecutor(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
