@@ -166,6 +166,24 @@ std::set<std::string> HostsOf(const Job& job, const std::vector<std::string>& de
   return hosts;
 }
 
+// Whether `worker_id` has a WatchPlan stream open on this planner. A
+// process that died (kill -9, its host gone) closed the stream's socket,
+// and gRPC ends the stream at once: with a peer's report naming it, that
+// is proof enough, where a lease or a grace would only wait longer.
+bool WatchOpen(const Job& job, const std::string& worker_id) {
+  return std::any_of(job.watches.begin(), job.watches.end(), [&](const WatchEntry& e) {
+    return e.worker_id == worker_id && !e.watcher.expired();
+  });
+}
+
+// Whether `w`, suspected by a peer and still under its suspicion, has
+// closed its watch stream: lost now. Only on one planner: replicas see
+// only the streams opened to themselves.
+bool SuspectGone(const RegistryContext& ctx, const Job& job, const Worker& w) {
+  return !ctx.replicated() && w.lease_expiry == w.suspect_expiry &&
+         !WatchOpen(job, w.record.info.worker_id());
+}
+
 std::string HostOf(const Job& job, const std::string& device) {
   if (!job.current) return "";
   for (const v1::Device& d : job.current->request().cluster().devices()) {
@@ -199,6 +217,7 @@ void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version
     const absl::Time until = now + (named ? grace : host_grace);
     if (until >= w.lease_expiry) continue;
     w.lease_expiry = until;
+    w.suspect_expiry = until;
     LogInfo("worker_suspected", {{"job", job.record.id},
                                  {"plan_version", absl::StrCat(version)},
                                  {"worker", wid},
@@ -222,10 +241,12 @@ int WorkerLeases::CheckLeases() {
 }
 
 bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
-  if (w.record.state != v1::WORKER_ACTIVE || now < w.lease_expiry ||
-      sync_->HeartbeatElsewhere(w, now)) {
+  if (w.record.state != v1::WORKER_ACTIVE ||
+      (now < w.lease_expiry && !SuspectGone(*ctx_, job, w)) || sync_->HeartbeatElsewhere(w, now)) {
     return false;
   }
+  // Before its lease ran out: a suspect whose watch stream closed.
+  const bool watch_closed = now < w.lease_expiry;
   const std::string wid = w.record.info.worker_id();  // a copy: Update replaces the record
   WorkerRecord gone = w.record;
   gone.state = v1::WORKER_LOST;
@@ -239,7 +260,8 @@ bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
           {{"job", job.record.id},
            {"plan_version", absl::StrCat(job.record.current_version)},
            {"worker", wid},
-           {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(ctx_->options.lease))}});
+           {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(ctx_->options.lease))},
+           {"why", watch_closed ? "suspected, watch closed" : "lease expired"}});
   return true;
 }
 
