@@ -184,6 +184,22 @@ bool SuspectGone(const RegistryContext& ctx, const Job& job, const Worker& w) {
          !WatchOpen(job, w.record.info.worker_id());
 }
 
+// Whether `w`'s watch stream has been closed for `grace` without being
+// opened again: its process died though no peer was talking to it (a kill
+// during a plan switch or rendezvous), where the lease would wait longer.
+// A live worker reopens its stream after 100 ms of backoff. Only for
+// workers that watched on this planner, on one planner (see SuspectGone).
+bool WatchLost(const RegistryContext& ctx, const Job& job, Worker& w, absl::Time now,
+               absl::Duration grace) {
+  if (ctx.replicated() || !w.watched) return false;
+  if (WatchOpen(job, w.record.info.worker_id())) {
+    w.watch_gone_since = absl::InfiniteFuture();
+    return false;
+  }
+  w.watch_gone_since = std::min(w.watch_gone_since, now);
+  return now - w.watch_gone_since >= grace;
+}
+
 std::string HostOf(const Job& job, const std::string& device) {
   if (!job.current) return "";
   for (const v1::Device& d : job.current->request().cluster().devices()) {
@@ -241,12 +257,18 @@ int WorkerLeases::CheckLeases() {
 }
 
 bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
-  if (w.record.state != v1::WORKER_ACTIVE ||
-      (now < w.lease_expiry && !SuspectGone(*ctx_, job, w)) || sync_->HeartbeatElsewhere(w, now)) {
-    return false;
+  if (w.record.state != v1::WORKER_ACTIVE) return false;
+  const char* why = "lease expired";
+  if (now < w.lease_expiry) {
+    if (SuspectGone(*ctx_, job, w)) {
+      why = "suspected, watch closed";
+    } else if (WatchLost(*ctx_, job, w, now, 2 * ctx_->options.suspect_grace)) {
+      why = "watch closed";
+    } else {
+      return false;
+    }
   }
-  // Before its lease ran out: a suspect whose watch stream closed.
-  const bool watch_closed = now < w.lease_expiry;
+  if (sync_->HeartbeatElsewhere(w, now)) return false;
   const std::string wid = w.record.info.worker_id();  // a copy: Update replaces the record
   WorkerRecord gone = w.record;
   gone.state = v1::WORKER_LOST;
@@ -261,7 +283,7 @@ bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
            {"plan_version", absl::StrCat(job.record.current_version)},
            {"worker", wid},
            {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(ctx_->options.lease))},
-           {"why", watch_closed ? "suspected, watch closed" : "lease expired"}});
+           {"why", why}});
   return true;
 }
 

@@ -74,6 +74,10 @@ class PeerFailureTest : public ::testing::Test {
   }
   // Worker w<d>'s process died: gRPC ended its watch stream.
   void CloseWatch(int d) { watches_[d].reset(); }
+  void ReopenWatch(int d) {
+    watches_[d] = std::make_shared<OpenWatch>();
+    ASSERT_TRUE(registry_->Watch(id_, absl::StrCat("w", d), 1, watches_[d]).ok());
+  }
   void TearDown() override { SetLogEnabled(true); }
 
   v1::WorkerState StateOf(const std::string& worker) {
@@ -164,14 +168,30 @@ TEST_F(PeerFailureTest, ASuspectWhoseWatchClosedIsLostAtTheNextCheck) {
   EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
 }
 
-// Nobody named it: a closed watch alone (a worker reconnecting to the
-// planner) costs nobody a lease.
-TEST_F(PeerFailureTest, AClosedWatchAloneIsNoSuspicion) {
+// Nobody named it (killed while no peer talked to it: in a plan switch, a
+// rendezvous): a watch closed for two graces is lost then, not after a
+// lease; one reopened within them (a worker reconnecting to the planner,
+// 100 ms of backoff) costs nobody a lease.
+TEST_F(PeerFailureTest, AWatchClosedForTwoGracesIsLost) {
   ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
   CloseWatch(2);
-  clock_.Advance(absl::Seconds(5));
+  CloseWatch(1);
   EXPECT_EQ(registry_->CheckLeases(), 0);
-  // Renewed after a suspicion: the suspicion is over, watch or not.
+  clock_.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  ReopenWatch(1);
+  clock_.Advance(absl::Milliseconds(1400));
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  clock_.Advance(absl::Milliseconds(200));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(StateOf("w2"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
+  EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);
+}
+
+// A suspicion renewed away is over, watch or not.
+TEST_F(PeerFailureTest, ARenewedSuspectIsNoLongerSuspected) {
+  ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
   ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
   CloseWatch(1);
   ASSERT_TRUE(registry_->Heartbeat(id_, "w1").ok());
