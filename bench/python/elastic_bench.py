@@ -289,8 +289,14 @@ def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL, victims=(2
                 raise RuntimeError("w%d ended with %d" % (v, workers[v][0].returncode))
         survivors = [workers[r][1] for r in range(4) if r not in victims]
         left = 4 - len(victims)
-        wait_until(lambda: all(first_step_after(p, running, left) >= 0 for p in survivors), 180,
-                   "a step on a newer version")
+        try:
+            wait_until(lambda: all(first_step_after(p, running, left) >= 0 for p in survivors),
+                       180, "a step on a newer version")
+        except RuntimeError:
+            ended = ["w%d exited %d" % (r, workers[r][0].poll()) for r in range(4)
+                     if r not in victims and workers[r][0].poll() is not None]
+            raise RuntimeError("no step on a newer version within 180 s (%s); logs in %s" % (
+                ", ".join(ended) or "every survivor running", work))
         recovery = time.time() - killed
         print(timeline(work, killed, survivors, running), flush=True)
         # Every version before the kill ran on all four.
@@ -515,6 +521,7 @@ def main():
     if args.checkpoint_every is None:
         args.checkpoint_every = 50 if args.defaults else 10
     work = tempfile.mkdtemp(prefix="pipeplan-elastic-bench-")
+    planner = None
     try:
         subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
                         "--out-dir", work, "--model", "gpt", "--rows", "48"],
@@ -531,7 +538,12 @@ def main():
         else:
             planner = classic(args, work, planner)
         planner.kill()
+    except BaseException:
+        args.keep = True  # the logs say what went wrong
+        raise
     finally:
+        if planner is not None and planner.p.poll() is None:
+            planner.kill()
         if args.keep:
             print("work folder (kept): " + work)
         else:
