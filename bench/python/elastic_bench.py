@@ -30,10 +30,18 @@ steps redone; a lost host (cpu2 and cpu3 on host h1, both killed at once).
 
 --drills N (with or without --defaults): one job, N kill drills: each kills a
 random worker at a random moment (during steps, right after a replan was
-asked for: during the plan switch and its rendezvous), checks that the
-others step again within 120 s (else a hang) and that every loss any worker
-reported equals the single-process reference at its step, then restarts the
-killed worker and waits for the job to grow back.
+asked for: during the plan switch and its rendezvous, or at a checkpoint
+step: during the write), checks that the others step again within 180 s
+(else a hang), then restarts the killed worker and waits for the job to
+grow back. At the end: median and p90 of recovery and steps redone per
+moment, and every loss any worker reported against the single-process
+reference at its step (1e-3).
+
+Each kill prints a timeline: when (after the kill) the first survivor
+dropped its step, the planner suspected and lost the worker and published
+the new version, the survivors switched (with the switch's compile wait
+and state move) and stepped. --faults kill|host picks the --defaults
+faults; --keep keeps the work folder (worker and planner logs).
 """
 import argparse
 import json
@@ -46,7 +54,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime, timezone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
@@ -116,9 +126,24 @@ def start_job(args, work, planner, steps):
                           "--checkpoint-every", str(args.checkpoint_every))
 
 
+# {worker output path: [(arrival time, line)]}: every line of a worker's
+# stdout with when the bench read it (the worker flushes each event at
+# once), for the recovery timeline.
+ARRIVALS = {}
+
+
+def copy_lines(pipe, path):
+    """Appends each line of `pipe` to `path` and records when it came."""
+    with open(path, "a") as f:
+        for line in pipe:
+            ARRIVALS.setdefault(path, []).append((time.time(), line))
+            f.write(line)
+            f.flush()
+
+
 def start_worker(args, work, planner, job, r, tag):
     path = os.path.join(work, "%s-w%d.out" % (tag, r))
-    f = open(path, "a")
+    open(path, "a").close()  # read before the worker's first line
     timeouts = [] if args.defaults else ["--comm-timeout-seconds", "20",
                                          "--connect-timeout-seconds", "20"]
     p = subprocess.Popen(
@@ -126,7 +151,8 @@ def start_worker(args, work, planner, job, r, tag):
          "--job", job, "--worker-id", "w%d" % r, "--device", "cpu%d" % r, "--transport", "gloo",
          "--listen-host", "127.0.0.1", "--executor", "torch", "--stage-cache",
          os.path.join(work, "stage-cache")] + timeouts,
-        stdout=f, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    threading.Thread(target=copy_lines, args=(p.stdout, path), daemon=True).start()
     return p, path
 
 
@@ -165,6 +191,60 @@ def compile_wait(paths, version):
         if later:
             waits.append(float(later[0].get("compile_wait_seconds", 0)))
     return max(waits) if waits else 0.0
+
+
+def planner_marks(work, since):
+    """{event: seconds after `since`} of the planner's first worker_suspected,
+    worker_lost and plan_published lines logged after `since`."""
+    marks = {}
+    with open(os.path.join(work, "planner.err")) as f:
+        for line in f:
+            m = re.match(r"ts=(\S+) level=\S+ event=(\S+)", line)
+            if not m or m.group(2) not in ("worker_suspected", "worker_lost", "plan_published"):
+                continue
+            t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                tzinfo=timezone.utc).timestamp()
+            if t >= since - 0.001:
+                marks.setdefault(m.group(2), t - since)
+    return marks
+
+
+def arrival(path, since, pred):
+    """Seconds after `since` of the first output line of `path` matching `pred`, or None."""
+    for t, line in ARRIVALS.get(path, []):
+        if t >= since and pred(line):
+            return t - since
+    return None
+
+
+def timeline(work, killed, survivors, running):
+    """One line: where the recovery went, from the kill (docs/elastic.md)."""
+    def newer(line, name):
+        m = re.match(r"event=%s .*plan_version=(\d+)" % name, line)
+        return m is not None and int(m.group(1)) > running
+
+    drops = [arrival(p, killed, lambda l: l.startswith("event=step_dropped")) for p in survivors]
+    switches = [arrival(p, killed, lambda l: newer(l, "plan_switch")) for p in survivors]
+    steps = [arrival(p, killed, lambda l: newer(l, "step")) for p in survivors]
+    costs = {}
+    for p in survivors:
+        for e in events(p, "plan_switch"):
+            if int(e["plan_version"]) > running:
+                for k in ("switch_seconds", "compile_wait_seconds", "state_move_seconds"):
+                    costs[k] = max(costs.get(k, 0.0), float(e.get(k, 0)))
+                break
+    marks = planner_marks(work, killed)
+
+    def at(v):
+        v = [x for x in (v if isinstance(v, list) else [v]) if x is not None]
+        return "%.2f" % max(v) if v else "-"
+    return ("timeline (s after the kill): first drop %s, suspected %s, lost %s, published %s, "
+            "switched %s (switch %.2f: compile wait %.2f, state move %.2f), first step %s" % (
+                at(min([d for d in drops if d is not None], default=None)),
+                at(marks.get("worker_suspected")), at(marks.get("worker_lost")),
+                at(marks.get("plan_published")), at(switches),
+                costs.get("switch_seconds", 0), costs.get("compile_wait_seconds", 0),
+                costs.get("state_move_seconds", 0), at(steps)))
 
 
 def last_step_on_ranks(path, ranks):
@@ -209,9 +289,16 @@ def worker_kill_trial(args, work, planner, trial, sig=signal.SIGKILL, victims=(2
                 raise RuntimeError("w%d ended with %d" % (v, workers[v][0].returncode))
         survivors = [workers[r][1] for r in range(4) if r not in victims]
         left = 4 - len(victims)
-        wait_until(lambda: all(first_step_after(p, running, left) >= 0 for p in survivors), 180,
-                   "a step on a newer version")
+        try:
+            wait_until(lambda: all(first_step_after(p, running, left) >= 0 for p in survivors),
+                       180, "a step on a newer version")
+        except RuntimeError:
+            ended = ["w%d exited %d" % (r, workers[r][0].poll()) for r in range(4)
+                     if r not in victims and workers[r][0].poll() is not None]
+            raise RuntimeError("no step on a newer version within 180 s (%s); logs in %s" % (
+                ", ".join(ended) or "every survivor running", work))
         recovery = time.time() - killed
+        print(timeline(work, killed, survivors, running), flush=True)
         # Every version before the kill ran on all four.
         before = max(last_step_on_ranks(p, 4) for p in survivors)
         resumed = first_step_after(survivors[0], running, left)
@@ -276,6 +363,8 @@ def wrong_losses(paths, reference):
             want = reference[step]
             if abs(float(e["loss"]) - want) > 1e-3 * max(1.0, abs(want)):
                 wrong += 1
+                print("wrong loss: %s step %d plan_version %s: %s, reference %.6f" % (
+                    os.path.basename(p), step, e.get("plan_version"), e["loss"], want))
     return checked, wrong
 
 
@@ -284,34 +373,49 @@ def every_worker_steps_on(paths, ranks, after):
     return all(first_step_after(p, after, ranks) >= 0 for p in paths)
 
 
-def one_drill(args, work, planner, job, workers, rng, d):
-    """Kills a random worker at a random moment; (moment, recovery s or None: a hang)."""
+def wait_for_checkpoint_step(args, paths):
+    """Returns once a worker reports the step after which every rank writes a
+    checkpoint (the kill then lands in the write)."""
+    every = args.checkpoint_every
+    start = max(last_step(p) for p in paths)
+    target = (start // every + 1) * every - 1
+    wait_until(lambda: max(last_step(p) for p in paths) >= target, 600, "a checkpoint step")
+
+
+def one_drill(args, work, planner, job, workers, rng):
+    """Kills a random worker at a random moment; (moment, victim, recovery s or
+    None: a hang, steps redone, timeline)."""
     paths = [p for _, p in workers]
     wait_until(lambda: every_worker_steps_on(paths, 4, 0), 600, "all four training")
     time.sleep(rng.uniform(0.0, 3.0))
-    moment = rng.choice(["step", "switch"])
+    moment = rng.choice(["step", "switch", "checkpoint"])
     if moment == "switch":
         # A replan by hand: the kill lands in its plan switch (compile,
         # rendezvous, state move) or just after.
         subprocess.run([os.path.join(args.build, "client/pipeplan"), "--planner",
                         planner.address, "jobs", "replan", job], capture_output=True)
         time.sleep(rng.uniform(0.0, 1.5))
+    elif moment == "checkpoint":
+        wait_for_checkpoint_step(args, paths)
     victim = rng.randrange(4)
     before = newest_version(paths)
     workers[victim][0].send_signal(signal.SIGKILL)
-    workers[victim][0].wait()
     killed = time.time()
+    workers[victim][0].wait()
+    done_before = max(last_step(p) for p in paths)
     survivors = [paths[r] for r in range(4) if r != victim]
     try:
         wait_until(lambda: every_worker_steps_on(survivors, 3, before), 180, "resume")
     except RuntimeError:
-        return moment, None
+        return moment, victim, None, 0, ""
     recovery = time.time() - killed
+    redone = max(0, done_before + 1 - first_step_after(survivors[0], before, 3))
+    line = timeline(work, killed, survivors, before)
     workers[victim] = start_worker(args, work, planner, job, victim, "drill")
     grown = newest_version(survivors)
     wait_until(lambda: every_worker_steps_on(paths[:victim] + [workers[victim][1]] +
                                              paths[victim + 1:], 4, grown), 600, "grow back")
-    return moment, recovery
+    return moment, victim, recovery, redone, line
 
 
 def drills(args, work, planner):
@@ -322,20 +426,35 @@ def drills(args, work, planner):
     results = []
     try:
         for d in range(args.drills):
-            moment, recovery = one_drill(args, work, planner, job, workers, rng, d)
-            results.append((moment, recovery))
-            print("drill %d: %s %s" % (d, moment, "HANG" if recovery is None
-                                       else "%.2f s" % recovery), flush=True)
+            moment, victim, recovery, redone, line = one_drill(args, work, planner, job, workers,
+                                                               rng)
+            results.append((moment, recovery, redone))
+            print("drill %d: kill w%d at %s: %s, %d steps redone; %s" % (
+                d, victim, moment, "HANG" if recovery is None else "%.2f s" % recovery, redone,
+                line), flush=True)
             if recovery is None:
                 break
     finally:
         end_trial(args, planner, job, workers)
     checked, wrong = wrong_losses([p for _, p in workers], reference)
-    ok = [r for _, r in results if r is not None]
-    print("%d drills, %d hangs; recovery median %.2f s, p90 %.2f s; %d losses checked "
-          "against the reference, %d wrong" % (
-              len(results), len(results) - len(ok), statistics.median(ok) if ok else -1,
-              p90(ok) if ok else -1, checked, wrong))
+    print_drill_table(results)
+    print("%d losses checked against the reference, %d wrong" % (checked, wrong))
+
+
+def print_drill_table(results):
+    """Median and p90 of recovery and steps redone, per moment and for all."""
+    print("| drills | moment | hangs | recovery median (s) | p90 (s) | steps redone median | max |")
+    print("|---|---|---|---|---|---|---|")
+    for moment in ("step", "switch", "checkpoint", "all"):
+        rows = [r for r in results if moment in ("all", r[0])]
+        ok = [r for r in rows if r[1] is not None]
+        if not rows:
+            continue
+        rec = [r[1] for r in ok] or [-1]
+        red = [r[2] for r in ok] or [-1]
+        print("| %d | %s | %d | %.2f | %.2f | %g | %d |" % (
+            len(rows), moment, len(rows) - len(ok), statistics.median(rec), p90(rec),
+            statistics.median(red), max(red)))
 
 
 def print_rows(rows_by_name):
@@ -370,13 +489,18 @@ def logged(name, t, row):
 
 
 def with_defaults(args, work, planner):
-    wk = [logged("kill", t, worker_kill_trial(args, work, planner, t))
-          for t in range(args.trials)]
-    host = [logged("host", t, worker_kill_trial(args, work, planner, t, victims=(2, 3)))
-            for t in range(args.trials)]
+    rows = []
+    if "kill" in args.faults:
+        rows.append(("worker kill -9 (1 of 4)", [
+            logged("kill", t, worker_kill_trial(args, work, planner, t))
+            for t in range(args.trials)]))
+    if "host" in args.faults:
+        rows.append(("lost host (2 of 4 on h1)", [
+            logged("host", t, worker_kill_trial(args, work, planner, t, victims=(2, 3)))
+            for t in range(args.trials)]))
     print("the planner's defaults (10 s lease), checkpoint every %d steps, 4 workers (torch, "
           "gpt fixture), %d trials" % (args.checkpoint_every, args.trials))
-    print_rows((("worker kill -9 (1 of 4)", wk), ("lost host (2 of 4 on h1)", host)))
+    print_rows(rows)
 
 
 def main():
@@ -390,10 +514,14 @@ def main():
     ap.add_argument("--drills", type=int, default=0)
     ap.add_argument("--reference-steps", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    ap.add_argument("--faults", default="kill,host",
+                    help="with --defaults: which of kill,host to run")
     args = ap.parse_args()
     if args.checkpoint_every is None:
         args.checkpoint_every = 50 if args.defaults else 10
     work = tempfile.mkdtemp(prefix="pipeplan-elastic-bench-")
+    planner = None
     try:
         subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
                         "--out-dir", work, "--model", "gpt", "--rows", "48"],
@@ -410,8 +538,16 @@ def main():
         else:
             planner = classic(args, work, planner)
         planner.kill()
+    except BaseException:
+        args.keep = True  # the logs say what went wrong
+        raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if planner is not None and planner.p.poll() is None:
+            planner.kill()
+        if args.keep:
+            print("work folder (kept): " + work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

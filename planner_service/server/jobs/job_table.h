@@ -46,6 +46,15 @@ struct RegistryContext {
 struct Worker {
   WorkerRecord record;
   absl::Time lease_expiry;
+  // The lease end a peer's failure report set (WorkerLeases::
+  // ReportPeerFailure); a renewal moves lease_expiry off it, which ends the
+  // suspicion without touching this.
+  absl::Time suspect_expiry = absl::InfinitePast();
+  // The worker opened a WatchPlan stream on this planner, and since when it
+  // has had none open (InfiniteFuture while one is): a dead process's
+  // stream ends at once, a live one reopens it within its backoff.
+  bool watched = false;
+  absl::Time watch_gone_since = absl::InfiniteFuture();
   // The newest stored report's run and number: a resent report (same run,
   // number not above) is answered OK and not stored again.
   std::string report_run_id;

@@ -107,6 +107,10 @@ absl::Status PlanVersions::Watch(Job& job, const std::string& worker_id, int64_t
   // Drop watches whose stream ended.
   std::erase_if(job.watches, [](const WatchEntry& x) { return x.watcher.expired(); });
   job.watches.push_back({worker_id, watcher});
+  if (auto it = job.workers.find(worker_id); it != job.workers.end()) {
+    it->second.watched = true;
+    it->second.watch_gone_since = absl::InfiniteFuture();
+  }
   if (job.record.current_version > known_version) w->OnPlan(UpdateFor(job, worker_id));
   LogInfo("watch_started", {{"job", job.record.id},
                             {"plan_version", absl::StrCat(job.record.current_version)},

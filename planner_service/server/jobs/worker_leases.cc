@@ -166,6 +166,40 @@ std::set<std::string> HostsOf(const Job& job, const std::vector<std::string>& de
   return hosts;
 }
 
+// Whether `worker_id` has a WatchPlan stream open on this planner. A
+// process that died (kill -9, its host gone) closed the stream's socket,
+// and gRPC ends the stream at once: with a peer's report naming it, that
+// is proof enough, where a lease or a grace would only wait longer.
+bool WatchOpen(const Job& job, const std::string& worker_id) {
+  return std::any_of(job.watches.begin(), job.watches.end(), [&](const WatchEntry& e) {
+    return e.worker_id == worker_id && !e.watcher.expired();
+  });
+}
+
+// Whether `w`, suspected by a peer and still under its suspicion, has
+// closed its watch stream: lost now. Only on one planner: replicas see
+// only the streams opened to themselves.
+bool SuspectGone(const RegistryContext& ctx, const Job& job, const Worker& w) {
+  return !ctx.replicated() && w.lease_expiry == w.suspect_expiry &&
+         !WatchOpen(job, w.record.info.worker_id());
+}
+
+// Whether `w`'s watch stream has been closed for `grace` without being
+// opened again: its process died though no peer was talking to it (a kill
+// during a plan switch or rendezvous), where the lease would wait longer.
+// A live worker reopens its stream after 100 ms of backoff. Only for
+// workers that watched on this planner, on one planner (see SuspectGone).
+bool WatchLost(const RegistryContext& ctx, const Job& job, Worker& w, absl::Time now,
+               absl::Duration grace) {
+  if (ctx.replicated() || !w.watched) return false;
+  if (WatchOpen(job, w.record.info.worker_id())) {
+    w.watch_gone_since = absl::InfiniteFuture();
+    return false;
+  }
+  w.watch_gone_since = std::min(w.watch_gone_since, now);
+  return now - w.watch_gone_since >= grace;
+}
+
 std::string HostOf(const Job& job, const std::string& device) {
   if (!job.current) return "";
   for (const v1::Device& d : job.current->request().cluster().devices()) {
@@ -199,6 +233,7 @@ void WorkerLeases::ReportPeerFailure(Job& job, Worker& reporter, int64_t version
     const absl::Time until = now + (named ? grace : host_grace);
     if (until >= w.lease_expiry) continue;
     w.lease_expiry = until;
+    w.suspect_expiry = until;
     LogInfo("worker_suspected", {{"job", job.record.id},
                                  {"plan_version", absl::StrCat(version)},
                                  {"worker", wid},
@@ -222,10 +257,18 @@ int WorkerLeases::CheckLeases() {
 }
 
 bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
-  if (w.record.state != v1::WORKER_ACTIVE || now < w.lease_expiry ||
-      sync_->HeartbeatElsewhere(w, now)) {
-    return false;
+  if (w.record.state != v1::WORKER_ACTIVE) return false;
+  const char* why = "lease expired";
+  if (now < w.lease_expiry) {
+    if (SuspectGone(*ctx_, job, w)) {
+      why = "suspected, watch closed";
+    } else if (WatchLost(*ctx_, job, w, now, 2 * ctx_->options.suspect_grace)) {
+      why = "watch closed";
+    } else {
+      return false;
+    }
   }
+  if (sync_->HeartbeatElsewhere(w, now)) return false;
   const std::string wid = w.record.info.worker_id();  // a copy: Update replaces the record
   WorkerRecord gone = w.record;
   gone.state = v1::WORKER_LOST;
@@ -239,7 +282,8 @@ bool WorkerLeases::Expire(const Job& job, Worker& w, absl::Time now) {
           {{"job", job.record.id},
            {"plan_version", absl::StrCat(job.record.current_version)},
            {"worker", wid},
-           {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(ctx_->options.lease))}});
+           {"lease_seconds", absl::StrCat(absl::ToDoubleSeconds(ctx_->options.lease))},
+           {"why", why}});
   return true;
 }
 

@@ -182,7 +182,11 @@ void PlannerServer::Impl::StartLoops(const ServerConfig& c) {
       while (!stop_leases.WaitForNotificationWithTimeout(period)) work();
     });
   };
-  lease_thread = every(c.lease_check_period, [this] { handlers->registry().CheckLeases(); });
+  // A worker declared lost is replanned around at once, not at the replan
+  // loop's next tick: detection is the bulk of a recovery (issue 26).
+  lease_thread = every(c.lease_check_period, [this, replan = c.handlers.replan.enabled] {
+    if (handlers->registry().CheckLeases() > 0 && replan) handlers->replan_policy().Tick();
+  });
   if (ownership) {
     // Synced once at once: a replica follows the others from the start.
     sync_thread = std::thread([this, period = c.store_sync_period] {

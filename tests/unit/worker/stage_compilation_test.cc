@@ -3,11 +3,14 @@
 // and the destructor cancels a running job. The stage cache key: stages
 // compiled by one version of the compiler are never reused by another (a
 // cache written before dropout was seeded drew unseeded masks), while the
-// same compiler and plan hit the same folder.
+// same compiler and plan hit the same folder. Workers of one host that
+// compile the same split at once run one compiler between them.
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -116,6 +119,43 @@ TEST(StageCompilerTest, CacheFolderChangesWithTheCompilersSources) {
   StageCompileRequest other = r;
   other.node_stage = {0, 1, 1};
   EXPECT_NE(CompiledStagesDir(other), CompiledStagesDir(r));
+}
+
+// Three survivors of a loss compile the new split at once into one cache:
+// one compiler runs (a shell script stands in for Python: it counts its
+// runs, takes 300 ms and writes stages.json), the others wait for it and
+// read its folder.
+TEST(StageCompilerTest, WorkersCompilingOneSplitAtOnceRunOneCompiler) {
+  testing::TempDir dir;
+  const std::filesystem::path root(dir.path());
+  const std::filesystem::path runs = root / "runs.txt";
+  Write(root / "compile.sh",
+        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
+        "echo run >> '" +
+            runs.string() +
+            "'\n"
+            "sleep 0.3\n"
+            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
+  StageCompileRequest r{.python = "/bin/sh",
+                        .script = (root / "compile.sh").string(),
+                        .package_dir = root.string(),
+                        .package_digest = "0123456789abcdef0123",
+                        .node_stage = {0, 1, 1},
+                        .microbatch_size = 2,
+                        .cache_dir = (root / "cache").string(),
+                        .timeout = absl::Seconds(60)};
+  std::vector<absl::StatusOr<std::string>> dirs(3, absl::UnknownError("not run"));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w) workers.emplace_back([&, w] { dirs[w] = CompileStages(r); });
+  for (std::thread& t : workers) t.join();
+  for (const absl::StatusOr<std::string>& d : dirs) {
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(*d, CompiledStagesDir(r));
+  }
+  std::ifstream in(runs);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 1) << "one compiler for the three workers";
 }
 
 }  // namespace

@@ -47,6 +47,24 @@ class ControlState {
     absl::MutexLock l(&mu_);
     return latest_version_;
   }
+  // The watch stream's plan of `version` uses `devices` (every replica's):
+  // the stall watch reads whether the newest version left a device out.
+  void SawPlan(int64_t version, std::vector<std::string> devices) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock l(&mu_);
+      if (version < devices_version_) return;
+      devices_version_ = version;
+      latest_devices_ = std::move(devices);
+    }
+    SawVersion(version);
+  }
+  // The devices of the newest version known; empty while its plan has not
+  // come (a heartbeat named the version before the watch sent it).
+  std::vector<std::string> LatestDevices() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (devices_version_ != latest_version_) return {};
+    return latest_devices_;
+  }
 
   void MarkJobDeleted() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
@@ -146,6 +164,8 @@ class ControlState {
   Clock& clock_;
   mutable absl::Mutex mu_;
   int64_t latest_version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> latest_devices_ ABSL_GUARDED_BY(mu_);
   bool job_deleted_ ABSL_GUARDED_BY(mu_) = false;
   bool job_completed_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

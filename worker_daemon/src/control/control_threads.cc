@@ -2,11 +2,29 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "pipeplan/common/retry_policy.h"
 
 namespace pipeplan::worker {
+namespace {
+
+// Every device `plan` gives a rank, in any replica.
+std::vector<std::string> PlanDevices(const v1::Plan& plan) {
+  std::vector<std::string> devices;
+  auto add = [&devices](const std::string& d) {
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  };
+  for (const v1::Stage& s : plan.stages()) add(s.device_id());
+  for (const v1::Replica& r : plan.replicas()) {
+    for (const std::string& d : r.rank_device_ids()) add(d);
+  }
+  return devices;
+}
+
+}  // namespace
 
 ControlThreads::ControlThreads(PlannerApi& planner, const WorkerOptions& options,
                                v1::WorkerInfo info, ControlState& state)
@@ -35,7 +53,7 @@ void ControlThreads::WatchLoop() {
     if (!state_.AttachWatch(watch.get())) break;
     v1::PlanUpdate update;
     while (watch->Next(&update)) {
-      state_.SawVersion(update.version());
+      state_.SawPlan(update.version(), PlanDevices(update.plan()));
       backoff.Reset();
     }
     // NOT_FOUND: the job is gone (WatchPlan answers nothing else with it).

@@ -35,6 +35,17 @@ std::optional<std::string> DeviceOfWorldRank(const StagePlan& plan, int world) {
   return (*devices)[rank];
 }
 
+// Every device of the plan, in any replica.
+std::vector<std::string> DevicesOf(const StagePlan& plan) {
+  std::vector<std::string> devices = plan.rank_devices;
+  for (const std::vector<std::string>& replica : plan.replica_devices) {
+    for (const std::string& d : replica) {
+      if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+    }
+  }
+  return devices;
+}
+
 }  // namespace
 
 StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlState& state,
@@ -58,10 +69,15 @@ StepLoop::StepLoop(PlannerApi& planner, const WorkerOptions& options, ControlSta
                      Emit(absl::StrCat("event=stall_abort job=", options_.job_id,
                                        " worker=", options_.worker_id, " plan_version=", version));
                    },
-                   absl::Milliseconds(100), clock) {}
+                   absl::Milliseconds(100), clock, [&state] { return state.LatestDevices(); }) {}
 
 absl::Duration StepLoop::StallGrace() const {
   return std::max(state_.Lease(), 4 * last_step_time_);
+}
+
+StallWatch::Shrink StepLoop::ShrinkGrace() const {
+  return {.devices = DevicesOf(active_->plan),
+          .grace = std::max(absl::Seconds(1), 4 * last_step_time_)};
 }
 
 bool StepLoop::ReachedMaxSteps() const {
@@ -99,7 +115,7 @@ absl::Status StepLoop::Run() {
       absl::StatusOr<Boundary> boundary;
       {
         StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
-                                  StallGrace());
+                                  StallGrace(), ShrinkGrace());
         boundary = AgreeAtBoundary(want);
       }
       if (!boundary.ok()) {
@@ -331,7 +347,7 @@ absl::Status StepLoop::RunOneStep() {
   absl::StatusOr<StepResult> run;
   {
     StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
-                              StallGrace());
+                              StallGrace(), ShrinkGrace());
     const absl::Time start = clock_.Now();
     run = active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
     last_step_time_ = clock_.Now() - start;

@@ -27,8 +27,9 @@
 // leases without one it tries the same version again (a peer restarted in
 // place). A peer that hangs closes no socket: once a newer version is known
 // and a step or vote has made no progress for the grace period
-// (StallGrace), the stall watch aborts the running transport and the same
-// recovery follows (stall_watch.h). Only a job failure, a deleted job or a
+// (StallGrace; ShrinkGrace when the newer version leaves out a device of
+// the running one), the stall watch aborts the running transport and the
+// same recovery follows (stall_watch.h). Only a job failure, a deleted job or a
 // stop ends the loop.
 //
 // The loop reads the planner through PlannerApi, time through Clock and
@@ -130,6 +131,9 @@ class StepLoop {
   // version is known: a lease (the planner's own patience with a silent
   // worker), or four of the last step's durations when steps are longer.
   absl::Duration StallGrace() const;
+  // When the newer version leaves out a device of the running one (its
+  // worker was lost), the wait will not end: a second, or four steps.
+  StallWatch::Shrink ShrinkGrace() const;
 
   PlannerApi& planner_;
   const WorkerOptions& options_;

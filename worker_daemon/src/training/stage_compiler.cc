@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "pipeplan/common/status_macros.h"
 
 extern char** environ;
 
@@ -124,6 +127,41 @@ std::string CompiledStagesDir(const StageCompileRequest& r) {
                          Fnv1a(key), r.microbatch_size);
 }
 
+namespace {
+
+// An exclusive flock on `path`, released when destroyed or when the process
+// dies (a kill -9 included).
+class CompileLock {
+ public:
+  ~CompileLock() {
+    if (fd_ >= 0) close(fd_);  // releases the lock
+  }
+  // Waits for the lock, polling so that `cancel` and `deadline` end the wait.
+  absl::Status Acquire(const std::string& path, const std::atomic<bool>* cancel,
+                       absl::Time deadline) {
+    fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path));
+    while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(errno)));
+      }
+      if (cancel != nullptr && cancel->load()) {
+        return absl::CancelledError("stage compilation cancelled");
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("waited too long for ", path));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
 absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
   const std::string out = CompiledStagesDir(r);
   if (std::filesystem::exists(out + "/stages.json")) return out;
@@ -132,6 +170,13 @@ absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot create ", r.cache_dir, ": ", ec.message()));
   }
+  // The workers of one host share the cache and, after a loss, all compile
+  // the same new split at once: one compiles, the others wait and read its
+  // stages. On a host of few cores, N compilers at once took about N times
+  // as long each (issue 26: the survivors' first step waits on this).
+  CompileLock lock;
+  PIPEPLAN_RETURN_IF_ERROR(lock.Acquire(out + ".lock", r.cancel, absl::Now() + r.timeout));
+  if (std::filesystem::exists(out + "/stages.json")) return out;
   // The assignment goes in a file: a long node_stage list would overflow argv.
   const std::string node_stage = absl::StrCat(out, ".node_stage.", getpid(), ".json");
   {

@@ -37,11 +37,18 @@ v1::HeartbeatRequest FailureReport(const std::string& job, const std::string& wo
   return r;
 }
 
+// A worker's WatchPlan stream: open while the test holds it.
+class OpenWatch : public PlanWatcher {
+ public:
+  void OnPlan(std::shared_ptr<const v1::PlanUpdate>) override {}
+  void OnClose(const absl::Status&) override {}
+};
+
 class PeerFailureTest : public ::testing::Test {
  protected:
   void SetUp() override { SetLogEnabled(false); }
   // A job with a rank on gpu0..gpu<n-1>, each device on host `hosts[d]`, and
-  // a worker w<d> on each.
+  // a worker w<d> on each, watching the job's plan as every worker does.
   void Start(const std::vector<std::string>& hosts) {
     store_ = NewMemoryStore();
     registry_ = std::make_unique<JobRegistry>(
@@ -61,7 +68,15 @@ class PeerFailureTest : public ::testing::Test {
       w.set_worker_id(absl::StrCat("w", d));
       w.set_device_id(absl::StrCat("gpu", d));
       ASSERT_TRUE(registry_->RegisterWorker(id_, w).ok());
+      watches_.push_back(std::make_shared<OpenWatch>());
+      ASSERT_TRUE(registry_->Watch(id_, w.worker_id(), 1, watches_.back()).ok());
     }
+  }
+  // Worker w<d>'s process died: gRPC ended its watch stream.
+  void CloseWatch(int d) { watches_[d].reset(); }
+  void ReopenWatch(int d) {
+    watches_[d] = std::make_shared<OpenWatch>();
+    ASSERT_TRUE(registry_->Watch(id_, absl::StrCat("w", d), 1, watches_[d]).ok());
   }
   void TearDown() override { SetLogEnabled(true); }
 
@@ -78,6 +93,7 @@ class PeerFailureTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<JobRegistry> registry_;
   std::string id_;
+  std::vector<std::shared_ptr<OpenWatch>> watches_;
 };
 
 TEST_F(PeerFailureTest, APeerThatNeverReportsTheFailureIsLostWithinTheGrace) {
@@ -128,6 +144,58 @@ TEST_F(PeerFailureTest, TheHostMatesOfAnUnreachablePeerAreSuspectsToo) {
   EXPECT_EQ(registry_->CheckLeases(), 1);
   EXPECT_EQ(StateOf("w3"), v1::WORKER_LOST);
   EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);
+  EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
+}
+
+// A killed worker's watch stream ends as its sockets close: once a peer
+// names it, it is lost at the next lease check, not after the grace; so
+// are its host mates whose streams closed too (a lost host within about a
+// second, not half a lease). A suspect whose watch is open keeps the grace.
+TEST_F(PeerFailureTest, ASuspectWhoseWatchClosedIsLostAtTheNextCheck) {
+  ASSERT_NO_FATAL_FAILURE(Start({"a", "a", "b", "b"}));
+  CloseWatch(3);
+  ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w1", 1, {"gpu2"})).ok());
+  ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
+  EXPECT_EQ(registry_->CheckLeases(), 1) << "w3: a host mate without a watch";
+  EXPECT_EQ(StateOf("w3"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w2"), v1::WORKER_ACTIVE) << "named, but its watch is open: the grace";
+  // w2's stream ends after the report named it: the next check decides.
+  clock_.Advance(absl::Milliseconds(100));
+  CloseWatch(2);
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(StateOf("w2"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);
+  EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
+}
+
+// Nobody named it (killed while no peer talked to it: in a plan switch, a
+// rendezvous): a watch closed for two graces is lost then, not after a
+// lease; one reopened within them (a worker reconnecting to the planner,
+// 100 ms of backoff) costs nobody a lease.
+TEST_F(PeerFailureTest, AWatchClosedForTwoGracesIsLost) {
+  ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
+  CloseWatch(2);
+  CloseWatch(1);
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  clock_.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  ReopenWatch(1);
+  clock_.Advance(absl::Milliseconds(1400));
+  EXPECT_EQ(registry_->CheckLeases(), 0);
+  clock_.Advance(absl::Milliseconds(200));
+  EXPECT_EQ(registry_->CheckLeases(), 1);
+  EXPECT_EQ(StateOf("w2"), v1::WORKER_LOST);
+  EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
+  EXPECT_EQ(StateOf("w0"), v1::WORKER_ACTIVE);
+}
+
+// A suspicion renewed away is over, watch or not.
+TEST_F(PeerFailureTest, ARenewedSuspectIsNoLongerSuspected) {
+  ASSERT_NO_FATAL_FAILURE(Start({"h0", "h1", "h2"}));
+  ASSERT_TRUE(registry_->Heartbeat(FailureReport(id_, "w0", 1, {"gpu1"})).ok());
+  CloseWatch(1);
+  ASSERT_TRUE(registry_->Heartbeat(id_, "w1").ok());
+  EXPECT_EQ(registry_->CheckLeases(), 0);
   EXPECT_EQ(StateOf("w1"), v1::WORKER_ACTIVE);
 }
 

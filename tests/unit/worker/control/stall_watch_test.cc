@@ -1,11 +1,16 @@
 // The stall watch (worker_daemon/src/control/stall_watch.h) over the
 // in-memory transport, in virtual time (a fake clock): a wait on a peer that
 // never sends ends with ABORTED exactly once a newer version is known and the
-// grace has passed, and only then.
+// grace has passed, and only then; at once (a shorter grace) when the newer
+// version leaves out a device of the running one.
 #include "control/stall_watch.h"
 
 #include <atomic>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "fake_clock.h"
 #include "gtest/gtest.h"
 #include "pipeplan/worker/transport/in_memory_transport.h"
@@ -21,8 +26,23 @@ struct Watched {
   FakeClock clock;
   std::atomic<int64_t> latest{1};
   std::atomic<int64_t> aborted_version{0};
+  absl::Mutex mu;
+  std::vector<std::string> latest_devices ABSL_GUARDED_BY(mu);
   StallWatch watch{[this] { return latest.load(); },
-                   [this](int64_t v) { aborted_version.store(v); }, kPoll, clock};
+                   [this](int64_t v) { aborted_version.store(v); }, kPoll, clock,
+                   [this] {
+                     absl::MutexLock l(&mu);
+                     return latest_devices;
+                   }};
+
+  // The planner published `version` on `devices`.
+  void Publish(int64_t version, std::vector<std::string> devices) {
+    {
+      absl::MutexLock l(&mu);
+      latest_devices = std::move(devices);
+    }
+    latest.store(version);
+  }
 
   // Moves time on by `d` in polls, each one checked by the watch before the
   // next.
@@ -86,6 +106,30 @@ TEST(StallWatch, StepsThatCompleteWhileANewerVersionWaitsAreNotAborted) {
     EXPECT_EQ(got, step);
   }
   EXPECT_EQ(w.aborted_version.load(), 0);
+}
+
+// The planner published a version without cpu1 (its worker was lost): the
+// wait on it ends after the shrink grace, not the lease-long one; a newer
+// version on the same devices (a calibration replan) keeps the long grace.
+TEST(StallWatch, AVersionWithoutARunningDeviceEndsTheWaitAfterTheShorterGrace) {
+  HungPeer peer;
+  ASSERT_TRUE(peer.recv.ok());
+  Watched w;
+  ASSERT_TRUE(w.clock.AwaitPendingWait(kPoll));
+  const StallWatch::Shrink shrink{.devices = {"cpu0", "cpu1"}, .grace = absl::Milliseconds(200)};
+  {
+    StallWatch::Scope scope(w.watch, peer.t.get(), 1, absl::Seconds(10), shrink);
+    w.Publish(2, {"cpu1", "cpu0"});  // the same devices: a planned switch
+    w.Advance(absl::Seconds(1));
+    EXPECT_EQ(w.aborted_version.load(), 0) << "a planned switch has the long grace";
+  }
+  StallWatch::Scope scope(w.watch, peer.t.get(), 1, absl::Seconds(10), shrink);
+  w.Publish(3, {"cpu0"});
+  w.Advance(absl::Milliseconds(150));
+  EXPECT_EQ(w.aborted_version.load(), 0);
+  w.Advance(absl::Milliseconds(100));
+  EXPECT_EQ(w.aborted_version.load(), 1) << "aborted within the shrink grace";
+  EXPECT_EQ((*peer.recv)->Wait(absl::Seconds(30)).code(), absl::StatusCode::kAborted);
 }
 
 TEST(StallWatch, WithoutANewerVersionAHangIsLeftToTheCommTimeout) {

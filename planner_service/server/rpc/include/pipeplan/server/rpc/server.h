@@ -46,7 +46,8 @@ struct ServerConfig {
   int grpc_max_threads = 64;
   absl::Duration keepalive_time = absl::Seconds(30);
   absl::Duration keepalive_timeout = absl::Seconds(10);
-  absl::Duration lease_check_period = absl::Milliseconds(250);
+  // A suspect whose watch closed is lost at the next check (worker_leases.h).
+  absl::Duration lease_check_period = absl::Milliseconds(100);
   // How often the replanning policy looks at the jobs (handlers.replan).
   absl::Duration replan_check_period = absl::Milliseconds(500);
   // How often RUNNING jobs' pipeplan_job_* gauges are refreshed from their
