@@ -62,17 +62,20 @@ for entry in json.load(open(db_path)):
     include_dirs = [a[2:] for a in args if a.startswith("-I")]
     if not uses_mutex(src, include_dirs, set()):
         continue
-    # Drop the launcher and compiler, the output, dependency files and GCC's
-    # warning set; keep defines, include paths, standard and -O (it changes
+    # Drop the launcher and compiler, the output, dependency files, GCC's
+    # warning set and the precompiled header (a GCC .gch next to
+    # cmake_pch.hxx, which clang would try to load; the TU includes what it
+    # uses itself); keep defines, include paths, standard and -O (it changes
     # which headers' code paths are parsed, e.g. __OPTIMIZE__).
     while args and not args[0].startswith("-"):
         args.pop(0)
     keep, skip = [], False
-    for a in args:
+    for i, a in enumerate(args):
         if skip:
             skip = False
             continue
-        if a in ("-o", "-MT", "-MF"):
+        if a in ("-o", "-MT", "-MF") or (
+                a == "-include" and i + 1 < len(args) and args[i + 1].endswith("cmake_pch.hxx")):
             skip = True
             continue
         if a in ("-c", "-MD", src) or a.startswith("-W"):
