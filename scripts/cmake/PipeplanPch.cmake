@@ -30,6 +30,9 @@ function(pipeplan_pch_library name)
   configure_file(${stub}.in ${stub} COPYONLY)
   add_library(${name} OBJECT ${stub})
   target_link_libraries(${name} PRIVATE ${P_LIBS} Threads::Threads)
+  # -pthread defines _REENTRANT, which a GCC precompiled header must agree
+  # on with each user: always on, here and in every user.
+  target_compile_options(${name} PRIVATE -pthread)
   target_precompile_headers(${name} PRIVATE ${P_HEADERS})
   # The tests' headers compile with the tests' own options (-O1).
   if(name MATCHES "_test")
@@ -128,6 +131,7 @@ function(pipeplan_add_precompiled_headers)
     if(pch)
       # The shared header was compiled with -pthread; a user must match it.
       target_link_libraries(${target} PRIVATE Threads::Threads)
+      target_compile_options(${target} PRIVATE -pthread)
       target_precompile_headers(${target} REUSE_FROM ${pch})
       # GCC 12's -Wstringop-overread rests on inlining decisions that the
       # headers' order shifts: with the shared header in front it flagged
