@@ -15,7 +15,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus python3 python3-torch python3-torchvision python3-pytest python3-grpcio
   librsvg2-bin
-  libtorch-dev postgresql-15 libpq-dev clang-14 libclang-rt-14-dev
+  libtorch-dev postgresql-15 libpq-dev clang-14 libclang-rt-14-dev lld
 )
 
 if [[ -z "${PIPEPLAN_SKIP_APT:-}" ]]; then

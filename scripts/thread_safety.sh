@@ -24,13 +24,19 @@ if [[ ! -f "$DB" ]]; then
   exit 1
 fi
 
-# One NUL-separated clang command line per selected TU.
+# One NUL-separated clang command line per selected TU, and first one per
+# precompiled header they use (clang's own, in $pch_dir, from the header
+# list and flags CMake wrote for GCC's: the TUs then skip gRPC's and the
+# generated headers' ~2 s each, as the build does).
 commands=$(mktemp)
-trap 'rm -f "$commands"' EXIT
-"${PIPEPLAN_PYTHON:-/usr/bin/python3}" - "$DB" "$CLANGXX" >"$commands" <<'EOF'
+pch_commands=$(mktemp)
+pch_dir=$(mktemp -d)
+trap 'rm -rf "$commands" "$pch_commands" "$pch_dir"' EXIT
+"${PIPEPLAN_PYTHON:-/usr/bin/python3}" - "$DB" "$CLANGXX" "$pch_commands" "$pch_dir" \
+  >"$commands" <<'EOF'
 import json, os, re, shlex, sys
 
-db_path, clangxx = sys.argv[1], sys.argv[2]
+db_path, clangxx, pch_commands, pch_dir = sys.argv[1:5]
 root = os.getcwd()
 FOLDERS = ("planner_service/server/", "worker_daemon/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -54,32 +60,61 @@ def uses_mutex(path, include_dirs, seen):
     return False
 
 
-for entry in json.load(open(db_path)):
-    src = entry["file"]
-    if not os.path.relpath(src, root).startswith(FOLDERS):
-        continue
-    args = shlex.split(entry["command"])
-    include_dirs = [a[2:] for a in args if a.startswith("-I")]
-    if not uses_mutex(src, include_dirs, set()):
-        continue
-    # Drop the launcher and compiler, the output, dependency files and GCC's
-    # warning set; keep defines, include paths, standard and -O (it changes
-    # which headers' code paths are parsed, e.g. __OPTIMIZE__).
+def clang_args(args, src):
+    """The compile line's flags for clang: without the launcher and compiler,
+    the output, dependency files, GCC's warning set and GCC's precompiled
+    header; with defines, include paths, standard and -O (it changes which
+    headers' code paths are parsed, e.g. __OPTIMIZE__). Also the header
+    (cmake_pch.hxx) that the line force-includes, or None."""
     while args and not args[0].startswith("-"):
         args.pop(0)
-    keep, skip = [], False
-    for a in args:
+    keep, skip, pch = [], False, None
+    for i, a in enumerate(args):
         if skip:
             skip = False
             continue
-        if a in ("-o", "-MT", "-MF"):
+        if a == "-include" and i + 1 < len(args) and args[i + 1].endswith("cmake_pch.hxx"):
+            pch = args[i + 1]
+            skip = True
+            continue
+        if a in ("-o", "-MT", "-MF", "-x"):
             skip = True
             continue
         if a in ("-c", "-MD", src) or a.startswith("-W"):
             continue
         keep.append(a)
-    cmd = [clangxx, "-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety"] + keep + [src]
-    sys.stdout.write("cd " + shlex.quote(entry["directory"]) + " && " + shlex.join(cmd) + "\0")
+    return keep, pch
+
+
+db = json.load(open(db_path))
+# CMake's own line for each precompiled header: cmake_pch.hxx.cxx.
+pch_flags = {}
+for entry in db:
+    if entry["file"].endswith("cmake_pch.hxx.cxx"):
+        flags, header = clang_args(shlex.split(entry["command"]), entry["file"])
+        pch_flags[header] = (entry["directory"], flags)
+
+made = {}  # cmake_pch.hxx -> the clang .pch made from it
+with open(pch_commands, "w") as pch_out:
+    for entry in db:
+        src = entry["file"]
+        if not os.path.relpath(src, root).startswith(FOLDERS):
+            continue
+        args = shlex.split(entry["command"])
+        include_dirs = [a[2:] for a in args if a.startswith("-I")]
+        if not uses_mutex(src, include_dirs, set()):
+            continue
+        keep, header = clang_args(args, src)
+        if header in pch_flags:
+            if header not in made:
+                made[header] = os.path.join(pch_dir, "%d.pch" % len(made))
+                directory, flags = pch_flags[header]
+                cmd = [clangxx, "-x", "c++-header", "-Wno-pragma-system-header-outside-header"]
+                cmd += flags + [header, "-o", made[header]]
+                pch_out.write("cd " + shlex.quote(directory) + " && " + shlex.join(cmd) + "\0")
+            keep += ["-include-pch", made[header]]
+        cmd = [clangxx, "-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety"] + keep + [src]
+        sys.stdout.write("cd " + shlex.quote(entry["directory"]) + " && " + shlex.join(cmd) + "\0")
 EOF
 
 if [[ ! -s "$commands" ]]; then
@@ -87,6 +122,8 @@ if [[ ! -s "$commands" ]]; then
   exit 1
 fi
 count=$(tr -cd '\0' <"$commands" | wc -c)
-echo "thread_safety: $CLANGXX -Wthread-safety over $count translation units"
+pchs=$(tr -cd '\0' <"$pch_commands" | wc -c)
+echo "thread_safety: $CLANGXX -Wthread-safety over $count translation units ($pchs precompiled headers)"
+xargs <"$pch_commands" -0 -r -n1 -P"${PIPEPLAN_JOBS:-2}" bash -c
 xargs <"$commands" -0 -n1 -P"${PIPEPLAN_JOBS:-2}" bash -c
 echo "thread_safety: ok"
