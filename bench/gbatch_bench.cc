@@ -22,9 +22,16 @@
 //    replica counts could gain over uniform ones.
 //
 //   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
+//                                       [--time-limit S]
 //
 // --piper FILE: one Piper instance instead of the two bundled ones.
 // --devices N: only the rows of N devices (for profiling one scale).
+// --time-limit S: the search's time limit (default the planner's 10 s;
+//   raise it under a profiler so the search is not cut short).
+// "plan (s)" is wall time, "CPU (s)" the planning thread's CPU time: on a
+// shared machine the wall time follows the load, the CPU time much less.
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -56,11 +63,19 @@ Cluster Devices(int n, double flops, double memory, double inter, double intra, 
   return *Cluster::Build(std::move(c));
 }
 
-int only_devices = 0;  // --devices: 0 is every row
+int only_devices = 0;   // --devices: 0 is every row
+double time_limit = 0;  // --time-limit: 0 is the planner's default
 
 bool Skip(int n) { return only_devices > 0 && n != only_devices; }
 
 double Seconds(absl::Time t0) { return absl::ToDoubleSeconds(absl::Now() - t0); }
+
+// This thread's CPU seconds so far (the planner runs on the caller's thread).
+double CpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 void Gpt2(const std::string& bench_dir, const std::string& data) {
   Loaded in = Load(bench_dir + "gpt2_xl.json", data + "cluster_8xa100.json");
@@ -69,21 +84,24 @@ void Gpt2(const std::string& bench_dir, const std::string& data) {
               in.graph->num_nodes(), batch);
   std::printf(
       "| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
-      "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
+      "all-reduce (ms) | plan (s) | CPU (s) |\n|---|---|---|---|---|---|---|\n");
   for (int n = 8; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 4e14, 80.0 * (1 << 30), 50e9, 450e9, 10e-6);
-    const PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
+    const PlanOptions o{
+        .global_batch = batch, .method = PartitionMethod::kDp, .time_limit_seconds = time_limit};
     const absl::Time t0 = absl::Now();
+    const double cpu0 = CpuSeconds();
     auto p = MakePlan(*in.graph, c, o);
+    const double cpu = CpuSeconds() - cpu0;
     if (!p.ok()) {
       std::printf("| %d | %s |\n", n, std::string(p.status().message()).substr(0, 160).c_str());
       continue;
     }
-    std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
+    std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
                 p->num_replicas, p->microbatches,
                 std::string(schedule::ScheduleKindName(p->schedule)).c_str(), p->step_seconds * 1e3,
-                p->allreduce_exposed_seconds * 1e3, Seconds(t0));
+                p->allreduce_exposed_seconds * 1e3, Seconds(t0), cpu);
     std::fflush(stdout);
   }
 }
@@ -92,6 +110,7 @@ struct Best {
   double step = 1e300;
   int ranks = 0, replicas = 0, microbatches = 0;
   int plans = 0;
+  double seconds = 0;  // wall time of the enumeration
 };
 
 std::vector<int> Divisors(int b) {
@@ -192,9 +211,9 @@ void Piper(const PiperInstance& instance, const std::string& data) {
               instance.name.c_str(), g.num_nodes(), batch);
   std::printf(
       "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
-      "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
-      "plans scored | search / optimum | work bound (s) | optimum / bound |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "all-reduce (s) | plan (s) | CPU (s) | optimum: ranks x replicas x microbatches | step (s) | "
+      "plans scored | optimum (s) | search / optimum | work bound (s) | optimum / bound |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
@@ -202,11 +221,16 @@ void Piper(const PiperInstance& instance, const std::string& data) {
                         .optimizer = Optimizer::kSgd,
                         .precision = Precision::kFp32,
                         .schedule = schedule::ScheduleKind::k1F1B,
-                        .method = PartitionMethod::kDp};
+                        .method = PartitionMethod::kDp,
+                        .time_limit_seconds = time_limit};
     const absl::Time t0 = absl::Now();
+    const double cpu0 = CpuSeconds();
     auto p = MakePlan(g, c, o);
     const double plan_seconds = Seconds(t0);
-    const Best opt = Exhaustive(g, c, batch, work, chain);
+    const double plan_cpu = CpuSeconds() - cpu0;
+    const absl::Time t1 = absl::Now();
+    Best opt = Exhaustive(g, c, batch, work, chain);
+    opt.seconds = Seconds(t1);
     // No plan, whatever its replicas per stage, beats the batch's work
     // spread over every device with no bubble, transfer or all-reduce, nor
     // one unit's forward and backward critical paths (a unit is not split).
@@ -218,11 +242,13 @@ void Piper(const PiperInstance& instance, const std::string& data) {
       continue;
     }
     std::printf(
-        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f | %.4f | "
-        "%.4f |\n",
+        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %.3f | %d x %d x %d | %.4f | %d | %.1f | %.4f "
+        "| "
+        "%.4f | %.4f |\n",
         n, p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
-        p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas, opt.microbatches,
-        opt.step, opt.plans, p->step_seconds / opt.step, bound, opt.step / bound);
+        p->allreduce_exposed_seconds, plan_seconds, plan_cpu, opt.ranks, opt.replicas,
+        opt.microbatches, opt.step, opt.plans, opt.seconds, p->step_seconds / opt.step, bound,
+        opt.step / bound);
     std::fflush(stdout);
   }
 }
@@ -239,6 +265,8 @@ int Main(int argc, char** argv) {
       piper = {argv[i + 1]};
     } else if (flag == "--devices") {
       only_devices = std::atoi(argv[i + 1]);
+    } else if (flag == "--time-limit") {
+      time_limit = std::atof(argv[i + 1]);
     } else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;
