@@ -47,7 +47,8 @@ absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
 // overrides them, see HostPattern). Replicas alike in these (on different
 // hosts of a uniform cluster, say) run alike, whatever their devices'
 // classes; a large cluster has few such kinds of replica.
-std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placement, int q) {
+std::vector<double> ReplicaKey(const Cluster& cluster, std::span<const int> host_of,
+                               const Placement& placement, int q) {
   const std::vector<int> pipeline = placement.Pipeline(q);
   const bool own = std::any_of(pipeline.begin(), pipeline.end(),
                                [&](int d) { return cluster.has_own_links(d); });
@@ -57,7 +58,9 @@ std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placemen
     key.push_back(cluster.device(pipeline[r]).memory_bytes);
   }
   if (!own) {
-    for (int i : HostPattern(cluster, pipeline)) key.push_back(i);
+    const std::vector<int> pattern =
+        host_of.empty() ? HostPattern(cluster, pipeline) : HostPattern(host_of, pipeline);
+    key.insert(key.end(), pattern.begin(), pattern.end());
     return key;
   }
   for (int r = 0; r < placement.ranks; ++r) {
@@ -78,7 +81,7 @@ absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, co
   std::vector<ReplicaRun> runs;
   std::map<std::vector<double>, size_t> seen;  // ReplicaKey -> run
   for (int q = 0; q < placement.replicas; ++q) {
-    const std::vector<double> classes = ReplicaKey(*ctx.cluster, placement, q);
+    const std::vector<double> classes = ReplicaKey(*ctx.cluster, ctx.order.host_rank, placement, q);
     if (auto it = seen.find(classes); it != seen.end()) {
       ++runs[it->second].copies;
       continue;
@@ -169,7 +172,7 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
       auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
   const CostOptions co = CostOptionsFor(*ctx.graph, *ctx.options, c.microbatches, c.replicas);
-  const Cluster pipeline = WorstReplicaCluster(*ctx.cluster, placement);
+  const Cluster pipeline = WorstReplicaCluster(*ctx.cluster, placement, ctx.order.host_rank);
   SplitInputs in{.graph = ctx.graph,
                  .groups = ctx.groups,
                  .pipeline = &pipeline,
