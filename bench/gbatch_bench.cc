@@ -7,15 +7,22 @@
 //    fp32 so weights + gradients = Piper's memoryUsageB) at their own batch
 //    (mbsInBatch units: 1,920 and 256) on 2 to 2,048 devices of 80 GB at
 //    25 GB/s, 1F1B (Piper's schedule): the search's plan (MakePlan, method
-//    dp, 1F1B) against the exact DP x PP optimum under the same cost model. The optimum is an
-//    exhaustive enumeration: every (ranks, replicas, microbatches) with
-//    replicas dividing the batch, ranks x replicas <= devices and
-//    microbatches dividing the replica's share, each split with ideal_dp
-//    (the exact bottleneck split over the graph's lattice of ideals) and
-//    simulated with 1F1B and the bucketed all-reduce; shapes visited by
-//    ranks and then their work bound (and one unit's critical path), each
-//    skipped once its bound is within 1e-5 of the best step so far (so
-//    "optimum" is exact to 1e-5).
+//    dp, 1F1B) against the exact DP x PP optimum under the same cost model.
+//    The optimum is a branch and bound over every (ranks, replicas,
+//    microbatches) with replicas dividing the batch, ranks x replicas <=
+//    devices and microbatches dividing the replica's share, each split with
+//    ideal_dp (the exact bottleneck split over the graph's lattice of
+//    ideals) and simulated with 1F1B and the bucketed all-reduce. Each
+//    candidate has a lower bound no plan of it beats: the search's own
+//    (search_space.h: the work over the devices, the largest node, the
+//    pipeline's fill and drain, the heaviest nodes' stages, a microbatch's
+//    round trip; GlobalBatchTest.PruningBoundsNeverExceedAPlan* check them
+//    against every plan of small instances), the replica's work over its
+//    ranks and one unit's critical path. Candidates are planned in the
+//    order of their bounds until the next bound reaches the best step
+//    found, which no later candidate can then beat: the optimum is exact
+//    (no tolerance), "plans scored" is how many were planned and
+//    "optimum (s)" how long that took.
 //    "work bound" is the larger of batch x work / devices and one unit's
 //    forward plus backward critical path: no plan beats it, with any
 //    replica count per stage, so optimum / bound caps what per-stage
@@ -45,6 +52,7 @@
 #include "absl/time/clock.h"
 #include "bench_inputs.h"
 #include "pipeplan/core/planner.h"
+#include "search_space.h"
 
 namespace pipeplan {
 namespace {
@@ -121,43 +129,58 @@ std::vector<int> Divisors(int b) {
   return out;
 }
 
-// The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp splits.
-// `chain`: one unit's critical path, which no plan beats either.
-Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work, double chain) {
-  std::vector<std::pair<double, std::pair<int, int>>> shapes;
+struct Bounded {
+  double bound = 0;
+  int ranks = 0, replicas = 0, microbatches = 0;
+};
+
+// Every (ranks, replicas, microbatches) of the batch on the cluster, with a
+// bound no plan of it beats: the search's own (search_space.h, checked
+// against every plan of small instances by GlobalBatchTest.PruningBounds*),
+// the replica's share of the work over its ranks, and one unit's critical
+// path (`chain`). Ascending by bound.
+std::vector<Bounded> BoundedCandidates(const Graph& g, const Cluster& c, const PlanOptions& o,
+                                       double work, double chain) {
+  const int batch = o.global_batch;
+  const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
+  std::vector<Bounded> out;
   for (int p = 1; p <= std::min(c.num_devices(), g.num_nodes()); ++p) {
     for (int r : Divisors(batch)) {
-      const double bound = std::max(batch * work / (p * r), chain);
-      if (p * r <= c.num_devices()) shapes.push_back({bound, {p, r}});
+      if (p * r > c.num_devices()) continue;
+      for (int m : Divisors(batch / r)) {
+        const double own = std::max(batch * work / (p * r), chain);
+        const double searched = search::CandidateLowerBound(in, {p, r}, *o.schedule, m);
+        out.push_back({std::max(own, searched), p, r, m});
+      }
     }
   }
-  // Shallow pipelines first (pure data parallelism wins these instances
-  // wherever the batch allows), then by bound; every shape is skipped, not
-  // cut off, once its bound reaches the best step, so the order is free.
-  std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.second.first, a.first) < std::tie(b.second.first, b.first);
+  std::sort(out.begin(), out.end(), [](const Bounded& a, const Bounded& b) {
+    return std::tie(a.bound, a.ranks, a.replicas, a.microbatches) <
+           std::tie(b.bound, b.ranks, b.replicas, b.microbatches);
   });
+  return out;
+}
+
+// The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp
+// splits, by branch and bound: candidates are planned in the order of their
+// bounds, and the enumeration stops at the first whose bound reaches the
+// best step found (it and every later one cannot be strictly faster).
+Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work, double chain) {
+  PlanOptions o{.global_batch = batch,
+                .optimizer = Optimizer::kSgd,
+                .precision = Precision::kFp32,
+                .schedule = schedule::ScheduleKind::k1F1B,
+                .method = PartitionMethod::kIdealDp};
   Best best;
-  for (const auto& [bound, shape] : shapes) {
-    // No plan of this shape is faster by more than 1e-5 (one
-    // unit's critical path is within 1e-5 of pure data parallelism's step
-    // on GNMT beyond 256 devices: enumerating every deeper shape there
-    // would take hours to gain nothing).
-    if (bound >= best.step * (1 - 1e-5)) continue;
-    for (int m : Divisors(batch / shape.second)) {
-      const PlanOptions o{.num_ranks = shape.first,
-                          .num_replicas = shape.second,
-                          .microbatches = m,
-                          .global_batch = batch,
-                          .optimizer = Optimizer::kSgd,
-                          .precision = Precision::kFp32,
-                          .schedule = schedule::ScheduleKind::k1F1B,
-                          .method = PartitionMethod::kIdealDp};
-      auto p = MakePlan(g, c, o);
-      ++best.plans;
-      if (p.ok() && p->step_seconds < best.step) {
-        best = {p->step_seconds, shape.first, shape.second, m, best.plans};
-      }
+  for (const Bounded& cand : BoundedCandidates(g, c, o, work, chain)) {
+    if (cand.bound >= best.step) break;
+    o.num_ranks = cand.ranks;
+    o.num_replicas = cand.replicas;
+    o.microbatches = cand.microbatches;
+    auto p = MakePlan(g, c, o);
+    ++best.plans;
+    if (p.ok() && p->step_seconds < best.step) {
+      best = {p->step_seconds, cand.ranks, cand.replicas, cand.microbatches, best.plans};
     }
   }
   return best;
