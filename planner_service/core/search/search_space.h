@@ -41,12 +41,17 @@ std::vector<int> MicrobatchesToTry(const PlanOptions& options, int ranks, int re
 // What the lower bounds below need of the graph, cluster and options,
 // computed once per search.
 struct BoundInputs {
-  double work = 0;     // seconds of one graph-batch microbatch, every node, fastest device
-  double largest = 0;  // the same of the largest node
-  double forward = 0;  // the forward part of `work`
-  double backward = 0;  // the backward part of `work`
+  double work = 0;              // seconds of one graph-batch microbatch, every node, fastest device
+  double largest = 0;           // the same of the largest node
+  double forward = 0;           // the forward part of `work`
+  double backward = 0;          // the backward part of `work`
   double largest_forward = 0;   // the longest forward of one node
   double largest_backward = 0;  // the longest backward of one node
+  // The backward's input-gradient part (without the weight gradient), in
+  // all and of the node where it is longest.
+  double backward_input = 0;
+  double largest_backward_input = 0;
+  int chunks_per_rank = kDefaultChunksPerRank;  // the options', for StagesPerRank
   // The heaviest nodes (a few): each one's work and the work of it and
   // every node it depends on, which a pipeline runs in its stage or before.
   struct Heavy {
@@ -89,7 +94,12 @@ double ShapeLowerBound(const BoundInputs& in, const Shape& shape);
 //    forward: W + (m - 1) f(s). Some stage has b(s) >= B / p, and the
 //    stage of the node with the longest backward at least that backward
 //    (forwards alike).
-// Other schedules: ShapeLowerBound.
+// The other schedules but DualPipeV run each stage on one rank one action
+// at a time too, so the round trip holds with S = ranks x stages per rank
+// stages and the backward's input-gradient part only (zero-bubble
+// schedules take the weight gradient off the microbatch's path):
+// F + B_in + (m - 1) max(F / S, B_in / S, the longest node forward or
+// input-gradient backward). DualPipeV: ShapeLowerBound.
 double CandidateLowerBound(const BoundInputs& in, const Shape& shape, schedule::ScheduleKind kind,
                            int microbatches);
 

@@ -182,8 +182,10 @@ int CheckBoundsOnEveryCandidate(const Graph& g, const Cluster& c, int batch) {
   PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
   const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
   for (const search::Shape shape : search::ShapesToTry(g, c, o)) {
-    for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZBVZeroBubble}) {
+    for (ScheduleKind kind :
+         {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+          ScheduleKind::kLoopedBFS, ScheduleKind::kInterleavedZeroBubble,
+          ScheduleKind::kZBVZeroBubble, ScheduleKind::kDualPipeV}) {
       for (int m : search::MicrobatchesToTry(o, shape.ranks, shape.replicas)) {
         PlanOptions one = o;
         one.num_ranks = shape.ranks;
