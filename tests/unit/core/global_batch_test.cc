@@ -108,6 +108,24 @@ TEST(GlobalBatchTest, MemoryErrorNamesAChangeThatFits) {
   EXPECT_FALSE(MakePlan(g, Devices(devices - 1), o).ok()) << message;
 }
 
+// With the depth fixed too shallow on a cluster that has the devices, the
+// error names the least depth that fits; that depth plans.
+TEST(GlobalBatchTest, MemoryErrorNamesADeeperPipeline) {
+  const Graph g = Chain(16, 1e8, 4e9);  // 64 GB of fp32 parameters
+  PlanOptions o{.num_ranks = 2, .global_batch = 64, .method = PartitionMethod::kDp};
+  auto failed = MakePlan(g, Devices(8), o);
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(failed.status().message());
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(message, match, std::regex("--ranks (\\d+)"))) << message;
+  const int ranks = std::stoi(match[1]);
+  EXPECT_GT(ranks, 2);
+  o.num_ranks = ranks;
+  EXPECT_TRUE(MakePlan(g, Devices(8), o).ok()) << message;
+  o.num_ranks = ranks - 1;
+  EXPECT_FALSE(MakePlan(g, Devices(8), o).ok()) << message;
+}
+
 TEST(GlobalBatchTest, MemoryErrorNeverSuggestsWhatIsSet) {
   const Graph g = Chain(16, 1e8, 4e9);
   PlanOptions o{.global_batch = 64, .optimizer = Optimizer::kSgd, .method = PartitionMethod::kDp};
