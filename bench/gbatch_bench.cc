@@ -7,24 +7,38 @@
 //    fp32 so weights + gradients = Piper's memoryUsageB) at their own batch
 //    (mbsInBatch units: 1,920 and 256) on 2 to 2,048 devices of 80 GB at
 //    25 GB/s, 1F1B (Piper's schedule): the search's plan (MakePlan, method
-//    dp, 1F1B) against the exact DP x PP optimum under the same cost model. The optimum is an
-//    exhaustive enumeration: every (ranks, replicas, microbatches) with
-//    replicas dividing the batch, ranks x replicas <= devices and
-//    microbatches dividing the replica's share, each split with ideal_dp
-//    (the exact bottleneck split over the graph's lattice of ideals) and
-//    simulated with 1F1B and the bucketed all-reduce; shapes visited by
-//    ranks and then their work bound (and one unit's critical path), each
-//    skipped once its bound is within 1e-5 of the best step so far (so
-//    "optimum" is exact to 1e-5).
+//    dp, 1F1B) against the exact DP x PP optimum under the same cost model.
+//    The optimum is a branch and bound over every (ranks, replicas,
+//    microbatches) with replicas dividing the batch, ranks x replicas <=
+//    devices and microbatches dividing the replica's share, each split with
+//    ideal_dp (the exact bottleneck split over the graph's lattice of
+//    ideals) and simulated with 1F1B and the bucketed all-reduce. Each
+//    candidate has a lower bound no plan of it beats: the search's own
+//    (search_space.h: the work over the devices, the largest node, the
+//    pipeline's fill and drain, the heaviest nodes' stages, a microbatch's
+//    round trip; GlobalBatchTest.PruningBoundsNeverExceedAPlan* check them
+//    against every plan of small instances), the replica's work over its
+//    ranks and one unit's critical path. Candidates are planned in the
+//    order of their bounds until the next bound reaches the best step
+//    found, which no later candidate can then beat: the optimum is exact
+//    (no tolerance), "plans scored" is how many were planned and
+//    "optimum (s)" how long that took.
 //    "work bound" is the larger of batch x work / devices and one unit's
 //    forward plus backward critical path: no plan beats it, with any
 //    replica count per stage, so optimum / bound caps what per-stage
 //    replica counts could gain over uniform ones.
 //
 //   ./build/bench/pipeplan-gbatch-bench [--only gpt2|piper] [--piper FILE] [--devices N]
+//                                       [--time-limit S]
 //
 // --piper FILE: one Piper instance instead of the two bundled ones.
 // --devices N: only the rows of N devices (for profiling one scale).
+// --time-limit S: the search's time limit (default the planner's 10 s;
+//   raise it under a profiler so the search is not cut short).
+// "plan (s)" is wall time, "CPU (s)" the planning thread's CPU time: on a
+// shared machine the wall time follows the load, the CPU time much less.
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +52,7 @@
 #include "absl/time/clock.h"
 #include "bench_inputs.h"
 #include "pipeplan/core/planner.h"
+#include "search_space.h"
 
 namespace pipeplan {
 namespace {
@@ -56,11 +71,19 @@ Cluster Devices(int n, double flops, double memory, double inter, double intra, 
   return *Cluster::Build(std::move(c));
 }
 
-int only_devices = 0;  // --devices: 0 is every row
+int only_devices = 0;   // --devices: 0 is every row
+double time_limit = 0;  // --time-limit: 0 is the planner's default
 
 bool Skip(int n) { return only_devices > 0 && n != only_devices; }
 
 double Seconds(absl::Time t0) { return absl::ToDoubleSeconds(absl::Now() - t0); }
+
+// This thread's CPU seconds so far (the planner runs on the caller's thread).
+double CpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 void Gpt2(const std::string& bench_dir, const std::string& data) {
   Loaded in = Load(bench_dir + "gpt2_xl.json", data + "cluster_8xa100.json");
@@ -69,21 +92,24 @@ void Gpt2(const std::string& bench_dir, const std::string& data) {
               in.graph->num_nodes(), batch);
   std::printf(
       "| devices | ranks x replicas x microbatches | schedule | step (ms) | exposed "
-      "all-reduce (ms) | plan (s) |\n|---|---|---|---|---|---|\n");
+      "all-reduce (ms) | plan (s) | CPU (s) |\n|---|---|---|---|---|---|---|\n");
   for (int n = 8; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 4e14, 80.0 * (1 << 30), 50e9, 450e9, 10e-6);
-    const PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
+    const PlanOptions o{
+        .global_batch = batch, .method = PartitionMethod::kDp, .time_limit_seconds = time_limit};
     const absl::Time t0 = absl::Now();
+    const double cpu0 = CpuSeconds();
     auto p = MakePlan(*in.graph, c, o);
+    const double cpu = CpuSeconds() - cpu0;
     if (!p.ok()) {
       std::printf("| %d | %s |\n", n, std::string(p.status().message()).substr(0, 160).c_str());
       continue;
     }
-    std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
+    std::printf("| %d | %d x %d x %d | %s | %.2f | %.2f | %.2f | %.2f |\n", n, p->num_ranks,
                 p->num_replicas, p->microbatches,
                 std::string(schedule::ScheduleKindName(p->schedule)).c_str(), p->step_seconds * 1e3,
-                p->allreduce_exposed_seconds * 1e3, Seconds(t0));
+                p->allreduce_exposed_seconds * 1e3, Seconds(t0), cpu);
     std::fflush(stdout);
   }
 }
@@ -92,6 +118,7 @@ struct Best {
   double step = 1e300;
   int ranks = 0, replicas = 0, microbatches = 0;
   int plans = 0;
+  double seconds = 0;  // wall time of the enumeration
 };
 
 std::vector<int> Divisors(int b) {
@@ -102,43 +129,58 @@ std::vector<int> Divisors(int b) {
   return out;
 }
 
-// The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp splits.
-// `chain`: one unit's critical path, which no plan beats either.
-Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work, double chain) {
-  std::vector<std::pair<double, std::pair<int, int>>> shapes;
+struct Bounded {
+  double bound = 0;
+  int ranks = 0, replicas = 0, microbatches = 0;
+};
+
+// Every (ranks, replicas, microbatches) of the batch on the cluster, with a
+// bound no plan of it beats: the search's own (search_space.h, checked
+// against every plan of small instances by GlobalBatchTest.PruningBounds*),
+// the replica's share of the work over its ranks, and one unit's critical
+// path (`chain`). Ascending by bound.
+std::vector<Bounded> BoundedCandidates(const Graph& g, const Cluster& c, const PlanOptions& o,
+                                       double work, double chain) {
+  const int batch = o.global_batch;
+  const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
+  std::vector<Bounded> out;
   for (int p = 1; p <= std::min(c.num_devices(), g.num_nodes()); ++p) {
     for (int r : Divisors(batch)) {
-      const double bound = std::max(batch * work / (p * r), chain);
-      if (p * r <= c.num_devices()) shapes.push_back({bound, {p, r}});
+      if (p * r > c.num_devices()) continue;
+      for (int m : Divisors(batch / r)) {
+        const double own = std::max(batch * work / (p * r), chain);
+        const double searched = search::CandidateLowerBound(in, {p, r}, *o.schedule, m);
+        out.push_back({std::max(own, searched), p, r, m});
+      }
     }
   }
-  // Shallow pipelines first (pure data parallelism wins these instances
-  // wherever the batch allows), then by bound; every shape is skipped, not
-  // cut off, once its bound reaches the best step, so the order is free.
-  std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.second.first, a.first) < std::tie(b.second.first, b.first);
+  std::sort(out.begin(), out.end(), [](const Bounded& a, const Bounded& b) {
+    return std::tie(a.bound, a.ranks, a.replicas, a.microbatches) <
+           std::tie(b.bound, b.ranks, b.replicas, b.microbatches);
   });
+  return out;
+}
+
+// The exact optimum over (ranks, replicas, microbatches), 1F1B, ideal_dp
+// splits, by branch and bound: candidates are planned in the order of their
+// bounds, and the enumeration stops at the first whose bound reaches the
+// best step found (it and every later one cannot be strictly faster).
+Best Exhaustive(const Graph& g, const Cluster& c, int batch, double work, double chain) {
+  PlanOptions o{.global_batch = batch,
+                .optimizer = Optimizer::kSgd,
+                .precision = Precision::kFp32,
+                .schedule = schedule::ScheduleKind::k1F1B,
+                .method = PartitionMethod::kIdealDp};
   Best best;
-  for (const auto& [bound, shape] : shapes) {
-    // No plan of this shape is faster by more than 1e-5 (one
-    // unit's critical path is within 1e-5 of pure data parallelism's step
-    // on GNMT beyond 256 devices: enumerating every deeper shape there
-    // would take hours to gain nothing).
-    if (bound >= best.step * (1 - 1e-5)) continue;
-    for (int m : Divisors(batch / shape.second)) {
-      const PlanOptions o{.num_ranks = shape.first,
-                          .num_replicas = shape.second,
-                          .microbatches = m,
-                          .global_batch = batch,
-                          .optimizer = Optimizer::kSgd,
-                          .precision = Precision::kFp32,
-                          .schedule = schedule::ScheduleKind::k1F1B,
-                          .method = PartitionMethod::kIdealDp};
-      auto p = MakePlan(g, c, o);
-      ++best.plans;
-      if (p.ok() && p->step_seconds < best.step) {
-        best = {p->step_seconds, shape.first, shape.second, m, best.plans};
-      }
+  for (const Bounded& cand : BoundedCandidates(g, c, o, work, chain)) {
+    if (cand.bound >= best.step) break;
+    o.num_ranks = cand.ranks;
+    o.num_replicas = cand.replicas;
+    o.microbatches = cand.microbatches;
+    auto p = MakePlan(g, c, o);
+    ++best.plans;
+    if (p.ok() && p->step_seconds < best.step) {
+      best = {p->step_seconds, cand.ranks, cand.replicas, cand.microbatches, best.plans};
     }
   }
   return best;
@@ -192,9 +234,9 @@ void Piper(const PiperInstance& instance, const std::string& data) {
               instance.name.c_str(), g.num_nodes(), batch);
   std::printf(
       "| devices | search: ranks x replicas x microbatches | step (s) | exposed "
-      "all-reduce (s) | plan (s) | optimum: ranks x replicas x microbatches | step (s) | "
-      "plans scored | search / optimum | work bound (s) | optimum / bound |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "all-reduce (s) | plan (s) | CPU (s) | optimum: ranks x replicas x microbatches | step (s) | "
+      "plans scored | optimum (s) | search / optimum | work bound (s) | optimum / bound |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n = 2; n <= 2048; n *= 2) {
     if (Skip(n)) continue;
     const Cluster c = Devices(n, 1e14, 80e9, 25e9, 25e9, 1e-9);
@@ -202,11 +244,16 @@ void Piper(const PiperInstance& instance, const std::string& data) {
                         .optimizer = Optimizer::kSgd,
                         .precision = Precision::kFp32,
                         .schedule = schedule::ScheduleKind::k1F1B,
-                        .method = PartitionMethod::kDp};
+                        .method = PartitionMethod::kDp,
+                        .time_limit_seconds = time_limit};
     const absl::Time t0 = absl::Now();
+    const double cpu0 = CpuSeconds();
     auto p = MakePlan(g, c, o);
     const double plan_seconds = Seconds(t0);
-    const Best opt = Exhaustive(g, c, batch, work, chain);
+    const double plan_cpu = CpuSeconds() - cpu0;
+    const absl::Time t1 = absl::Now();
+    Best opt = Exhaustive(g, c, batch, work, chain);
+    opt.seconds = Seconds(t1);
     // No plan, whatever its replicas per stage, beats the batch's work
     // spread over every device with no bubble, transfer or all-reduce, nor
     // one unit's forward and backward critical paths (a unit is not split).
@@ -218,11 +265,13 @@ void Piper(const PiperInstance& instance, const std::string& data) {
       continue;
     }
     std::printf(
-        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %d x %d x %d | %.4f | %d | %.4f | %.4f | "
-        "%.4f |\n",
+        "| %d | %d x %d x %d | %.4f | %.4f | %.3f | %.3f | %d x %d x %d | %.4f | %d | %.1f | %.4f "
+        "| "
+        "%.4f | %.4f |\n",
         n, p->num_ranks, p->num_replicas, p->microbatches, p->step_seconds,
-        p->allreduce_exposed_seconds, plan_seconds, opt.ranks, opt.replicas, opt.microbatches,
-        opt.step, opt.plans, p->step_seconds / opt.step, bound, opt.step / bound);
+        p->allreduce_exposed_seconds, plan_seconds, plan_cpu, opt.ranks, opt.replicas,
+        opt.microbatches, opt.step, opt.plans, opt.seconds, p->step_seconds / opt.step, bound,
+        opt.step / bound);
     std::fflush(stdout);
   }
 }
@@ -239,6 +288,8 @@ int Main(int argc, char** argv) {
       piper = {argv[i + 1]};
     } else if (flag == "--devices") {
       only_devices = std::atoi(argv[i + 1]);
+    } else if (flag == "--time-limit") {
+      time_limit = std::atof(argv[i + 1]);
     } else {
       std::cerr << "unknown flag " << flag << "\n";
       return 2;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -409,11 +410,26 @@ std::vector<Placement> SwapNeighbours(const Cluster& cluster, const Placement& p
 }
 
 std::vector<int> HostPattern(const Cluster& cluster, std::span<const int> devices) {
+  // Hosts by name, not by comparing each device with every earlier one: a
+  // deep pipeline's pattern is asked for on every replica of every plan.
+  absl::flat_hash_map<std::string_view, int> first;  // host -> first index
+  first.reserve(devices.size());
   std::vector<int> out(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) {
-    size_t j = 0;
-    while (cluster.device(devices[j]).host != cluster.device(devices[i]).host) ++j;
-    out[i] = static_cast<int>(j);
+    out[i] = first.try_emplace(cluster.device(devices[i]).host, static_cast<int>(i)).first->second;
+  }
+  return out;
+}
+
+std::vector<int> HostPattern(std::span<const int> host_of, std::span<const int> devices) {
+  std::vector<std::pair<int, int>> seen;  // (host, first index): a pipeline spans few hosts
+  std::vector<int> out(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int host = host_of[devices[i]];
+    auto it =
+        std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == host; });
+    if (it == seen.end()) it = seen.insert(seen.end(), {host, static_cast<int>(i)});
+    out[i] = it->second;
   }
   return out;
 }
@@ -423,13 +439,22 @@ namespace {
 // The replicas whose links stand for every replica's: one per host pattern
 // of its pipeline when no device of the placement has links of its own
 // (like patterns, like links), otherwise all of them.
-std::vector<int> LinkRepresentatives(const Cluster& cluster, const Placement& placement) {
+std::vector<int> LinkRepresentatives(const Cluster& cluster, const Placement& placement,
+                                     std::span<const int> host_of) {
   std::vector<int> out;
   const bool own = std::any_of(placement.devices.begin(), placement.devices.end(),
                                [&](int d) { return cluster.has_own_links(d); });
   std::set<std::vector<int>> patterns;
   for (int q = 0; q < placement.replicas; ++q) {
-    if (own || patterns.insert(HostPattern(cluster, placement.Pipeline(q))).second) {
+    if (own) {
+      out.push_back(q);
+      continue;
+    }
+    const std::vector<int> pipeline = placement.Pipeline(q);
+    if (patterns
+            .insert(host_of.empty() ? HostPattern(cluster, pipeline)
+                                    : HostPattern(host_of, pipeline))
+            .second) {
       out.push_back(q);
     }
   }
@@ -438,11 +463,12 @@ std::vector<int> LinkRepresentatives(const Cluster& cluster, const Placement& pl
 
 }  // namespace
 
-Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement) {
+Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement,
+                            std::span<const int> host_of) {
   const int p = placement.ranks;
   std::vector<DeviceSpec> devices(p);
   std::vector<double> bandwidth(static_cast<size_t>(p) * p, 1), latency(static_cast<size_t>(p) * p);
-  const std::vector<int> links = LinkRepresentatives(cluster, placement);
+  const std::vector<int> links = LinkRepresentatives(cluster, placement, host_of);
   for (int r = 0; r < p; ++r) {
     DeviceSpec& dev = devices[r];
     dev.id = absl::StrCat("rank", r);

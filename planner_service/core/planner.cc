@@ -109,6 +109,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& graph, const Cluster& cluster,
   const double limit =
       options.time_limit_seconds > 0 ? options.time_limit_seconds : kDefaultTimeLimitSeconds;
   search::SplitCache split_cache;
+  search::ScheduleCache schedule_cache;
   const search::SearchContext context{
       .graph = &graph,
       .groups = groups ? &*groups : nullptr,
@@ -118,6 +119,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& graph, const Cluster& cluster,
       .order = ClusterOrder::Of(cluster),
       .ring_position = RingPositions(cluster),
       .split_cache = &split_cache,
+      .schedule_cache = &schedule_cache,
       .deadline = std::min(options.deadline, start + absl::Seconds(limit)),
       .solve_limit = absl::Seconds(limit),
       .hard_deadline = options.deadline,

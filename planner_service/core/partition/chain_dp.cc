@@ -407,10 +407,6 @@ class ChainDp {
   // a feasible T near the optimum first. Near the optimum most of the
   // bisection's tests are then answered without a pass.
   double MinBottleneck(double* lower, const PartitionProblem& problem) {
-    if (!Feasible(kInf)) {
-      *lower = kInf;
-      return kInf;
-    }
     double yes = WarmBottleneck(problem.warm_start), no = -kInf;
     auto test = [&](double T) {
       if (T >= yes) return true;
@@ -429,6 +425,13 @@ class ChainDp {
     const double balance = BalanceBound();
     for (double f : {1e-4, 1e-3, 1e-2, 0.05, 0.2, 1.0}) {
       if (balance > 0 && test(balance * (1 + f))) break;
+    }
+    // Whether memory admits any split, asked only when no probe found one
+    // (a full pass without bands; the doubling below needs a yes to end).
+    // The tests above leave nothing behind that this answer would change.
+    if (!std::isfinite(yes) && !Feasible(kInf)) {
+      *lower = kInf;
+      return kInf;
     }
     double lo = 0;
     double hi = std::max(prefix_.back(), 1e-12);

@@ -29,8 +29,8 @@ struct ReplicaRun {
   int copies = 0;  // replicas with the same devices up to interchangeable ones
 };
 
-absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
-                                      const schedule::PipelineSchedule& sched,
+absl::StatusOr<ReplicaRun> RunReplica(const SearchContext& ctx, const CostModel& real,
+                                      const Split& split, const ScheduleCache::Entry& sched,
                                       const std::vector<int>& stage_device) {
   ReplicaRun run;
   PIPEPLAN_ASSIGN_OR_RETURN(run.stages,
@@ -38,7 +38,10 @@ absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
   for (size_t s = 0; s < run.stages.size(); ++s) {
     if (split.recompute[s]) ApplyRecompute(run.stages[s]);
   }
-  PIPEPLAN_ASSIGN_OR_RETURN(run.sim, schedule::Simulate(sched, SimulatorCosts(run.stages)));
+  const schedule::StageCosts costs = SimulatorCosts(run.stages);
+  PIPEPLAN_ASSIGN_OR_RETURN(run.sim, ctx.schedule_cache != nullptr
+                                         ? ctx.schedule_cache->Simulate(sched, costs)
+                                         : schedule::Simulate(sched.schedule, costs));
   return run;
 }
 
@@ -47,7 +50,8 @@ absl::StatusOr<ReplicaRun> RunReplica(const CostModel& real, const Split& split,
 // overrides them, see HostPattern). Replicas alike in these (on different
 // hosts of a uniform cluster, say) run alike, whatever their devices'
 // classes; a large cluster has few such kinds of replica.
-std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placement, int q) {
+std::vector<double> ReplicaKey(const Cluster& cluster, std::span<const int> host_of,
+                               const Placement& placement, int q) {
   const std::vector<int> pipeline = placement.Pipeline(q);
   const bool own = std::any_of(pipeline.begin(), pipeline.end(),
                                [&](int d) { return cluster.has_own_links(d); });
@@ -57,7 +61,9 @@ std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placemen
     key.push_back(cluster.device(pipeline[r]).memory_bytes);
   }
   if (!own) {
-    for (int i : HostPattern(cluster, pipeline)) key.push_back(i);
+    const std::vector<int> pattern =
+        host_of.empty() ? HostPattern(cluster, pipeline) : HostPattern(host_of, pipeline);
+    key.insert(key.end(), pattern.begin(), pattern.end());
     return key;
   }
   for (int r = 0; r < placement.ranks; ++r) {
@@ -73,12 +79,13 @@ std::vector<double> ReplicaKey(const Cluster& cluster, const Placement& placemen
 // Every distinct replica, replica 0 first.
 absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, const CostModel& real,
                                                     const Split& split,
-                                                    const schedule::PipelineSchedule& sched,
+                                                    const ScheduleCache::Entry& built,
                                                     const Placement& placement) {
+  const schedule::PipelineSchedule& sched = built.schedule;
   std::vector<ReplicaRun> runs;
   std::map<std::vector<double>, size_t> seen;  // ReplicaKey -> run
   for (int q = 0; q < placement.replicas; ++q) {
-    const std::vector<double> classes = ReplicaKey(*ctx.cluster, placement, q);
+    const std::vector<double> classes = ReplicaKey(*ctx.cluster, ctx.order.host_rank, placement, q);
     if (auto it = seen.find(classes); it != seen.end()) {
       ++runs[it->second].copies;
       continue;
@@ -87,7 +94,7 @@ absl::StatusOr<std::vector<ReplicaRun>> RunReplicas(const SearchContext& ctx, co
     for (int s = 0; s < sched.num_stages; ++s) {
       stage_device.push_back(placement.device(q, sched.stage_to_rank[s]));
     }
-    PIPEPLAN_ASSIGN_OR_RETURN(ReplicaRun run, RunReplica(real, split, sched, stage_device));
+    PIPEPLAN_ASSIGN_OR_RETURN(ReplicaRun run, RunReplica(ctx, real, split, built, stage_device));
     run.copies = 1;
     seen.emplace(std::move(classes), runs.size());
     runs.push_back(std::move(run));
@@ -159,17 +166,62 @@ void AddAllReduce(const SearchContext& ctx, const schedule::PipelineSchedule& sc
   plan.bubble_ratio = step > 0 ? std::max(0.0, 1 - busy / (slots * step)) : 0;
 }
 
+absl::StatusOr<std::shared_ptr<const ScheduleCache::Entry>> BuildEntry(const Candidate& c) {
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
+  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
+  return std::make_shared<const ScheduleCache::Entry>(
+      ScheduleCache::Entry{std::move(sched), std::move(inflight)});
+}
+
+// Simulations a search remembers: a few thousand keep the memory small.
+constexpr size_t kSimulationsKept = 4096;
+
+// Everything Simulate reads of the costs.
+std::vector<double> CostsKey(const schedule::StageCosts& c) {
+  static_assert(sizeof(schedule::StageCosts) == 9 * sizeof(std::vector<double>),
+                "a new StageCosts field must join CostsKey");
+  std::vector<double> key;
+  for (const std::vector<double>* v :
+       {&c.forward, &c.backward_input, &c.backward_weight, &c.param_bytes, &c.activation_bytes,
+        &c.forward_transfer, &c.backward_transfer, &c.send_host, &c.recv_host}) {
+    key.push_back(static_cast<double>(v->size()));  // a separator: sizes may differ
+    key.insert(key.end(), v->begin(), v->end());
+  }
+  return key;
+}
+
 }  // namespace
+
+absl::StatusOr<schedule::SimulationResult> ScheduleCache::Simulate(
+    const Entry& entry, const schedule::StageCosts& costs) {
+  std::pair<const Entry*, std::vector<double>> key(&entry, CostsKey(costs));
+  if (auto it = simulated_.find(key); it != simulated_.end()) return it->second;
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
+                            schedule::Simulate(entry.schedule, costs));
+  if (simulated_.size() < kSimulationsKept) simulated_.emplace(std::move(key), sim);
+  return sim;
+}
+
+absl::StatusOr<std::shared_ptr<const ScheduleCache::Entry>> ScheduleCache::Of(const Candidate& c) {
+  const auto key = std::tuple(static_cast<int>(c.kind), c.ranks, c.microbatches, c.chunks_per_rank);
+  if (auto it = known_.find(key); it != known_.end()) return it->second;
+  PIPEPLAN_ASSIGN_OR_RETURN(std::shared_ptr<const Entry> entry, BuildEntry(c));
+  known_.emplace(key, entry);
+  return entry;
+}
 
 absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Candidate& c,
                                              const Placement& placement, PartitionMethod method,
                                              double* needed_scale,
                                              std::span<const int> warm_start) {
   PIPEPLAN_ASSIGN_OR_RETURN(
-      auto sched, schedule::BuildSchedule(c.kind, c.ranks, c.microbatches, c.chunks_per_rank));
-  PIPEPLAN_ASSIGN_OR_RETURN(std::vector<int> inflight, InflightPerStage(sched));
+      std::shared_ptr<const ScheduleCache::Entry> built,
+      ctx.schedule_cache != nullptr ? ctx.schedule_cache->Of(c) : BuildEntry(c));
+  const schedule::PipelineSchedule& sched = built->schedule;
+  std::vector<int> inflight = built->inflight;
   const CostOptions co = CostOptionsFor(*ctx.graph, *ctx.options, c.microbatches, c.replicas);
-  const Cluster pipeline = WorstReplicaCluster(*ctx.cluster, placement);
+  const Cluster pipeline = WorstReplicaCluster(*ctx.cluster, placement, ctx.order.host_rank);
   SplitInputs in{.graph = ctx.graph,
                  .groups = ctx.groups,
                  .pipeline = &pipeline,
@@ -192,7 +244,7 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
                                              : SolveSplit(in, method, needed_scale));
   const CostModel real(*ctx.graph, *ctx.cluster, co);
   PIPEPLAN_ASSIGN_OR_RETURN(std::vector<ReplicaRun> runs,
-                            RunReplicas(ctx, real, split, sched, placement));
+                            RunReplicas(ctx, real, split, *built, placement));
   PlanResult plan = std::move(split.solve);
   plan.partition.stages = runs.front().stages;
   plan.stage_device.clear();

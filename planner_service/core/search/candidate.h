@@ -11,7 +11,10 @@
 #ifndef PIPEPLAN_CORE_SEARCH_CANDIDATE_H_
 #define PIPEPLAN_CORE_SEARCH_CANDIDATE_H_
 
+#include <map>
+#include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,7 +25,10 @@
 #include "pipeplan/core/placement.h"
 #include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/plan_result.h"
+#include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/core/schedule/simulator.h"
+#include "pipeplan/core/schedule/stage_costs.h"
 #include "split.h"
 
 namespace pipeplan::search {
@@ -35,6 +41,28 @@ struct Candidate {
   int microbatches = 1;  // per replica
 };
 
+// Each schedule a search scores and its peak microbatches in flight per
+// stage (a simulation with unit costs), built once: screening many
+// placements of one shape asks for the same schedule on every one.
+// Thread safety: one thread, like the search that owns it.
+class ScheduleCache {
+ public:
+  struct Entry {
+    schedule::PipelineSchedule schedule;
+    std::vector<int> inflight;  // per stage
+  };
+  absl::StatusOr<std::shared_ptr<const Entry>> Of(const Candidate& candidate);
+  // The entry's schedule simulated under `costs`, remembered (up to a
+  // bound): alike replicas of different placements, every placement of a
+  // one-rank shape say, simulate alike.
+  absl::StatusOr<schedule::SimulationResult> Simulate(const Entry& entry,
+                                                      const schedule::StageCosts& costs);
+
+ private:
+  std::map<std::tuple<int, int, int, int>, std::shared_ptr<const Entry>> known_;
+  std::map<std::pair<const Entry*, std::vector<double>>, schedule::SimulationResult> simulated_;
+};
+
 // What every evaluation of one MakePlan call shares.
 struct SearchContext {
   const Graph* graph = nullptr;
@@ -45,6 +73,7 @@ struct SearchContext {
   ClusterOrder order;                            // ClusterOrder::Of(cluster)
   std::vector<int> ring_position;                // RingPositions(cluster)
   SplitCache* split_cache = nullptr;             // null: every split is solved
+  ScheduleCache* schedule_cache = nullptr;       // null: every schedule is built
   absl::Time deadline = absl::InfiniteFuture();  // of the whole search
   // Every solve of a split gets this long (the options' time limit), never
   // past `hard_deadline` (the request's own deadline): a method solved twice

@@ -93,6 +93,34 @@ std::optional<std::string> DevicesChange(const SearchContext& ctx, double scale)
   return std::nullopt;
 }
 
+// A deeper pipeline on the devices there are, when the request fixed the
+// depth: depths grow by a quarter until one fits, then the least that fits
+// between the last that did not and it is found by halving (each answer
+// planned, so the depth named fits).
+std::optional<std::string> RanksChange(const SearchContext& ctx) {
+  const PlanOptions& o = *ctx.options;
+  if (o.num_ranks <= 0) return std::nullopt;
+  const int replicas = o.num_replicas > 0 ? o.num_replicas : 1;
+  const int deepest = std::min(ctx.cluster->num_devices() / replicas, SplitNodes(ctx));
+  PlanOptions changed = o;
+  auto fits = [&](int ranks) {
+    changed.num_ranks = ranks;
+    return Fits(ctx, *ctx.cluster, changed, ranks);
+  };
+  int no = o.num_ranks, yes = 0;
+  for (int i = 0; i < kDeviceTries && no < deepest && yes == 0; ++i) {
+    const int next = std::min(deepest, std::max(no + 1, static_cast<int>(std::ceil(no * 1.25))));
+    (fits(next) ? yes : no) = next;
+  }
+  if (yes == 0) return std::nullopt;
+  while (yes - no > 1) {
+    const int mid = no + (yes - no) / 2;
+    (fits(mid) ? yes : no) = mid;
+  }
+  return absl::StrFormat("--ranks %d (%d of the %d devices)", yes, yes * replicas,
+                         ctx.cluster->num_devices());
+}
+
 // More (smaller) microbatches when the request fixed their count.
 std::optional<std::string> MicrobatchChange(const SearchContext& ctx) {
   const PlanOptions& o = *ctx.options;
@@ -128,6 +156,7 @@ std::string SuggestChanges(const SearchContext& ctx, double scale) {
   const PlanOptions& o = *ctx.options;
   std::vector<std::string> out;
   if (auto s = DevicesChange(ctx, scale)) out.push_back(*s);
+  if (auto s = RanksChange(ctx)) out.push_back(*s);
   if (auto s = MicrobatchChange(ctx)) out.push_back(*s);
   if (ctx.groups != nullptr) {
     if (auto s = OptionChange(ctx, o, nullptr, "--cut-granularity node")) out.push_back(*s);

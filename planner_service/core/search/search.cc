@@ -273,9 +273,10 @@ absl::Status Search::NothingFound() const {
         "about %.2f GiB per device (%.3g bytes), %.2fx the %.2f GiB of the largest device; %s",
         largest * least_scale_ / (1 << 30), largest * least_scale_, least_scale_,
         largest / (1 << 30),
-        change.empty() ? "no single change tried (more devices, smaller microbatches, cut "
-                         "granularity, optimizer, precision) fits"
-                       : absl::StrCat("a plan fits with: ", change)));
+        change.empty()
+            ? "no single change tried (more devices, a deeper pipeline, smaller microbatches, cut "
+              "granularity, optimizer, precision) fits"
+            : absl::StrCat("a plan fits with: ", change)));
   }
   if (!first_error_.ok()) return first_error_;
   if (Stopped() && ctx_.options->cancelled != nullptr && ctx_.options->cancelled->load()) {

@@ -90,22 +90,43 @@ TEST(GlobalBatchTest, TwoDevicesPlanWithManyMicrobatches) {
   EXPECT_EQ(plan->num_replicas * plan->microbatches * plan->sample_scale, 1920);
 }
 
+// The number a memory error names in `pattern`'s group; 0 for another
+// error or when it names none.
+int NumberNamed(const absl::Status& status, const std::string& pattern) {
+  if (status.code() != absl::StatusCode::kFailedPrecondition) return 0;
+  const std::string message(status.message());
+  std::smatch match;
+  return std::regex_search(message, match, std::regex(pattern)) ? std::stoi(match[1]) : 0;
+}
+
 // The error names a device count; a cluster of that many devices plans.
 TEST(GlobalBatchTest, MemoryErrorNamesAChangeThatFits) {
   const Graph g = Chain(16, 1e8, 4e9);  // 64 GB of fp32 parameters
   const PlanOptions o{.global_batch = 64, .method = PartitionMethod::kDp};
   auto failed = MakePlan(g, Devices(2), o);
-  ASSERT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
   const std::string message(failed.status().message());
-  std::smatch match;
-  ASSERT_TRUE(std::regex_search(message, match, std::regex("use (\\d+) devices"))) << message;
-  const int devices = std::stoi(match[1]);
-  EXPECT_GT(devices, 2);
+  const int devices = NumberNamed(failed.status(), "use (\\d+) devices");
+  ASSERT_GT(devices, 2) << message;
   auto planned = MakePlan(g, Devices(devices), o);
   EXPECT_TRUE(planned.ok()) << planned.status();
   // Fewer devices than named do not fit (the change is the smallest tried
   // by growing the pipeline).
   EXPECT_FALSE(MakePlan(g, Devices(devices - 1), o).ok()) << message;
+}
+
+// With the depth fixed too shallow on a cluster that has the devices, the
+// error names the least depth that fits; that depth plans.
+TEST(GlobalBatchTest, MemoryErrorNamesADeeperPipeline) {
+  const Graph g = Chain(16, 1e8, 4e9);  // 64 GB of fp32 parameters
+  PlanOptions o{.num_ranks = 2, .global_batch = 64, .method = PartitionMethod::kDp};
+  auto failed = MakePlan(g, Devices(8), o);
+  const std::string message(failed.status().message());
+  const int ranks = NumberNamed(failed.status(), "--ranks (\\d+)");
+  ASSERT_GT(ranks, 2) << message;
+  o.num_ranks = ranks;
+  EXPECT_TRUE(MakePlan(g, Devices(8), o).ok()) << message;
+  o.num_ranks = ranks - 1;
+  EXPECT_FALSE(MakePlan(g, Devices(8), o).ok()) << message;
 }
 
 TEST(GlobalBatchTest, MemoryErrorNeverSuggestsWhatIsSet) {
@@ -141,46 +162,100 @@ TEST(GlobalBatchTest, NamedMethodReturnsItsSplit) {
   }
 }
 
+// Blocks of two parallel branches (the heavier one second in the order, so
+// a topological prefix is not all of a node's ancestors) and a heavy node
+// at the end (a head) or at the start (a stem), with measured times whose
+// backward is not twice the forward: the bounds' heavy-node and round-trip
+// terms decide on it.
+Graph HeadedDag(int blocks, double heavy_seconds, double backward_ratio, bool stem) {
+  GraphSpec g{.name = "headed", .batch_size = 1};
+  auto node = [&](std::string id, double forward, double params) {
+    g.nodes.push_back({.id = std::move(id),
+                       .param_bytes = params,
+                       .activation_bytes = 5e7,
+                       .output_bytes = 1e6,
+                       .forward_seconds = forward,
+                       .backward_seconds = forward * backward_ratio});
+  };
+  node("in", stem ? heavy_seconds : 1e-4, stem ? 3e8 : 0);
+  std::string last = "in";
+  for (int b = 0; b < blocks; ++b) {
+    const std::string x = absl::StrCat("x", b), y = absl::StrCat("y", b), z = absl::StrCat("z", b);
+    node(x, 1e-3 * (1 + b % 3), 1e8);
+    node(y, 3e-3, 2e8);
+    node(z, 5e-4, 0);
+    for (const std::string& branch : {x, y}) {
+      g.edges.push_back({last, branch, 0});
+      g.edges.push_back({branch, z, 0});
+    }
+    last = z;
+  }
+  node("head", stem ? 1e-4 : heavy_seconds, 3e8);
+  g.edges.push_back({last, "head", 0});
+  return *Graph::Build(std::move(g));
+}
+
+// Plans every candidate of `g` on `c` on its own (every placement of its
+// shape) and checks both bounds against it; returns how many it planned.
+int CheckBoundsOnEveryCandidate(const Graph& g, const Cluster& c, int batch) {
+  using schedule::ScheduleKind;
+  int planned = 0;
+  PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
+  const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
+  for (const search::Shape shape : search::ShapesToTry(g, c, o)) {
+    for (ScheduleKind kind :
+         {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B,
+          ScheduleKind::kLoopedBFS, ScheduleKind::kInterleavedZeroBubble,
+          ScheduleKind::kZBVZeroBubble, ScheduleKind::kDualPipeV}) {
+      for (int m : search::MicrobatchesToTry(o, shape.ranks, shape.replicas)) {
+        PlanOptions one = o;
+        one.num_ranks = shape.ranks;
+        one.num_replicas = shape.replicas;
+        one.microbatches = batch > 0 ? m : 0;
+        one.schedule = kind;
+        auto plan = MakePlan(g, c, one);
+        if (!plan.ok()) continue;
+        const double unit = batch > 0
+                                ? plan->step_seconds
+                                : plan->step_seconds / (plan->microbatches * plan->num_replicas);
+        EXPECT_LE(search::ShapeLowerBound(in, shape), unit * (1 + 1e-9));
+        EXPECT_LE(search::CandidateLowerBound(in, shape, kind, plan->microbatches),
+                  unit * (1 + 1e-9))
+            << g.name() << " " << schedule::ScheduleKindName(kind) << " " << shape.ranks << "x"
+            << shape.replicas << " m=" << plan->microbatches << " batch " << batch;
+        ++planned;
+      }
+    }
+  }
+  return planned;
+}
+
 // The search skips a shape or a candidate when its lower bound reaches the
 // best plan found: a bound above any plan it stands for could drop the
-// optimum. Every candidate on small clusters, planned on its own (every
-// placement of its shape), is at least both bounds; with a global batch and
-// without (unit = step / (microbatches x replicas)).
+// optimum. Every candidate on small clusters, planned on its own, is at
+// least both bounds; with a global batch and without (unit = step /
+// (microbatches x replicas)); on chains and on DAGs with a heavy head.
 TEST(GlobalBatchTest, PruningBoundsNeverExceedAPlan) {
-  using schedule::ScheduleKind;
   int planned = 0;
   for (uint32_t seed = 0; seed < 4; ++seed) {
     const Graph g = Chain(6 + seed, 1e8 * (1 + seed), 4e8 / (1 + seed));
     const Cluster c = Devices(seed % 2 == 0 ? 4 : 6);
-    for (int batch : {0, 24}) {
-      PlanOptions o{.global_batch = batch, .method = PartitionMethod::kDp};
-      const search::BoundInputs in = search::MakeBoundInputs(g, c, o);
-      for (const search::Shape shape : search::ShapesToTry(g, c, o)) {
-        for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-                                  ScheduleKind::kInterleaved1F1B, ScheduleKind::kZBVZeroBubble}) {
-          for (int m : search::MicrobatchesToTry(o, shape.ranks, shape.replicas)) {
-            PlanOptions one = o;
-            one.num_ranks = shape.ranks;
-            one.num_replicas = shape.replicas;
-            one.microbatches = batch > 0 ? m : 0;
-            one.schedule = kind;
-            auto plan = MakePlan(g, c, one);
-            if (!plan.ok()) continue;
-            const double unit =
-                batch > 0 ? plan->step_seconds
-                          : plan->step_seconds / (plan->microbatches * plan->num_replicas);
-            EXPECT_LE(search::ShapeLowerBound(in, shape), unit * (1 + 1e-9));
-            EXPECT_LE(search::CandidateLowerBound(in, shape, kind, plan->microbatches),
-                      unit * (1 + 1e-9))
-                << schedule::ScheduleKindName(kind) << " " << shape.ranks << "x" << shape.replicas
-                << " m=" << plan->microbatches << " batch " << batch;
-            ++planned;
-          }
-        }
-      }
-    }
+    for (int batch : {0, 24}) planned += CheckBoundsOnEveryCandidate(g, c, batch);
   }
   EXPECT_GT(planned, 200);
+}
+
+TEST(GlobalBatchTest, PruningBoundsNeverExceedAPlanWithAHeavyNode) {
+  int planned = 0;
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    // A heavy node worth a quarter to twice the rest; backward 0.5x to 3x
+    // the forward.
+    const Graph g =
+        HeadedDag(3 + seed % 4, 6e-3 * (1 + 3 * (seed % 2)), 0.5 + (seed % 4) * 0.8, seed >= 4);
+    const Cluster c = Devices(seed % 3 == 0 ? 4 : 6);
+    for (int batch : {0, 12}) planned += CheckBoundsOnEveryCandidate(g, c, batch);
+  }
+  EXPECT_GT(planned, 150);
 }
 
 // PlanOptions::progress: the search reports screening from 0 to every

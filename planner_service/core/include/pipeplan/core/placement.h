@@ -103,14 +103,19 @@ std::vector<Placement> SwapNeighbours(const Cluster& cluster, const Placement& p
 // The pipeline a split shared by every replica is planned for: device r is
 // rank r's worst replica device (least flops, least memory) and the link
 // r -> r' the slowest (bandwidth) and longest (latency) of any replica's.
-// With one replica it is that replica's pipeline exactly.
-Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement);
+// With one replica it is that replica's pipeline exactly. `host_of`
+// (ClusterOrder::host_rank, optional) finds host patterns without
+// comparing host names.
+Cluster WorstReplicaCluster(const Cluster& cluster, const Placement& placement,
+                            std::span<const int> host_of = {});
 
 // For each of `devices`, the first index in it with the same host. Where no
 // Link overrides any of them (Cluster::has_own_links), a link is the host's
 // or the network's, so two lists of like devices with one pattern have the
 // same links between the same positions.
 std::vector<int> HostPattern(const Cluster& cluster, std::span<const int> devices);
+// The same from each device's host index (ClusterOrder::host_rank).
+std::vector<int> HostPattern(std::span<const int> host_of, std::span<const int> devices);
 
 // Seconds of a ring all-reduce of `bytes` over `group`: the ring visits the
 // devices host by host (canonical order), and each of its 2 (d - 1) steps
