@@ -71,7 +71,8 @@ void InitCuda(c10::Device device) { (void)at::empty({0}, at::TensorOptions().dev
 std::optional<double> AllocatorPeakBytes(c10::Device device) {
 #ifdef PIPEPLAN_TORCH_CUDA
   if (device.is_cuda()) {
-    InitCuda(device);
+    // No InitCuda on this per-step read: every executor resets the peak
+    // (ResetPeakMemory, which initialises CUDA) before it asks for it.
     // Index 0 is the aggregate over pool kinds in every LibTorch release;
     // the enum naming it moved between namespaces.
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
