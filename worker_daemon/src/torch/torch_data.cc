@@ -24,10 +24,6 @@ const std::map<std::string, torch::ScalarType>& DTypes() {
   return *kTypes;
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // `shape` without dimension `dim`: the shape of one row.
 std::vector<int64_t> RowShape(const std::vector<int64_t>& shape, int64_t dim) {
   std::vector<int64_t> row;
@@ -190,6 +186,10 @@ std::string DTypeName(torch::ScalarType type) {
     if (t == type) return name;
   }
   return std::string(c10::toString(type));
+}
+
+std::string ShapeString(torch::IntArrayRef shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 absl::StatusOr<TrainingData> TrainingData::Open(const std::string& spec,

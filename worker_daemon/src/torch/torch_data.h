@@ -68,6 +68,8 @@ class TrainingData {
 // torch dtype of a manifest dtype name; nullopt when unknown.
 std::optional<torch::ScalarType> ScalarTypeOf(const std::string& dtype);
 std::string DTypeName(torch::ScalarType type);
+// "[2, 3]": a shape as error messages print it.
+std::string ShapeString(torch::IntArrayRef shape);
 
 }  // namespace pipeplan::worker
 

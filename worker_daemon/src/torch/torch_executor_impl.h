@@ -119,9 +119,6 @@ inline std::string Where(int stage, int m) {
 inline absl::Status TorchError(const std::string& what, const c10::Error& e) {
   return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
 }
-inline std::string ShapeString(torch::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 inline int64_t Bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * t.element_size() : 0;
 }
