@@ -252,6 +252,10 @@ int main(int argc, char** argv) {
   g_worker = worker->get();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // A peer that exits while this worker sends to it (a snapshot, a
+  // collective) is an EPIPE for the transport to report, not a signal that
+  // kills the worker.
+  std::signal(SIGPIPE, SIG_IGN);
   if (!(*worker)->metrics_address().empty()) {
     std::printf("metrics on %s\n", (*worker)->metrics_address().c_str());
     std::fflush(stdout);

@@ -161,6 +161,12 @@ def train_job(planner, paths, tmp):
     """Creates the job, runs its two workers to the end; {step: loss}."""
     job = create_job(planner, paths, tmp)
     finish(start_workers(planner, job, tmp))
+    for r in range(2):
+        with open(os.path.join(tmp, "%s-w%d.log" % (job, r))) as f:
+            rounds = [int(s) for s in re.findall(r"event=snapshot .*?step=(\d+)", f.read())]
+        # No peer snapshot after the last step: nobody restores it, and the
+        # peer it would go to may have exited already.
+        assert rounds and max(rounds) < STEPS, rounds
     return reported(planner, job)
 
 

@@ -38,6 +38,9 @@ absl::Status PeerSnapshots::StartVersion(const StagePlan& plan, Transport& world
 
 absl::Status PeerSnapshots::AfterStep(TorchExecutor& executor, int64_t steps) {
   if (!exchange_ || every() <= 0 || steps % every() != 0) return absl::OkStatus();
+  // After the job's last step nobody restores a snapshot, and the peer it
+  // would go to may already have exited.
+  if (spec_.max_steps() > 0 && steps >= spec_.max_steps()) return absl::OkStatus();
   return Round(executor, steps);
 }
 
