@@ -118,9 +118,11 @@ bool ReachesStep(const WorkerProcess& w, int64_t step) {
 }
 
 TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
-  constexpr int kSteps = 900, kEvery = 10;
-  const std::string job = CreateJob({"--max-steps", absl::StrCat(kSteps), "--checkpoint-dir",
-                                     Path("ckpt"), "--checkpoint-every", absl::StrCat(kEvery)});
+  // The job is stopped (SIGTERM to every worker) once the 4-rank version has
+  // run a few steps, so it never ends before the restarted worker is back.
+  constexpr int kEvery = 10;
+  const std::string job = CreateJob({"--max-steps", "100000", "--checkpoint-dir", Path("ckpt"),
+                                     "--checkpoint-every", absl::StrCat(kEvery)});
   ASSERT_FALSE(job.empty());
   std::vector<std::unique_ptr<WorkerProcess>> w;
   for (int r = 0; r < 4; ++r) w.push_back(StartWorker(job, r));
@@ -166,12 +168,23 @@ TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
 
   // The killed worker comes back: the job grows to 4 ranks again.
   w[2] = StartWorker(job, 2);
-  ASSERT_TRUE(WaitFor([&] { return FirstVersionOnRanks(*w[2], 4) >= 0; }, absl::Seconds(60)))
+  int64_t grown = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grown = FirstVersionOnRanks(*w[2], 4);
+        if (grown < 0) return false;
+        const auto s = w[2]->Values("step", "step");
+        return Int(s.back()) >= FirstStepOf(*w[2], grown) + 5;
+      },
+      absl::Seconds(60)))
       << w[2]->Output() << planner_->stderr_text();
 
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(w[r]->Wait(absl::Seconds(300)), 0) << w[r]->Output();
+  for (int r = 0; r < 4; ++r) w[r]->Signal(SIGTERM);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(w[r]->Wait(absl::Seconds(60)), 0) << w[r]->Output();
   // Every reported loss (steps run twice included) is the reference's.
-  const std::map<int64_t, double> want = Reference(kSteps);
+  int64_t last = 0;
+  for (const auto& r : Reports(job)) last = std::max(last, r.step());
+  const std::map<int64_t, double> want = Reference(static_cast<int>(last + 1));
   int checked = 0;
   for (const auto& r : Reports(job)) {
     if (!r.has_loss()) continue;
@@ -184,10 +197,10 @@ TEST_F(ElasticTrainingTest, KillNineShrinksToThreeRanksAndARestartGrowsBack) {
         << "step " << r.step() << " of version " << r.plan_version();
     ++checked;
   }
-  EXPECT_GE(checked, kSteps);
+  EXPECT_GE(checked, last);
   auto state = client_->GetJob(job);
   ASSERT_TRUE(state.ok());
-  EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
+  EXPECT_EQ(state->state(), v1::JOB_RUNNING) << state->failure_message();
 }
 
 // SIGTERM on one of 4 torch workers: every rank checkpoints the step where
