@@ -27,7 +27,9 @@
 #
 # Compiler: clang++-14 (setup.sh installs it; it builds this 2.5x faster than
 # GCC at the same settings), else $CXX or c++. -O0 -g1 keeps the build short
-# (the leg's cost is mostly compiling) and the stack traces readable.
+# (the leg's cost is mostly compiling) and the stack traces readable; the
+# planning core alone is compiled at -O1 (planner_service/core/CMakeLists.txt),
+# whose searches at -O0 were most of the tests' time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
