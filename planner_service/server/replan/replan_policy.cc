@@ -466,8 +466,9 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   if (why) return Unchanged(e, outcome, *std::move(why));
   const std::string reason = VersionReason(e.trigger, e.estimate, e.joined, e.lost, outcome);
   // A contingency carries the calibration it was planned under.
-  if (!planned_ahead)
+  if (!planned_ahead) {
     next = WithCalibration(std::move(next), *in.cluster, e.model, e.lost, outcome);
+  }
   const std::optional<v1::VersionPrediction> prediction = Predict(e, next, in);
   absl::StatusOr<ReplanOutcome> published = Publish(e.job_id, e.vp, next, reason, e.trigger,
                                                     outcome, prediction ? &*prediction : nullptr);

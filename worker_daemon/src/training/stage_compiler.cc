@@ -155,11 +155,12 @@ class CompileLock {
     if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path));
     bool waited = false;
     while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;  // before on_wait's own calls
+      if (error != EWOULDBLOCK && error != EINTR) {
+        return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
+      }
       if (!waited && on_wait) on_wait();
       waited = true;
-      if (errno != EWOULDBLOCK && errno != EINTR) {
-        return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(errno)));
-      }
       if (cancel != nullptr && cancel->load()) {
         return absl::CancelledError("stage compilation cancelled");
       }
