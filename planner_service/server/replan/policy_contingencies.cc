@@ -22,7 +22,7 @@
 
 namespace pipeplan::server {
 
-bool ReplanPolicy::ContingenciesDue(const v1::Job& job, const JobState& st, absl::Time now) const {
+bool ReplanPolicy::ContingenciesDue(const v1::Job& job, JobState& st, absl::Time now) const {
   if (!options_.contingencies || options_.max_contingencies <= 0 || st.contingency_in_flight) {
     return false;
   }
@@ -36,9 +36,11 @@ bool ReplanPolicy::ContingenciesDue(const v1::Job& job, const JobState& st, absl
   for (const v1::WorkerStatus& w : job.workers()) {
     if (w.rank() < 0 || w.state() != v1::WORKER_ACTIVE) continue;
     ranked = true;
-    auto it = st.baseline_step.find(w.info().worker_id());
-    const int64_t base = it == st.baseline_step.end() ? w.last_step() : it->second;
-    if (w.last_step() - base < options_.warmup_steps + 2) return false;
+    // A worker that registered after the version was first seen counts
+    // from its first look here (with --replan=membership nothing else
+    // records it).
+    auto [it, inserted] = st.baseline_step.emplace(w.info().worker_id(), w.last_step());
+    if (w.last_step() - it->second < options_.warmup_steps + 2) return false;
   }
   return ranked;
 }

@@ -182,8 +182,9 @@ class ReplanPolicy {
                                           const std::set<std::string>& lost_devices,
                                           const std::set<std::string>& joined,
                                           absl::Time now) const;
-  // Whether the job's version is due for (new) contingency plans now.
-  bool ContingenciesDue(const v1::Job& job, const JobState& st, absl::Time now) const;
+  // Whether the job's version is due for (new) contingency plans now
+  // (recording the baseline of workers first seen on the way).
+  bool ContingenciesDue(const v1::Job& job, JobState& st, absl::Time now) const;
   // Queues ComputeContingencies(id) on the pool; false when refused.
   bool SubmitContingencies(const std::string& id);
   // The evaluation's contingency for its lost devices when it still fits
