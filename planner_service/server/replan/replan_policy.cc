@@ -444,10 +444,12 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
   outcome.new_step_seconds = AsRunStep(next, result->step_seconds, in, e.model);
 
-  // Step 3: the current plan under the same model; publish when it pays.
-  // A loss planned ahead: its contingency's stages are compiled already.
+  // A loss planned ahead publishes that plan while it still fits: the
+  // workers compiled its stages already.
   const bool planned_ahead =
       e.trigger == ReplanTrigger::kWorkerLost && UseContingency(e, in, next, outcome);
+
+  // Step 3: the current plan under the same model; publish when it pays.
   absl::StatusOr<double> cur = ScoreUnder(e.current, e.readable, in, e.model);
   if (!cur.ok() && e.calibrating()) {
     return Unchanged(e, outcome,
