@@ -7,6 +7,8 @@
 // compile the same split at once run one compiler between them. The
 // running version's contingency plans are compiled ahead, niced, only
 // while the live compile is idle (issue 26).
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -164,6 +166,49 @@ TEST(StageCompilerTest, WorkersCompilingOneSplitAtOnceRunOneCompiler) {
     EXPECT_EQ(*d, CompiledStagesDir(r));
   }
   EXPECT_EQ(Lines(runs), 1) << "one compiler for the three workers";
+}
+
+// A survivor's compile (normal priority) that finds its split locked by a
+// compile ahead of need (nice 19) raises that compiler to its own priority
+// instead of waiting on a process other work starves. Raising a priority
+// needs CAP_SYS_NICE: root only.
+TEST(StageCompilerTest, ALiveCompileRaisesTheNicedCompilerItWaitsFor) {
+  if (geteuid() != 0) GTEST_SKIP() << "raising a priority needs root";
+  testing::TempDir dir;
+  const std::filesystem::path root(dir.path());
+  Write(root / "compile.sh",
+        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
+        "sleep 2\nnice >> '" +
+            (root / "nice.txt").string() +
+            "'\n"
+            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
+  StageCompileRequest ahead{.python = "/bin/sh",
+                            .script = (root / "compile.sh").string(),
+                            .package_dir = root.string(),
+                            .package_digest = "0123456789abcdef0123",
+                            .node_stage = {0, 1, 1},
+                            .microbatch_size = 2,
+                            .cache_dir = (root / "cache").string(),
+                            .timeout = absl::Seconds(60),
+                            .niceness = 19};
+  absl::StatusOr<std::string> background = absl::UnknownError("not run");
+  std::thread t([&] { background = CompileStages(ahead); });
+  const std::string pid_file = CompiledStagesDir(ahead) + ".pid";
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!std::filesystem::exists(pid_file) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  StageCompileRequest live = ahead;
+  live.niceness = 0;
+  absl::StatusOr<std::string> out = CompileStages(live);
+  t.join();
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(background.ok()) << background.status();
+  std::ifstream niceness(root / "nice.txt");
+  std::string line;
+  ASSERT_TRUE(std::getline(niceness, line));
+  EXPECT_EQ(line, "0") << "the waited-for compiler kept nice 19";
+  EXPECT_FALSE(std::filesystem::exists(pid_file));
 }
 
 // A 3-node graph's plan on `devices` (one stage each) with `node_stage`.
