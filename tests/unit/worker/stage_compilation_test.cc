@@ -134,6 +134,23 @@ TEST(StageCompilerTest, CacheFolderChangesWithTheCompilersSources) {
   EXPECT_NE(CompiledStagesDir(other), CompiledStagesDir(r));
 }
 
+// A compile of the split {0, 1, 1} whose compiler is a shell script in
+// `root`: it skips to --out, runs `body`, then writes stages.json there.
+StageCompileRequest ShellCompile(const std::filesystem::path& root, const std::string& body,
+                                 std::vector<int> node_stage = {0, 1, 1}) {
+  Write(root / "compile.sh",
+        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n" +
+            body + "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
+  return StageCompileRequest{.python = "/bin/sh",
+                             .script = (root / "compile.sh").string(),
+                             .package_dir = root.string(),
+                             .package_digest = "0123456789abcdef0123",
+                             .node_stage = std::move(node_stage),
+                             .microbatch_size = 2,
+                             .cache_dir = (root / "cache").string(),
+                             .timeout = absl::Seconds(60)};
+}
+
 // Three survivors of a loss compile the new split at once into one cache:
 // one compiler runs (a shell script stands in for Python: it counts its
 // runs, takes 300 ms and writes stages.json), the others wait for it and
@@ -142,21 +159,8 @@ TEST(StageCompilerTest, WorkersCompilingOneSplitAtOnceRunOneCompiler) {
   testing::TempDir dir;
   const std::filesystem::path root(dir.path());
   const std::filesystem::path runs = root / "runs.txt";
-  Write(root / "compile.sh",
-        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
-        "echo run >> '" +
-            runs.string() +
-            "'\n"
-            "sleep 0.3\n"
-            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
-  StageCompileRequest r{.python = "/bin/sh",
-                        .script = (root / "compile.sh").string(),
-                        .package_dir = root.string(),
-                        .package_digest = "0123456789abcdef0123",
-                        .node_stage = {0, 1, 1},
-                        .microbatch_size = 2,
-                        .cache_dir = (root / "cache").string(),
-                        .timeout = absl::Seconds(60)};
+  const StageCompileRequest r =
+      ShellCompile(root, "echo run >> '" + runs.string() + "'\nsleep 0.3\n");
   std::vector<absl::StatusOr<std::string>> dirs(3, absl::UnknownError("not run"));
   std::vector<std::thread> workers;
   for (int w = 0; w < 3; ++w) workers.emplace_back([&, w] { dirs[w] = CompileStages(r); });
@@ -176,21 +180,9 @@ TEST(StageCompilerTest, ALiveCompileRaisesTheNicedCompilerItWaitsFor) {
   if (geteuid() != 0) GTEST_SKIP() << "raising a priority needs root";
   testing::TempDir dir;
   const std::filesystem::path root(dir.path());
-  Write(root / "compile.sh",
-        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
-        "sleep 2\nnice >> '" +
-            (root / "nice.txt").string() +
-            "'\n"
-            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
-  StageCompileRequest ahead{.python = "/bin/sh",
-                            .script = (root / "compile.sh").string(),
-                            .package_dir = root.string(),
-                            .package_digest = "0123456789abcdef0123",
-                            .node_stage = {0, 1, 1},
-                            .microbatch_size = 2,
-                            .cache_dir = (root / "cache").string(),
-                            .timeout = absl::Seconds(60),
-                            .niceness = 19};
+  StageCompileRequest ahead =
+      ShellCompile(root, "sleep 2\nnice >> '" + (root / "nice.txt").string() + "'\n");
+  ahead.niceness = 19;
   absl::StatusOr<std::string> background = absl::UnknownError("not run");
   std::thread t([&] { background = CompileStages(ahead); });
   const std::string pid_file = CompiledStagesDir(ahead) + ".pid";
@@ -245,27 +237,14 @@ v1::VersionedPlan WithContingencies() {
 // A compile request of a plan's split whose compiler is a shell script in
 // `root`: it records each run in runs.txt and its niceness in nice.txt.
 StageCompileRequest ScriptCompile(const std::filesystem::path& root, const StagePlan& plan) {
-  Write(root / "compile.sh",
-        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
-        "echo run >> '" +
-            (root / "runs.txt").string() +
-            "'\n"
-            "sleep 0.1\nnice >> '" +
-            (root / "nice.txt").string() +
-            "'\n"
-            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
   std::vector<int> node_stage(3, -1);
   for (size_t s = 0; s < plan.stage_nodes.size(); ++s) {
     for (int n : plan.stage_nodes[s]) node_stage[n] = static_cast<int>(s);
   }
-  return StageCompileRequest{.python = "/bin/sh",
-                             .script = (root / "compile.sh").string(),
-                             .package_dir = root.string(),
-                             .package_digest = "0123456789abcdef0123",
-                             .node_stage = node_stage,
-                             .microbatch_size = 2,
-                             .cache_dir = (root / "cache").string(),
-                             .timeout = absl::Seconds(60)};
+  return ShellCompile(root,
+                      "echo run >> '" + (root / "runs.txt").string() + "'\nsleep 0.1\nnice >> '" +
+                          (root / "nice.txt").string() + "'\n",
+                      node_stage);
 }
 
 // Nothing compiles while the live compile is busy; then each split once,
