@@ -200,7 +200,8 @@ def planner_marks(work, since):
     with open(os.path.join(work, "planner.err")) as f:
         for line in f:
             m = re.match(r"ts=(\S+) level=\S+ event=(\S+)", line)
-            if not m or m.group(2) not in ("worker_suspected", "worker_lost", "plan_published"):
+            if not m or m.group(2) not in ("worker_suspected", "worker_lost", "plan_published",
+                                           "contingency_used", "contingency_stale"):
                 continue
             t = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
                 tzinfo=timezone.utc).timestamp()
@@ -234,17 +235,22 @@ def timeline(work, killed, survivors, running):
                     costs[k] = max(costs.get(k, 0.0), float(e.get(k, 0)))
                 break
     marks = planner_marks(work, killed)
+    # Whether the loss published the plan computed ahead for it (its stages
+    # compiled by the workers before the kill): docs/elastic.md.
+    ahead = ("used" if "contingency_used" in marks else
+             "stale" if "contingency_stale" in marks else "none")
 
     def at(v):
         v = [x for x in (v if isinstance(v, list) else [v]) if x is not None]
         return "%.2f" % max(v) if v else "-"
     return ("timeline (s after the kill): first drop %s, suspected %s, lost %s, published %s, "
-            "switched %s (switch %.2f: compile wait %.2f, state move %.2f), first step %s" % (
+            "switched %s (switch %.2f: compile wait %.2f, state move %.2f), first step %s; "
+            "contingency %s" % (
                 at(min([d for d in drops if d is not None], default=None)),
                 at(marks.get("worker_suspected")), at(marks.get("worker_lost")),
                 at(marks.get("plan_published")), at(switches),
                 costs.get("switch_seconds", 0), costs.get("compile_wait_seconds", 0),
-                costs.get("state_move_seconds", 0), at(steps)))
+                costs.get("state_move_seconds", 0), at(steps), ahead))
 
 
 def last_step_on_ranks(path, ranks):
@@ -428,7 +434,7 @@ def drills(args, work, planner):
         for d in range(args.drills):
             moment, victim, recovery, redone, line = one_drill(args, work, planner, job, workers,
                                                                rng)
-            results.append((moment, recovery, redone))
+            results.append((moment, recovery, redone, line.rsplit("contingency ", 1)[-1]))
             print("drill %d: kill w%d at %s: %s, %d steps redone; %s" % (
                 d, victim, moment, "HANG" if recovery is None else "%.2f s" % recovery, redone,
                 line), flush=True)
@@ -443,8 +449,9 @@ def drills(args, work, planner):
 
 def print_drill_table(results):
     """Median and p90 of recovery and steps redone, per moment and for all."""
-    print("| drills | moment | hangs | recovery median (s) | p90 (s) | steps redone median | max |")
-    print("|---|---|---|---|---|---|---|")
+    print("| drills | moment | hangs | recovery median (s) | p90 (s) | steps redone median | max | "
+          "contingency used |")
+    print("|---|---|---|---|---|---|---|---|")
     for moment in ("step", "switch", "checkpoint", "all"):
         rows = [r for r in results if moment in ("all", r[0])]
         ok = [r for r in rows if r[1] is not None]
@@ -452,9 +459,9 @@ def print_drill_table(results):
             continue
         rec = [r[1] for r in ok] or [-1]
         red = [r[2] for r in ok] or [-1]
-        print("| %d | %s | %d | %.2f | %.2f | %g | %d |" % (
+        print("| %d | %s | %d | %.2f | %.2f | %g | %d | %d |" % (
             len(rows), moment, len(rows) - len(ok), statistics.median(rec), p90(rec),
-            statistics.median(red), max(red)))
+            statistics.median(red), max(red), sum(1 for r in ok if r[3] == "used")))
 
 
 def print_rows(rows_by_name):

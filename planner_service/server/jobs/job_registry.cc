@@ -239,13 +239,33 @@ absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id
     if (version < 0) {
       return absl::InvalidArgumentError(absl::StrCat("version must be >= 0, got ", version));
     }
-    if (version == 0 || version == job->record.current_version) return *job->current;
+    if (version == 0 || version == job->record.current_version) {
+      v1::VersionedPlan out = *job->current;
+      if (job->contingencies && job->contingency_version == out.version()) {
+        for (const v1::ContingencyPlan& c : *job->contingencies) *out.add_contingencies() = c;
+      }
+      return out;
+    }
     if (version > job->record.current_version && !replicated) {
       return absl::NotFoundError(absl::StrCat("job ", job_id, " has no plan version ", version,
                                               " (current is ", job->record.current_version, ")"));
     }
   }
   return store->GetPlan(job_id, version);
+}
+
+absl::Status JobRegistry::SetContingencies(const std::string& job_id, int64_t version,
+                                           std::vector<v1::ContingencyPlan> plans) {
+  absl::MutexLock l(&mu_);
+  Job* job = state_->table.Find(job_id);
+  if (!job) return JobNotFound(job_id);
+  if (version != job->record.current_version) {
+    return absl::AbortedError(absl::StrCat("job ", job_id, " is at plan version ",
+                                           job->record.current_version, ", not ", version));
+  }
+  job->contingency_version = version;
+  job->contingencies = std::make_shared<const std::vector<v1::ContingencyPlan>>(std::move(plans));
+  return absl::OkStatus();
 }
 
 void JobRegistry::ApplyPlanLocked(RegistryState& s, Job& job,

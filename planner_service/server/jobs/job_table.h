@@ -81,6 +81,10 @@ struct Job {
   std::vector<WatchEntry> watches;
   absl::flat_hash_map<std::string, std::string> rendezvous;
   int64_t rendezvous_bytes = 0;  // keys and values of `rendezvous`
+  // The plans a loss would publish after `contingency_version`
+  // (JobRegistry::SetContingencies); memory only, like the rendezvous.
+  int64_t contingency_version = 0;
+  std::shared_ptr<const std::vector<v1::ContingencyPlan>> contingencies;
   // Replicated: seen in the store by SyncFromStore (only such a job is
   // dropped when it is gone from the store).
   bool synced = false;

@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "calibrated_model.h"
+#include "contingency_plans.h"
 #include "gain_threshold.h"
 #include "membership_decision.h"
 #include "pipeplan/common/status_macros.h"
@@ -26,6 +28,7 @@
 #include "pipeplan/server/obs/metrics.h"
 #include "pipeplan/server/replan/live_devices.h"
 #include "pipeplan/server/replan/version_prediction.h"
+#include "replan_inputs.h"
 #include "replan_reasons.h"
 
 namespace pipeplan::server {
@@ -115,51 +118,6 @@ std::optional<std::string> CalibrationSkip(const CalibratedModel& model, const D
   return std::nullopt;
 }
 
-// The job's request as MakePlan inputs under the calibrated cluster, ranks
-// and replicas capped at the devices left, the solve time capped by the
-// policy.
-absl::StatusOr<PlanInputs> CalibratedInputs(const v1::PlanRequest& request,
-                                            const CalibratedModel& model, const LostDevices& lost,
-                                            const ReplanPolicyOptions& options) {
-  PIPEPLAN_ASSIGN_OR_RETURN(v1::PlanRequest calibrated,
-                            CalibratedRequest(request, model, lost.devices));
-  PIPEPLAN_ASSIGN_OR_RETURN(PlanInputs in, PlanInputs::FromRequest(calibrated, options.limits));
-  FitToDevices(in);
-  const double limit = in.options.time_limit_seconds > 0 ? in.options.time_limit_seconds : 10.0;
-  in.options.time_limit_seconds = std::max(0.01, std::min(limit, options.max_solve_seconds));
-  return in;
-}
-
-// Step seconds of a plan under the calibrated model, simulated as the
-// workers run it (transfers overlap compute), so the current and the new
-// plan compare as they will be measured: infinite when it cannot run there
-// (unreadable, or a stage on a device that is gone). Each device's measured
-// host time per message (host_overhead.h) goes with it into either plan.
-absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const PlanInputs& in,
-                                  const CalibratedModel& model) {
-  if (!readable) return kInf;
-  absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
-  if (!fixed.ok() && fixed.status().code() == absl::StatusCode::kNotFound) return kInf;
-  PIPEPLAN_RETURN_IF_ERROR(fixed.status());
-  // The expected step under the measured spread (step_spread.h): under
-  // noise a plan with more waits between ranks is slower than its mean.
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      StepQuantiles score,
-      SimulateSpread(*in.graph, *in.cluster, *fixed,
-                     {.host_overhead = model.host, .stage_fit = &model.stage_fit}, model.spread));
-  return score.mean_seconds;
-}
-
-// The new plan's step simulated as run (ScoreUnder), or the solver's own
-// figure when the plan cannot be read back or scored.
-double AsRunStep(const v1::Plan& plan, double solver_step, const PlanInputs& in,
-                 const CalibratedModel& model) {
-  absl::StatusOr<DecodedPlan> decoded = DecodePlan(plan);
-  if (!decoded.ok()) return solver_step;
-  absl::StatusOr<double> as_run = ScoreUnder(*decoded, true, in, model);
-  return as_run.ok() ? *as_run : solver_step;
-}
-
 // The calibration gauges of a job's devices.
 void ShowFactors(Metrics* metrics, const std::string& job_id, const CalibrationResult& est) {
   if (metrics == nullptr) return;
@@ -215,28 +173,6 @@ int HorizonSteps(const v1::Job& job, const ReplanPolicyOptions& options) {
 double PredictedGain(const ReplanOutcome& o) {
   const double cur = o.current_step_seconds;
   return std::isinf(cur) ? 1.0 : (cur - o.new_step_seconds) / cur;
-}
-
-// `next` with the calibration it was planned under (Plan.calibration).
-v1::Plan WithCalibration(v1::Plan next, const Cluster& cluster, const CalibratedModel& model,
-                         const LostDevices& lost, const ReplanOutcome& outcome) {
-  const DeviceFactors& factors = model.factors;
-  v1::PlanCalibration* cal = next.mutable_calibration();
-  for (const FittedLink& l : model.links.links) *cal->add_links() = LinkFitToProto(l);
-  for (int d = 0; d < cluster.num_devices(); ++d) {
-    const std::string& id = cluster.device(d).id;
-    v1::DeviceFactor* f = cal->add_devices();
-    f->set_device_id(id);
-    auto it = factors.by_device.find(id);
-    f->set_time_factor(it == factors.by_device.end() ? factors.default_factor : it->second);
-    auto samples = factors.samples.find(id);
-    f->set_samples(samples == factors.samples.end() ? 0 : samples->second);
-  }
-  for (const std::string& d : lost.devices) cal->add_excluded_devices(d);
-  const double cur = outcome.current_step_seconds;
-  cal->set_previous_step_seconds(std::isinf(cur) ? 0 : cur);
-  cal->set_step_seconds(outcome.new_step_seconds);
-  return next;
 }
 
 // Why an evaluation has nothing to do: the lost or joined worker it was
@@ -402,6 +338,12 @@ int ReplanPolicy::Tick() {
     const std::set<std::string> lost_devices = LostRankDevices(job);
     const std::set<std::string> joined = JoinedDevices(job);
     const std::optional<ReplanTrigger> trigger = TriggerFor(job, st, lost_devices, joined, now);
+    if (!trigger && lost_devices.empty() && ContingenciesDue(job, st, now) &&
+        SubmitContingencies(job.id())) {
+      st.contingency_in_flight = true;
+      st.contingency_version = job.plan_version();
+      st.contingency_at = now;
+    }
     if (!trigger || !SubmitEvaluation(job.id(), *trigger)) continue;
     st.in_flight = true;
     if (*trigger == ReplanTrigger::kWorkerLost) {
@@ -502,6 +444,11 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   v1::Plan next = PlanToProto(*in.graph, *in.cluster, *result);
   outcome.new_step_seconds = AsRunStep(next, result->step_seconds, in, e.model);
 
+  // A loss planned ahead publishes that plan while it still fits: the
+  // workers compiled its stages already.
+  const bool planned_ahead =
+      e.trigger == ReplanTrigger::kWorkerLost && UseContingency(e, in, next, outcome);
+
   // Step 3: the current plan under the same model; publish when it pays.
   absl::StatusOr<double> cur = ScoreUnder(e.current, e.readable, in, e.model);
   if (!cur.ok() && e.calibrating()) {
@@ -520,7 +467,10 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
   if (!why && e.calibrating()) why = NoiseBlocks(e, outcome);
   if (why) return Unchanged(e, outcome, *std::move(why));
   const std::string reason = VersionReason(e.trigger, e.estimate, e.joined, e.lost, outcome);
-  next = WithCalibration(std::move(next), *in.cluster, e.model, e.lost, outcome);
+  // A contingency carries the calibration it was planned under.
+  if (!planned_ahead) {
+    next = WithCalibration(std::move(next), *in.cluster, e.model, e.lost, outcome);
+  }
   const std::optional<v1::VersionPrediction> prediction = Predict(e, next, in);
   absl::StatusOr<ReplanOutcome> published = Publish(e.job_id, e.vp, next, reason, e.trigger,
                                                     outcome, prediction ? &*prediction : nullptr);
@@ -528,6 +478,25 @@ absl::StatusOr<ReplanOutcome> ReplanPolicy::Replan(const Evaluation& e) {
     return Unchanged(e, outcome, std::string(published.status().message()));
   }
   return published;
+}
+
+bool ReplanPolicy::UseContingency(const Evaluation& e, const PlanInputs& in, v1::Plan& next,
+                                  ReplanOutcome& outcome) const {
+  const v1::ContingencyPlan* c = FindContingency(e.vp, e.lost.devices);
+  if (c == nullptr) return false;
+  const double planned = AsRunStep(c->plan(), kInf, in, e.model);
+  const bool fits =
+      ContingencyStillFits(planned, outcome.new_step_seconds, options_.contingency_slack);
+  LogInfo(fits ? "contingency_used" : "contingency_stale",
+          {{"job", e.job_id},
+           {"plan_version", e.version},
+           {"lost", absl::StrJoin(e.lost.devices, ",")},
+           {"contingency_step_seconds", absl::StrCat(planned)},
+           {"fresh_step_seconds", absl::StrCat(outcome.new_step_seconds)}});
+  if (!fits) return false;
+  next = c->plan();
+  outcome.new_step_seconds = planned;
+  return true;
 }
 
 std::optional<std::string> ReplanPolicy::NoiseBlocks(const Evaluation& e,

@@ -4,7 +4,11 @@
 // compiled by one version of the compiler are never reused by another (a
 // cache written before dropout was seeded drew unseeded masks), while the
 // same compiler and plan hit the same folder. Workers of one host that
-// compile the same split at once run one compiler between them.
+// compile the same split at once run one compiler between them. The
+// running version's contingency plans are compiled ahead, niced, only
+// while the live compile is idle (issue 26).
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -12,11 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "support/temp_dir.h"
 #include "training/compile_queue.h"
+#include "training/contingency_compiler.h"
 #include "training/stage_compiler.h"
 
 namespace pipeplan::worker {
@@ -89,6 +95,13 @@ void Write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
+int Lines(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  return lines;
+}
+
 TEST(StageCompilerTest, CacheFolderChangesWithTheCompilersSources) {
   testing::TempDir dir;
   const std::filesystem::path root(dir.path());
@@ -121,6 +134,23 @@ TEST(StageCompilerTest, CacheFolderChangesWithTheCompilersSources) {
   EXPECT_NE(CompiledStagesDir(other), CompiledStagesDir(r));
 }
 
+// A compile of the split {0, 1, 1} whose compiler is a shell script in
+// `root`: it skips to --out, runs `body`, then writes stages.json there.
+StageCompileRequest ShellCompile(const std::filesystem::path& root, const std::string& body,
+                                 std::vector<int> node_stage = {0, 1, 1}) {
+  Write(root / "compile.sh",
+        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n" +
+            body + "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
+  return StageCompileRequest{.python = "/bin/sh",
+                             .script = (root / "compile.sh").string(),
+                             .package_dir = root.string(),
+                             .package_digest = "0123456789abcdef0123",
+                             .node_stage = std::move(node_stage),
+                             .microbatch_size = 2,
+                             .cache_dir = (root / "cache").string(),
+                             .timeout = absl::Seconds(60)};
+}
+
 // Three survivors of a loss compile the new split at once into one cache:
 // one compiler runs (a shell script stands in for Python: it counts its
 // runs, takes 300 ms and writes stages.json), the others wait for it and
@@ -129,21 +159,8 @@ TEST(StageCompilerTest, WorkersCompilingOneSplitAtOnceRunOneCompiler) {
   testing::TempDir dir;
   const std::filesystem::path root(dir.path());
   const std::filesystem::path runs = root / "runs.txt";
-  Write(root / "compile.sh",
-        "while [ $# -gt 0 ]; do case \"$1\" in --out) out=\"$2\"; shift;; esac; shift; done\n"
-        "echo run >> '" +
-            runs.string() +
-            "'\n"
-            "sleep 0.3\n"
-            "mkdir -p \"$out\" && echo '{}' > \"$out/stages.json\"\n");
-  StageCompileRequest r{.python = "/bin/sh",
-                        .script = (root / "compile.sh").string(),
-                        .package_dir = root.string(),
-                        .package_digest = "0123456789abcdef0123",
-                        .node_stage = {0, 1, 1},
-                        .microbatch_size = 2,
-                        .cache_dir = (root / "cache").string(),
-                        .timeout = absl::Seconds(60)};
+  const StageCompileRequest r =
+      ShellCompile(root, "echo run >> '" + runs.string() + "'\nsleep 0.3\n");
   std::vector<absl::StatusOr<std::string>> dirs(3, absl::UnknownError("not run"));
   std::vector<std::thread> workers;
   for (int w = 0; w < 3; ++w) workers.emplace_back([&, w] { dirs[w] = CompileStages(r); });
@@ -152,10 +169,122 @@ TEST(StageCompilerTest, WorkersCompilingOneSplitAtOnceRunOneCompiler) {
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(*d, CompiledStagesDir(r));
   }
-  std::ifstream in(runs);
-  int lines = 0;
-  for (std::string line; std::getline(in, line);) ++lines;
-  EXPECT_EQ(lines, 1) << "one compiler for the three workers";
+  EXPECT_EQ(Lines(runs), 1) << "one compiler for the three workers";
+}
+
+// A survivor's compile (normal priority) that finds its split locked by a
+// compile ahead of need (nice 19) raises that compiler to its own priority
+// instead of waiting on a process other work starves. Raising a priority
+// needs CAP_SYS_NICE: root only.
+TEST(StageCompilerTest, ALiveCompileRaisesTheNicedCompilerItWaitsFor) {
+  if (geteuid() != 0) GTEST_SKIP() << "raising a priority needs root";
+  testing::TempDir dir;
+  const std::filesystem::path root(dir.path());
+  StageCompileRequest ahead =
+      ShellCompile(root, "sleep 2\nnice >> '" + (root / "nice.txt").string() + "'\n");
+  ahead.niceness = 19;
+  absl::StatusOr<std::string> background = absl::UnknownError("not run");
+  std::thread t([&] { background = CompileStages(ahead); });
+  const std::string pid_file = CompiledStagesDir(ahead) + ".pid";
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!std::filesystem::exists(pid_file) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  StageCompileRequest live = ahead;
+  live.niceness = 0;
+  absl::StatusOr<std::string> out = CompileStages(live);
+  t.join();
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(background.ok()) << background.status();
+  std::ifstream niceness(root / "nice.txt");
+  std::string line;
+  ASSERT_TRUE(std::getline(niceness, line));
+  EXPECT_EQ(line, "0") << "the waited-for compiler kept nice 19";
+  EXPECT_FALSE(std::filesystem::exists(pid_file));
+}
+
+// A 3-node graph's plan on `devices` (one stage each) with `node_stage`.
+v1::ContingencyPlan Contingency(std::vector<std::string> lost, std::vector<std::string> devices,
+                                std::vector<int> node_stage) {
+  v1::ContingencyPlan c;
+  for (const std::string& d : lost) c.add_lost_devices(d);
+  v1::Plan* plan = c.mutable_plan();
+  plan->set_schedule(v1::SCHEDULE_1F1B);
+  plan->set_microbatches(2);
+  for (size_t s = 0; s < devices.size(); ++s) {
+    v1::Stage* st = plan->add_stages();
+    st->set_index(static_cast<int>(s));
+    st->set_device_id(devices[s]);
+  }
+  for (int s : node_stage) plan->add_node_stage(s);
+  return c;
+}
+
+// Version 1 of a 3-node graph with three contingencies: two splits, one of
+// them for two losses (the same stages, so compiled once).
+v1::VersionedPlan WithContingencies() {
+  v1::VersionedPlan vp;
+  vp.set_version(1);
+  for (const char* id : {"a", "b", "c"}) {
+    vp.mutable_request()->mutable_graph()->add_nodes()->set_id(id);
+  }
+  *vp.add_contingencies() = Contingency({"gpu2"}, {"gpu0", "gpu1"}, {0, 0, 1});
+  *vp.add_contingencies() = Contingency({"gpu1"}, {"gpu0", "gpu2"}, {0, 1, 1});
+  *vp.add_contingencies() = Contingency({"gpu0"}, {"gpu1", "gpu2"}, {0, 0, 1});
+  return vp;
+}
+
+// A compile request of a plan's split whose compiler is a shell script in
+// `root`: it records each run in runs.txt and its niceness in nice.txt.
+StageCompileRequest ScriptCompile(const std::filesystem::path& root, const StagePlan& plan) {
+  std::vector<int> node_stage(3, -1);
+  for (size_t s = 0; s < plan.stage_nodes.size(); ++s) {
+    for (int n : plan.stage_nodes[s]) node_stage[n] = static_cast<int>(s);
+  }
+  return ShellCompile(root,
+                      "echo run >> '" + (root / "runs.txt").string() + "'\nsleep 0.1\nnice >> '" +
+                          (root / "nice.txt").string() + "'\n",
+                      node_stage);
+}
+
+// Nothing compiles while the live compile is busy; then each split once,
+// at nice 19, and the live version's compile of one of them (a loss
+// published it) is a cache hit.
+TEST(ContingencyCompilerTest, CompilesTheRunningVersionsContingenciesAheadAtLowPriority) {
+  testing::TempDir dir;
+  const std::filesystem::path root(dir.path());
+  const v1::VersionedPlan vp = WithContingencies();
+  std::atomic<bool> busy{true};
+  ContingencyCompiler compiler(
+      {.get_plan = [&](int64_t v) -> absl::StatusOr<v1::VersionedPlan> {
+         if (v != 1) return absl::NotFoundError("no such version");
+         return vp;
+       },
+       .request = [&](const StagePlan& plan) -> absl::StatusOr<StageCompileRequest> {
+         return ScriptCompile(root, plan);
+       },
+       .busy = [&] { return busy.load(); },
+       .emit = [](const std::string&) {}},
+      {.poll = absl::Milliseconds(20), .refresh = absl::Seconds(30)});
+  compiler.SetRunning(1);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(Lines(root / "runs.txt"), 0) << "compiled ahead while the live compile was busy";
+  busy = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (compiler.Compiled().size() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(compiler.Compiled().size(), 2u);
+  EXPECT_EQ(Lines(root / "runs.txt"), 2) << "one run per split";
+  std::ifstream niceness(root / "nice.txt");
+  for (std::string line; std::getline(niceness, line);) EXPECT_EQ(line, "19");
+  absl::StatusOr<StagePlan> live =
+      StagePlanFromProto(vp.contingencies(0).plan(), 2, &vp.request().graph());
+  ASSERT_TRUE(live.ok()) << live.status();
+  absl::StatusOr<std::string> hit = CompileStages(ScriptCompile(root, *live));
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_TRUE(compiler.Compiled().contains(*hit));
+  EXPECT_EQ(Lines(root / "runs.txt"), 2);
 }
 
 }  // namespace

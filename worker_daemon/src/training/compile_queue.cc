@@ -50,6 +50,14 @@ std::optional<CompileQueue::Result> CompileQueue::Wait(int64_t version) {
   return it->second.result;
 }
 
+bool CompileQueue::Idle() const {
+  absl::MutexLock l(&mu_);
+  for (const auto& [v, e] : entries_) {
+    if (e.state == State::kQueued || e.state == State::kRunning) return false;
+  }
+  return true;
+}
+
 bool CompileQueue::HasWork() const {
   if (stopping_) return true;
   for (const auto& [v, e] : entries_) {

@@ -49,6 +49,9 @@ class CompileQueue {
   // Queues `job` for `version` unless that version was queued before (then
   // false). Returns at once.
   bool Start(int64_t version, Job job) ABSL_LOCKS_EXCLUDED(mu_);
+  // True when no job is queued or running: compiles ahead of need
+  // (contingency_compiler.h) start only then.
+  bool Idle() const ABSL_LOCKS_EXCLUDED(mu_);
   // True when `version`'s job has finished (successfully or not).
   bool Done(int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until `version`'s job finishes and returns its result; nullopt at

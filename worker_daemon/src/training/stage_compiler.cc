@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <vector>
 
@@ -69,8 +71,11 @@ void DrainUntil(int fd, absl::Time deadline, const std::atomic<bool>* cancel, Ch
   }
 }
 
+// Runs argv; with `niceness`, at that CPU priority, its pid written to
+// `pid_file` while it runs (for BoostNicedCompiler).
 absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Duration timeout,
-                                const std::atomic<bool>* cancel) {
+                                const std::atomic<bool>* cancel, int niceness,
+                                const std::string& pid_file) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
   posix_spawn_file_actions_t actions;
@@ -87,6 +92,12 @@ absl::StatusOr<ChildResult> Run(const std::vector<std::string>& argv, absl::Dura
   if (rc != 0) {
     close(pipefd[0]);
     return absl::InternalError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+  }
+  // Before the interpreter starts its threads, which inherit it. Best
+  // effort: a compile at normal priority is only slower for the others.
+  if (niceness != 0) {
+    setpriority(PRIO_PROCESS, pid, niceness);
+    std::ofstream(pid_file) << pid << "\n";
   }
   ChildResult result;
   DrainUntil(pipefd[0], absl::Now() + timeout, cancel, &result);
@@ -137,14 +148,19 @@ class CompileLock {
     if (fd_ >= 0) close(fd_);  // releases the lock
   }
   // Waits for the lock, polling so that `cancel` and `deadline` end the wait.
+  // `on_wait` runs once when the lock is held by another.
   absl::Status Acquire(const std::string& path, const std::atomic<bool>* cancel,
-                       absl::Time deadline) {
+                       absl::Time deadline, const std::function<void()>& on_wait) {
     fd_ = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path));
+    bool waited = false;
     while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK && errno != EINTR) {
-        return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(errno)));
+      const int error = errno;  // before on_wait's own calls
+      if (error != EWOULDBLOCK && error != EINTR) {
+        return absl::InternalError(absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
       }
+      if (!waited && on_wait) on_wait();
+      waited = true;
       if (cancel != nullptr && cancel->load()) {
         return absl::CancelledError("stage compilation cancelled");
       }
@@ -159,6 +175,17 @@ class CompileLock {
  private:
   int fd_ = -1;
 };
+
+// A compile at normal priority that waits for a compile ahead of need of
+// the same split (niced, contingency_compiler.h) raises that one's
+// priority to its own: a survivor of a loss must not wait on a compiler
+// that other work starves. Best effort (raising needs CAP_SYS_NICE; the
+// pid file may be gone or stale).
+void BoostNicedCompiler(const std::string& pid_file) {
+  std::ifstream in(pid_file);
+  pid_t pid = 0;
+  if (in >> pid && pid > 0) setpriority(PRIO_PROCESS, pid, 0);
+}
 
 }  // namespace
 
@@ -175,7 +202,10 @@ absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
   // stages. On a host of few cores, N compilers at once took about N times
   // as long each (issue 26: the survivors' first step waits on this).
   CompileLock lock;
-  PIPEPLAN_RETURN_IF_ERROR(lock.Acquire(out + ".lock", r.cancel, absl::Now() + r.timeout));
+  const std::string pid_file = out + ".pid";
+  std::function<void()> on_wait;
+  if (r.niceness == 0) on_wait = [&] { BoostNicedCompiler(pid_file); };
+  PIPEPLAN_RETURN_IF_ERROR(lock.Acquire(out + ".lock", r.cancel, absl::Now() + r.timeout, on_wait));
   if (std::filesystem::exists(out + "/stages.json")) return out;
   // The assignment goes in a file: a long node_stage list would overflow argv.
   const std::string node_stage = absl::StrCat(out, ".node_stage.", getpid(), ".json");
@@ -187,8 +217,9 @@ absl::StatusOr<std::string> CompileStages(const StageCompileRequest& r) {
   absl::StatusOr<ChildResult> child =
       Run({r.python, r.script, "--package", r.package_dir, "--node-stage", node_stage,
            "--microbatch-size", absl::StrCat(r.microbatch_size), "--out", out},
-          r.timeout, r.cancel);
+          r.timeout, r.cancel, r.niceness, pid_file);
   std::filesystem::remove(node_stage, ec);
+  if (r.niceness != 0) std::filesystem::remove(pid_file, ec);
   if (!child.ok()) return child.status();
   if (child->cancelled) return absl::CancelledError("stage compilation cancelled");
   if (child->timed_out) {

@@ -38,6 +38,10 @@ struct StageCompileRequest {
   // When set and it turns true, the compiler is killed within about a second
   // (a worker shutting down while a later version compiles in the background).
   const std::atomic<bool>* cancel = nullptr;
+  // CPU priority of the compiler process (setpriority): 19 for compiles
+  // ahead of need (contingency_compiler.h), which must not slow the steps
+  // or the live version's compile.
+  int niceness = 0;
 };
 
 // The cache directory this request compiles into.

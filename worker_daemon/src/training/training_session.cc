@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "compile_queue.h"
+#include "contingency_compiler.h"
 #include "peer_snapshots.h"
 #include "pipeplan/client/model_package.h"
 #include "pipeplan/common/status_macros.h"
@@ -143,6 +144,16 @@ class TorchTraining final : public TrainingSession {
   PeerSnapshots snapshots_{options_, spec_};
   // Last: its jobs use the members above until it is destroyed.
   CompileQueue compiles_;
+  // After the queue it asks: destroyed (joined) first.
+  ContingencyCompiler contingencies_{
+      {.get_plan = [this](int64_t v) { return planner_.GetPlan(options_.job_id, v); },
+       .request = [this](const StagePlan& plan) { return CompileRequest(plan); },
+       .busy = [this] { return !compiles_.Idle(); },
+       .emit =
+           [this](const std::string& line) {
+             Emit(absl::StrCat(line, " job=", options_.job_id, " worker=", options_.worker_id));
+           }},
+      {}};
 };
 
 }  // namespace
@@ -255,6 +266,8 @@ absl::StatusOr<std::unique_ptr<Executor>> TorchTraining::MakeExecutor(const Stag
                                                                       const ExecutorPlace& place) {
   cost_ = SwitchCost();
   PIPEPLAN_ASSIGN_OR_RETURN(const std::string dir, CompiledDir(plan, &cost_));
+  // The version runs from here: what a loss in it would publish is next.
+  contingencies_.SetRunning(plan.version);
   absl::StatusOr<CompiledStages> stages = ReadCompiledStages(dir);
   if (!stages.ok()) return FinalIfTrainingError(stages.status());
   TorchInputs torch{.package = &package_, .spec = &spec_, .stages = *std::move(stages)};

@@ -6,10 +6,12 @@
 #include <prometheus/text_serializer.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "contingency_plans.h"
 #include "pipeplan/convert/proto_convert.h"
 #include "pipeplan/core/planner.h"
 #include "pipeplan/server/obs/log.h"
@@ -456,6 +458,107 @@ TEST_F(ReplanPolicyTest, DisabledDoesNothing) {
   Report(6, {{"gpu2", 2.0}});
   EXPECT_EQ(TickAndWait(), 0);
   EXPECT_EQ(Current().version(), 1);
+}
+
+// Lets w3's lease run out while the others renew theirs.
+void LoseW3(FakeClock& clock, JobRegistry& registry, const std::string& job) {
+  clock.Advance(absl::Seconds(6));
+  for (const char* w : {"w0", "w1", "w2"}) ASSERT_TRUE(registry.Heartbeat(job, w).ok());
+  clock.Advance(absl::Seconds(6));
+  EXPECT_EQ(registry.CheckLeases(), 1);
+}
+
+// Issue 26: once a version runs, the policy plans what the loss of each of
+// its devices would publish (the workers compile those stages ahead); a
+// loss then publishes exactly that plan.
+TEST_F(ReplanPolicyTest, ALossPublishesTheContingencyPlannedForIt) {
+  ReplanPolicyOptions o = Fast();
+  o.calibrate = false;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  EXPECT_EQ(Current().contingencies_size(), 0) << "planned before the version ran";
+  Report(4, {});
+  EXPECT_EQ(TickAndWait(), 0);  // no evaluation, contingencies only
+  const v1::VersionedPlan v1 = Current();
+  ASSERT_EQ(v1.contingencies_size(), 4);  // one host: no host loss
+  const v1::ContingencyPlan* for_gpu3 = FindContingency(v1, {"gpu3"});
+  ASSERT_NE(for_gpu3, nullptr);
+  EXPECT_EQ(NodesOn(for_gpu3->plan(), "gpu3"), 0);
+  EXPECT_EQ(NodesOn(for_gpu3->plan(), "gpu0") + NodesOn(for_gpu3->plan(), "gpu1") +
+                NodesOn(for_gpu3->plan(), "gpu2"),
+            16);
+  // Marked, so that the published plan shows where it came from (a plan
+  // solved at the loss under the same reports is the same plan).
+  std::vector<v1::ContingencyPlan> marked(v1.contingencies().begin(), v1.contingencies().end());
+  for (v1::ContingencyPlan& c : marked) {
+    c.mutable_plan()->mutable_calibration()->set_previous_step_seconds(42);
+  }
+  ASSERT_TRUE(registry_->SetContingencies(job_, 1, marked).ok());
+  EXPECT_EQ(registry_->SetContingencies(job_, 7, marked).code(), absl::StatusCode::kAborted);
+  ASSERT_NO_FATAL_FAILURE(LoseW3(clock_, *registry_, job_));
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  EXPECT_EQ(v2.plan().calibration().previous_step_seconds(), 42) << "not the contingency";
+  EXPECT_EQ(v2.contingencies_size(), 0) << "v1's contingencies served with v2";
+}
+
+// A contingency planned when every device ran as modelled no longer stands
+// once gpu0 turns out 3x slower: the loss publishes a fresh plan that gives
+// gpu0 less work.
+TEST_F(ReplanPolicyTest, AContingencyTheCalibrationOutgrewIsNotPublished) {
+  ReplanPolicyOptions o = Fast();
+  o.calibrate = false;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(4, {});
+  TickAndWait();
+  const v1::VersionedPlan v1 = Current();
+  const v1::ContingencyPlan* planned = FindContingency(v1, {"gpu3"});
+  ASSERT_NE(planned, nullptr);
+  const v1::Plan ahead = planned->plan();
+  Report(20, {{"gpu0", 3.0}});
+  ASSERT_NO_FATAL_FAILURE(LoseW3(clock_, *registry_, job_));
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  EXPECT_NE(v2.plan().SerializeAsString(), ahead.SerializeAsString());
+  EXPECT_LT(NodesOn(v2.plan(), "gpu0"), NodesOn(ahead, "gpu0"));
+  EXPECT_EQ(NodesOn(v2.plan(), "gpu3"), 0);
+}
+
+TEST(ContingencyPlansTest, PlansForEachDeviceThenEachHostOfSeveral) {
+  DecodedPlan plan;
+  plan.replica_devices = {{"a0", "a1", "b0"}, {"b1", "c0", "a1"}};
+  v1::ClusterTopology cluster;
+  for (const auto& [id, host] : std::vector<std::pair<std::string, std::string>>{
+           {"a0", "a"}, {"a1", "a"}, {"b0", "b"}, {"b1", "b"}, {"c0", "c"}, {"x", "c"}}) {
+    v1::Device* d = cluster.add_devices();
+    d->set_id(id);
+    d->set_host(host);
+  }
+  using Sets = std::vector<std::vector<std::string>>;
+  EXPECT_EQ(ContingencyLossSets(plan, cluster, {"x"}, 16), (Sets{{"a0", "x"},
+                                                                 {"a1", "x"},
+                                                                 {"b0", "x"},
+                                                                 {"b1", "x"},
+                                                                 {"c0", "x"},
+                                                                 {"a0", "a1", "x"},
+                                                                 {"b0", "b1", "x"}}));
+  EXPECT_EQ(ContingencyLossSets(plan, cluster, {}, 2), (Sets{{"a0"}, {"a1"}}));
+  // A loss that leaves no device is not planned for.
+  DecodedPlan one_host;
+  one_host.replica_devices = {{"a0", "a1"}};
+  v1::ClusterTopology two;
+  *two.add_devices() = cluster.devices(0);
+  *two.add_devices() = cluster.devices(1);
+  EXPECT_EQ(ContingencyLossSets(one_host, two, {}, 16), (Sets{{"a0"}, {"a1"}}));
+}
+
+TEST(ContingencyPlansTest, StandsWithinTheSlackOfAFreshPlan) {
+  EXPECT_TRUE(ContingencyStillFits(1.04, 1.0, 0.05));
+  EXPECT_FALSE(ContingencyStillFits(1.06, 1.0, 0.05));
+  EXPECT_TRUE(ContingencyStillFits(0.9, 1.0, 0.05));
+  EXPECT_FALSE(ContingencyStillFits(std::numeric_limits<double>::infinity(), 1.0, 0.05));
+  EXPECT_TRUE(ContingencyStillFits(2.0, std::numeric_limits<double>::infinity(), 0.05));
 }
 
 }  // namespace

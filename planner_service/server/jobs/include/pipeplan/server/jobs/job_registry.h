@@ -139,8 +139,16 @@ class JobRegistry {
   // OK again for a cancelled job; FAILED_PRECONDITION for one that already
   // succeeded or failed; NOT_FOUND for an unknown one.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
-  // version 0: the current one.
+  // version 0: the current one. The current version comes with its
+  // contingency plans once SetContingencies stored them.
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) const;
+  // The plans the replan policy would publish after `version` if the devices
+  // each names were lost (VersionedPlan.contingencies), replacing earlier
+  // ones. Kept in memory only: a restarted planner computes them again.
+  // ABORTED when `version` is no longer the job's current one; NOT_FOUND
+  // for an unknown job.
+  absl::Status SetContingencies(const std::string& job_id, int64_t version,
+                                std::vector<v1::ContingencyPlan> plans) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The version bump path: stores `plan` (produced by `request`) as the next
   // version and pushes it to every watcher. Replanning policies (step-report

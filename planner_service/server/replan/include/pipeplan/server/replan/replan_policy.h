@@ -91,6 +91,19 @@ struct ReplanPolicyOptions {
   int report_window = 2'000;
   // Cap on the replan solve's time limit.
   double max_solve_seconds = 10;
+  // Contingency plans (contingency_plans.h): once every rank of a version
+  // has run `warmup_steps` + 2 steps, and again every
+  // `contingency_refresh` while it runs, the plans a loss of each of its
+  // devices (and hosts) would publish, at most `max_contingencies`, each
+  // solved within `contingency_solve_seconds` (a refresh keeps each earlier
+  // plan that still fits). A loss publishes its
+  // contingency when, under the calibration then, its step is at most
+  // `contingency_slack` (relative) slower than a plan solved then.
+  bool contingencies = true;
+  int max_contingencies = 16;
+  double contingency_solve_seconds = 2;
+  double contingency_slack = 0.05;
+  absl::Duration contingency_refresh = absl::Seconds(10);
   GraphLimits limits;
 };
 
@@ -135,6 +148,12 @@ class ReplanPolicy {
 
   const ReplanPolicyOptions& options() const { return options_; }
 
+  // Computes and stores (JobRegistry::SetContingencies) the contingency
+  // plans of the job's current version on the calling thread (what the
+  // pool runs; tests call it directly). Returns how many were stored.
+  // ABORTED when the version changed meanwhile.
+  absl::StatusOr<int> ComputeContingencies(const std::string& job_id);
+
  private:
   struct JobState {
     int64_t version = 0;  // version the fields below refer to
@@ -146,6 +165,10 @@ class ReplanPolicy {
     std::vector<std::string> lost_tried;
     // Devices of live workers without a rank already tried for this version.
     std::vector<std::string> joined_tried;
+    // The version whose contingency plans were last computed, and when.
+    int64_t contingency_version = 0;
+    absl::Time contingency_at = absl::InfinitePast();
+    bool contingency_in_flight = false;
   };
 
   struct Evaluation;
@@ -159,6 +182,16 @@ class ReplanPolicy {
                                           const std::set<std::string>& lost_devices,
                                           const std::set<std::string>& joined,
                                           absl::Time now) const;
+  // Whether the job's version is due for (new) contingency plans now
+  // (recording the baseline of workers first seen on the way).
+  bool ContingenciesDue(const v1::Job& job, JobState& st, absl::Time now) const;
+  // Queues ComputeContingencies(id) on the pool; false when refused.
+  bool SubmitContingencies(const std::string& id);
+  // The evaluation's contingency for its lost devices when it still fits
+  // (replacing `next` and the outcome's new step), with a log line either
+  // way; false when there is none or it does not fit.
+  bool UseContingency(const Evaluation& e, const PlanInputs& in, v1::Plan& next,
+                      ReplanOutcome& outcome) const;
   // Queues Evaluate(id, trigger) on the pool; false when the pool refused.
   bool SubmitEvaluation(const std::string& id, ReplanTrigger trigger);
   // The evaluation's outcome without a new version, logged with why.
