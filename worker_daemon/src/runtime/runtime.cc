@@ -242,9 +242,11 @@ class StepRun {
   // longer than 1F1B holds its activations, lets the executor free:
   //  - SEND_F(s, m): complete, since the gradient that came back for it
   //    (RECV_B, waited by WaitInput) was computed from it;
-  //  - the stage's previous SEND_B: its RECV was posted by the peer in an
-  //    earlier lock-step round of the lowering (lowering.h), so the wait
-  //    needs nothing of this rank's later actions and cannot deadlock.
+  //  - the stage's previous SEND_B.
+  // Either's RECV was placed on the peer in an earlier lock-step round of
+  // the lowering (lowering.h) than this backward, so the wait needs nothing
+  // of this rank's later actions and cannot deadlock (also for outputs
+  // that carry no gradient back).
   absl::Status FinishSends(const Action& a) {
     if (a.type != ActionType::kBackwardInput && a.type != ActionType::kFullBackward) {
       return absl::OkStatus();
