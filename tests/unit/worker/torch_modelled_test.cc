@@ -158,8 +158,12 @@ Fixture& F(const ModelSpec& spec) {
   Fixture& f = it->second;
   if (!added) return f;
   f.spec = spec;
-  if (std::system((std::string(kPython) + " -c 'import torch' > /dev/null 2>&1").c_str()) != 0) {
-    f.skip_reason = "needs " PIPEPLAN_DEFAULT_PYTHON " with torch to build the fixtures";
+  // ResNet-18 is torchvision's (Debian's python3-torchvision, which
+  // scripts/setup.sh installs); the other models need torch alone.
+  const std::string modules = std::string(spec.name) == "resnet18" ? "torch, torchvision" : "torch";
+  if (std::system(
+          (std::string(kPython) + " -c 'import " + modules + "' > /dev/null 2>&1").c_str()) != 0) {
+    f.skip_reason = "needs " PIPEPLAN_DEFAULT_PYTHON " with " + modules + " to build the fixtures";
     return f;
   }
   f.dir = WorkDir() + "/" + spec.name;
