@@ -157,6 +157,10 @@ std::string FormatShapeTable(const v1::Plan& plan, int global_batch) {
     absl::StrAppend(&out, "  objective ",
                     HumanSeconds(per_step ? a.step_seconds() : a.step_seconds() / units),
                     AlternativeRow(a));
+    if (!a.degenerate().empty()) {
+      absl::StrAppend(&out, "    ranked last, degenerate: ", a.degenerate(),
+                      " (kept only for when nothing else fits)\n");
+    }
   }
   return out;
 }

@@ -282,6 +282,7 @@ void SetAlternative(const PlanAlternative& a, v1::Alternative* alt) {
   alt->set_peak_memory_bytes(a.peak_memory_bytes);
   alt->set_bubble_ratio(a.bubble_ratio);
   alt->set_idle_devices(a.idle_devices);
+  alt->set_degenerate(a.degenerate);
 }
 
 // Written only with several replicas, so a single-replica plan reads

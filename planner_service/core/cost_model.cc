@@ -114,6 +114,9 @@ absl::Status AddCommunication(const CostModel& cost, std::span<const int> stage_
       }
       for (int b : touched) {
         stages[b].input_bytes += bytes_to_stage[b];
+        stages[b].received_bytes += bytes_to_stage[b];
+        stages[a].sent_bytes += bytes_to_stage[b];
+        if (grad) stages[b].received_grad_bytes += bytes_to_stage[b];
         bytes_to_stage[b] = 0;
       }
       touched.clear();
@@ -123,6 +126,25 @@ absl::Status AddCommunication(const CostModel& cost, std::span<const int> stage_
 }
 
 }  // namespace
+
+// The backward frees each node's saved tensors as it passes it, in reverse
+// topological order: when node v back-propagates, the stage still holds
+// what v and the nodes before it saved, plus v's working set. The most of
+// that over the stage, less its whole activations (held when the backward
+// starts), is what the backward adds: a large working set late in the
+// backward (a CNN's stem) mostly replaces tensors already freed.
+void CostModel::AddBackwardWorkspace(std::span<const int> stage_of_node,
+                                     std::vector<StageCost>& stages) const {
+  std::vector<double> held(stages.size(), 0), most(stages.size(), 0);
+  for (int v : graph_->topo_order()) {
+    const int s = stage_of_node[v];
+    held[s] += activation_[v];
+    most[s] = std::max(most[s], held[s] + workspace_[v]);
+  }
+  for (size_t s = 0; s < stages.size(); ++s) {
+    stages[s].workspace_bytes = std::max(0.0, most[s] - stages[s].activation_bytes);
+  }
+}
 
 void ApplyRecompute(StageCost& stage) {
   if (stage.recompute) return;
@@ -202,9 +224,9 @@ absl::StatusOr<std::vector<StageCost>> CostModel::Evaluate(
     st.weight_grad_seconds += weight_ref_[v] * slow;
     st.activation_bytes += activation_[v];
     st.transient_bytes += transient_[v];
-    st.workspace_bytes = std::max(st.workspace_bytes, workspace_[v]);
     st.input_bytes += source_input_[v];
   }
+  AddBackwardWorkspace(stage_of_node, stages);
   for (int j = 0; j < k; ++j) {
     if (stages[j].num_nodes == 0) {
       return absl::InvalidArgumentError(absl::StrCat("stage ", j, " is empty"));

@@ -4,6 +4,8 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/allreduce.h"
 #include "pipeplan/core/plan_costs.h"
@@ -262,10 +264,27 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
   plan.microbatches = c.microbatches;
   plan.comm_model = ctx.options->comm_model;
   plan.sample_scale = co.sample_scale;
-  plan.degenerate = std::any_of(plan.partition.stages.begin(), plan.partition.stages.end(),
-                                [](const StageCost& s) { return !(s.compute_seconds() > 0); });
+  plan.degenerate_reason = DegenerateReason(*ctx.graph, plan.partition);
+  plan.degenerate = !plan.degenerate_reason.empty();
   AddAllReduce(ctx, sched, placement, runs, plan);
   return plan;
+}
+
+std::string DegenerateReason(const Graph& graph, const Partition& partition) {
+  const int k = static_cast<int>(partition.stages.size());
+  for (int s = 0; s < k; ++s) {
+    if (partition.stages[s].compute_seconds() > 0) continue;
+    std::vector<std::string> ids;
+    for (int v = 0; v < graph.num_nodes(); ++v) {
+      if (partition.stage_of_node[v] == s) ids.push_back(graph.node(v).id);
+    }
+    const size_t n = ids.size();
+    if (n > 3) ids.resize(3), ids.push_back("...");
+    return absl::StrCat("stage ", s, " of ", k, " computes nothing (its ", n,
+                        n == 1 ? " node, " : " nodes, ", absl::StrJoin(ids, ", "),
+                        n == 1 ? ", has" : ", have", " no flops): a rank that only waits");
+  }
+  return "";
 }
 
 double SecondsPerUnit(const SearchContext& ctx, const PlanResult& plan) {

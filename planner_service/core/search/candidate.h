@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -95,6 +96,10 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& context,
 
 // Seconds per sample (or per microbatch of the graph's batch when the batch
 // cannot be rescaled): the quantity the search minimizes.
+// The first stage that computes nothing, said with its nodes ("stage 2 of
+// 3 computes nothing (its 1 node, x, has no flops): ..."); "" if none.
+std::string DegenerateReason(const Graph& graph, const Partition& partition);
+
 double SecondsPerUnit(const SearchContext& context, const PlanResult& plan);
 
 }  // namespace pipeplan::search

@@ -56,7 +56,8 @@ PlanAlternative AlternativeOf(const Scored& s, int devices) {
           .peak_memory_bytes =
               *std::max_element(p.stage_peak_memory.begin(), p.stage_peak_memory.end()),
           .bubble_ratio = p.bubble_ratio,
-          .idle_devices = devices - p.num_ranks * p.num_replicas};
+          .idle_devices = devices - p.num_ranks * p.num_replicas,
+          .degenerate = p.degenerate_reason};
 }
 
 class Search {

@@ -239,6 +239,30 @@ TEST(CostModelTest, RecomputationKeepsInputsAndRunsTheForwardTwice) {
   EXPECT_NEAR(applied.memory_bytes(4), 4 * 5e9 + 1.5e9, 1);
 }
 
+// The backward passes the nodes in reverse topological order, freeing what
+// each saved: a large working set at the first node adds only what exceeds
+// the activations already freed; at the last node it adds all of it.
+TEST(CostModelTest, TheBackwardWorkingSetCountsWhatIsStillHeld) {
+  for (const bool big_first : {true, false}) {
+    GraphSpec spec;
+    spec.nodes = {{.id = "a", .forward_flops = 1e12, .activation_bytes = 4e9, .output_bytes = 1e6},
+                  {.id = "b", .forward_flops = 1e12, .activation_bytes = 4e9, .output_bytes = 1e6}};
+    spec.nodes[big_first ? 0 : 1].output_bytes = 3e9;  // its output's gradient
+    spec.edges = {{"a", "b", 1e6, 0}};
+    const Graph g = *Graph::Build(std::move(spec));
+    ClusterSpec cs;
+    cs.devices.push_back({.id = "g", .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+    const Cluster c = *Cluster::Build(std::move(cs));
+    const CostModel cost(g, c, {});
+    auto stages = cost.Evaluate(std::vector<int>{0, 0}, std::vector<int>{0});
+    ASSERT_TRUE(stages.ok());
+    // First: a's 3e9 comes when b's 4e9 are gone (4e9 + 3e9 < 8e9), so b's
+    // own working set (its output's and input's gradients, 1e6 each) is the
+    // most. Last: all 8e9 and b's 3e9 + 1e6.
+    EXPECT_NEAR((*stages)[0].workspace_bytes, big_first ? 2e6 : 3e9 + 1e6, 1) << big_first;
+  }
+}
+
 TEST(CostModelTest, TheLossKeepsFp32LogProbabilitiesAndAGradientBuffer) {
   TensorFixture f({.tensor_scale = 0.5, .loss_workspace = true});
   auto stages = f.cost->Evaluate(std::vector<int>{0, 0, 0, 1}, std::vector<int>{0, 1});
@@ -247,7 +271,13 @@ TEST(CostModelTest, TheLossKeepsFp32LogProbabilitiesAndAGradientBuffer) {
   // precision of the rest.
   EXPECT_NEAR((*stages)[1].transient_bytes, 5e9, 1);
   EXPECT_NEAR((*stages)[1].activation_bytes, 5e8 * 0.5 + 5e9, 1);
-  EXPECT_NEAR((*stages)[1].peak_memory_bytes(2), 2 * (2.5e8 + 5e9) + 5e9, 1);
+  // Boundary buffers: stage 1 holds its received copies (3e9 + 1e9 + 1e9,
+  // at 0.5) per microbatch in flight, and in the backward the gradients of
+  // q's and r's (p's output 1 carries none); stage 0 its packed copies.
+  EXPECT_NEAR((*stages)[1].received_bytes, 2.5e9, 1);
+  EXPECT_NEAR((*stages)[1].received_grad_bytes, 1e9, 1);
+  EXPECT_NEAR((*stages)[0].sent_bytes, 2.5e9, 1);
+  EXPECT_NEAR((*stages)[1].peak_memory_bytes(2), 2 * (2.5e8 + 5e9) + 2 * 2.5e9 + 5e9 + 1e9, 1);
   // Transfers follow the precision.
   EXPECT_NEAR((*stages)[1].forward_comm_seconds, (3e9 + 1e9 + 1e9) * 0.5 / 1e9, 1e-9);
 }

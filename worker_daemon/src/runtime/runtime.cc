@@ -175,6 +175,7 @@ class StepRun {
       timing.bytes = static_cast<double>(data.size());
       PIPEPLAN_ASSIGN_OR_RETURN(op, transport_.Send(timing.peer_rank, tag, data));
       timing.seconds = Since(t0);
+      send_index_[RecvKey(backward, a.stage, a.microbatch)] = sends_.size();
       sends_.push_back({std::move(op), index});
     } else {
       PIPEPLAN_ASSIGN_OR_RETURN(std::span<std::byte> data, executor_.RecvBuffer(a));
@@ -198,6 +199,7 @@ class StepRun {
     } else {
       PIPEPLAN_RETURN_IF_ERROR(WaitInput(a));
     }
+    PIPEPLAN_RETURN_IF_ERROR(FinishSends(overlap ? schedule::BackwardHalf(a) : a));
     const auto t0 = Clock::now();
     std::optional<double> device_seconds;
     for (const Action& part :
@@ -236,20 +238,55 @@ class StepRun {
     return absl::OkStatus();
   }
 
+  // Before a backward of (s, m), so that a stage holds its send buffers no
+  // longer than 1F1B holds its activations, lets the executor free:
+  //  - SEND_F(s, m): complete, since the gradient that came back for it
+  //    (RECV_B, waited by WaitInput) was computed from it;
+  //  - the stage's previous SEND_B.
+  // Either's RECV was placed on the peer in an earlier lock-step round of
+  // the lowering (lowering.h) than this backward, so the wait needs nothing
+  // of this rank's later actions and cannot deadlock (also for outputs
+  // that carry no gradient back).
+  absl::Status FinishSends(const Action& a) {
+    if (a.type != ActionType::kBackwardInput && a.type != ActionType::kFullBackward) {
+      return absl::OkStatus();
+    }
+    PIPEPLAN_RETURN_IF_ERROR(FinishSend(false, a.stage, a.microbatch));
+    auto [previous, added] = last_backward_.try_emplace(a.stage, a.microbatch);
+    if (!added) {
+      PIPEPLAN_RETURN_IF_ERROR(FinishSend(true, a.stage, previous->second));
+      previous->second = a.microbatch;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishSend(bool backward, int stage, int microbatch) {
+    auto it = send_index_.find(RecvKey(backward, stage, microbatch));
+    if (it == send_index_.end()) return absl::OkStatus();  // a local hop
+    Pending& pending = sends_[it->second];
+    send_index_.erase(it);
+    PIPEPLAN_RETURN_IF_ERROR(WaitSend(pending));
+    executor_.SendDone(result_.timings[pending.timing_index].action);
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitSend(Pending& pending) {
+    if (pending.op == nullptr) return absl::OkStatus();  // waited before
+    const absl::Status s = Wait(pending);
+    pending.op.reset();
+    if (s.ok()) return s;
+    return absl::Status(
+        s.code(),
+        absl::StrCat("step ", step_, ": ",
+                     schedule::ActionToString(result_.timings[pending.timing_index].action), ": ",
+                     s.message()));
+  }
+
   // End of the step: RECVs nothing consumed (a malformed but harmless
   // program) still complete, then every SEND.
   absl::Status WaitForPosted() {
     for (auto& [key, pending] : recvs_) PIPEPLAN_RETURN_IF_ERROR(Wait(pending));
-    for (Pending& pending : sends_) {
-      const absl::Status s = Wait(pending);
-      if (!s.ok()) {
-        return absl::Status(
-            s.code(),
-            absl::StrCat("step ", step_, ": ",
-                         schedule::ActionToString(result_.timings[pending.timing_index].action),
-                         ": ", s.message()));
-      }
-    }
+    for (Pending& pending : sends_) PIPEPLAN_RETURN_IF_ERROR(WaitSend(pending));
     return absl::OkStatus();
   }
 
@@ -273,6 +310,10 @@ class StepRun {
   Clock::time_point step_start_;
   absl::flat_hash_map<uint64_t, Pending> recvs_;
   std::vector<Pending> sends_;
+  // Key (as RecvKey) of a SEND not yet waited -> its index in sends_.
+  absl::flat_hash_map<uint64_t, size_t> send_index_;
+  // Stage -> the microbatch of its last backward.
+  absl::flat_hash_map<int, int> last_backward_;
 };
 
 }  // namespace

@@ -507,6 +507,12 @@ absl::StatusOr<std::span<const std::byte>> TorchExecutor::SendBuffer(const Actio
   return std::span<const std::byte>(Span(buffer));
 }
 
+void TorchExecutor::SendDone(const Action& send) {
+  auto it = impl_->microbatches.find({send.stage, send.microbatch});
+  if (it == impl_->microbatches.end()) return;
+  (send.type == ActionType::kSendF ? it->second.send_f : it->second.send_b) = torch::Tensor();
+}
+
 absl::StatusOr<std::span<std::byte>> TorchExecutor::RecvBuffer(const Action& recv) {
   const bool forward = recv.type == ActionType::kRecvF;
   if ((!forward && recv.type != ActionType::kRecvB) || !impl_->IsLocal(recv.stage)) {

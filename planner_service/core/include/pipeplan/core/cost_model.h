@@ -20,7 +20,9 @@
 // microbatch x microbatches in flight + the loss's transient gradient buffer.
 // With recomputation a stage keeps only its inputs per microbatch in flight,
 // plus one microbatch's activations while it recomputes, and its backward
-// runs the forward again (memory_model.h has the per-parameter bytes).
+// runs the forward again (memory_model.h has the per-parameter bytes). Its
+// peak adds the boundary buffers and the backward's working set
+// (StageCost::peak_memory_bytes).
 //
 // Thread safety: read-only after construction; the graph and cluster must
 // outlive the model.
@@ -74,10 +76,21 @@ struct StageCost {
   // microbatch: all that recomputation keeps.
   double input_bytes = 0;
   double transient_bytes = 0;  // the loss's gradient buffer, once
-  // The backward's working set: the most gradient bytes one node's backward
-  // holds at once (the gradient of its output, those of its inputs, its
-  // new weight gradient before it is accumulated); transient like the
-  // loss's buffer, which is the loss node's.
+  // Boundary buffers (tensors that cross stages, as the worker holds them):
+  // per microbatch in flight, the received copies of inputs from earlier
+  // stages (kept until the backward; with recompute they are part of
+  // input_bytes) and the packed copies of the outputs sent on (kept until
+  // their gradient comes back). The gradients of the received inputs that
+  // need one accumulate through the backward until sent: transient.
+  double received_bytes = 0;
+  double sent_bytes = 0;
+  double received_grad_bytes = 0;
+  // The backward's working set beyond the activations it starts with: one
+  // node's backward holds the gradient of its output, those of its inputs
+  // and its new weight gradient, while the nodes before it still hold their
+  // saved tensors (CostModel::Evaluate takes the most over the stage, in
+  // reverse topological order); transient like the loss's buffer, which is
+  // the loss node's.
   double workspace_bytes = 0;
   bool recompute = false;
 
@@ -90,10 +103,13 @@ struct StageCost {
                                   : activation_bytes * inflight_microbatches;
     return param_state_bytes + kept;
   }
-  // The stage's peak: memory_bytes plus the backward's transient buffers
-  // (the loss's, or one node's gradients).
+  // The stage's peak: memory_bytes, the boundary buffers, and the
+  // backward's transient buffers (the loss's, or one node's gradients, with
+  // the input gradients it accumulates).
   double peak_memory_bytes(int inflight_microbatches) const {
-    return memory_bytes(inflight_microbatches) + std::max(transient_bytes, workspace_bytes);
+    const double boundary = sent_bytes + (recompute ? 0 : received_bytes);
+    return memory_bytes(inflight_microbatches) + boundary * inflight_microbatches +
+           std::max(transient_bytes, workspace_bytes) + received_grad_bytes;
   }
 };
 
@@ -144,6 +160,9 @@ class CostModel {
   std::vector<double> forward_ref_, backward_ref_, weight_ref_;
   std::vector<double> activation_, transient_, source_input_, workspace_;
   std::vector<double> slowdown_;
+
+  void AddBackwardWorkspace(std::span<const int> stage_of_node,
+                            std::vector<StageCost>& stages) const;
 };
 
 // The slowest stage's per-microbatch time: the quantity partitioners minimize.

@@ -33,6 +33,9 @@ struct PlanAlternative {
   double peak_memory_bytes = 0;
   double bubble_ratio = 0;
   int idle_devices = 0;
+  // Why the plan ranks after every plan with compute on each stage (empty
+  // when it has): PlanResult::degenerate_reason.
+  std::string degenerate;
 };
 
 struct PlanResult {
@@ -61,8 +64,10 @@ struct PlanResult {
   double allreduce_exposed_seconds = 0;
   // The bucket size it was modelled with (PlanOptions', default resolved).
   double allreduce_bucket_bytes = kDefaultBucketBytes;
-  // A stage without compute (only when memory left no other plan).
+  // A stage without compute (only when memory left no other plan), and
+  // which: "stage 2 of 3 computes nothing (its 1 node, x, has no flops)".
   bool degenerate = false;
+  std::string degenerate_reason;
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int chunks_per_rank = 1;
   int microbatches = 0;

@@ -38,6 +38,9 @@ class Executor {
   virtual absl::Status Compute(const schedule::Action& action) = 0;
   virtual absl::StatusOr<std::span<const std::byte>> SendBuffer(const schedule::Action& send) = 0;
   virtual absl::StatusOr<std::span<std::byte>> RecvBuffer(const schedule::Action& recv) = 0;
+  // The transport is done with the buffer SendBuffer gave for `send` (the
+  // runtime waited for it): the executor may free it before the step ends.
+  virtual void SendDone(const schedule::Action& send) {}
   // Applies the step's accumulated gradients (if any) and frees the step's
   // buffers.
   virtual absl::Status EndStep() = 0;

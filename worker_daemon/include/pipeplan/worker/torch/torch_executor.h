@@ -137,6 +137,9 @@ class TorchExecutor final : public Executor {
   absl::Status Compute(const schedule::Action& action) override;
   absl::StatusOr<std::span<const std::byte>> SendBuffer(const schedule::Action& send) override;
   absl::StatusOr<std::span<std::byte>> RecvBuffer(const schedule::Action& recv) override;
+  // Frees the send's buffer (a stage's memory then holds no boundary
+  // buffers past its backward; the peak model counts none).
+  void SendDone(const schedule::Action& send) override;
   absl::Status EndStep() override;
   // On a GPU: the CUDA caching allocator's peak of allocated bytes since
   // Create (all of autograd's memory included). On the CPU the peak of the
