@@ -265,7 +265,6 @@ absl::StatusOr<PlanResult> EvaluateCandidate(const SearchContext& ctx, const Can
   plan.comm_model = ctx.options->comm_model;
   plan.sample_scale = co.sample_scale;
   plan.degenerate_reason = DegenerateReason(*ctx.graph, plan.partition);
-  plan.degenerate = !plan.degenerate_reason.empty();
   AddAllReduce(ctx, sched, placement, runs, plan);
   return plan;
 }
@@ -274,12 +273,14 @@ std::string DegenerateReason(const Graph& graph, const Partition& partition) {
   const int k = static_cast<int>(partition.stages.size());
   for (int s = 0; s < k; ++s) {
     if (partition.stages[s].compute_seconds() > 0) continue;
+    // Every candidate is checked (the search's hot path): name the first
+    // three nodes and stop scanning there.
+    const size_t n = static_cast<size_t>(partition.stages[s].num_nodes);
     std::vector<std::string> ids;
-    for (int v = 0; v < graph.num_nodes(); ++v) {
+    for (int v = 0; v < graph.num_nodes() && ids.size() < 3; ++v) {
       if (partition.stage_of_node[v] == s) ids.push_back(graph.node(v).id);
     }
-    const size_t n = ids.size();
-    if (n > 3) ids.resize(3), ids.push_back("...");
+    if (n > 3) ids.push_back("...");
     return absl::StrCat("stage ", s, " of ", k, " computes nothing (its ", n,
                         n == 1 ? " node, " : " nodes, ", absl::StrJoin(ids, ", "),
                         n == 1 ? ", has" : ", have", " no flops): a rank that only waits");

@@ -43,7 +43,7 @@ struct Scored {
 
 // Degenerate plans last, then the fastest.
 bool Better(const Scored& a, const Scored& b) {
-  return std::tie(a.plan.degenerate, a.unit) < std::tie(b.plan.degenerate, b.unit);
+  return std::pair(a.plan.degenerate(), a.unit) < std::pair(b.plan.degenerate(), b.unit);
 }
 
 PlanAlternative AlternativeOf(const Scored& s, int devices) {
@@ -214,7 +214,7 @@ void Search::Sweep(const Shape& shape) {
 // batch allows; without one it tries one count per schedule, and every
 // candidate it scores is listed among the alternatives.
 bool Search::CannotWin(const Candidate& c) const {
-  if (ctx_.options->global_batch <= 0 || !best_ || scored_[*best_].plan.degenerate) return false;
+  if (ctx_.options->global_batch <= 0 || !best_ || scored_[*best_].plan.degenerate()) return false;
   return CandidateLowerBound(bounds_, Shape{c.ranks, c.replicas}, c.kind, c.microbatches) >=
          scored_[*best_].unit;
 }
@@ -313,7 +313,7 @@ void Search::Screen(const std::vector<Shape>& shapes, bool single) {
     Report(SearchProgress::Phase::kScreening, n, order.size());
     if (Stopped()) break;
     // Nothing of this shape can beat the best plan; the bounds only grow.
-    if (best_ && !scored_[*best_].plan.degenerate && bound[i] >= scored_[*best_].unit) break;
+    if (best_ && !scored_[*best_].plan.degenerate() && bound[i] >= scored_[*best_].unit) break;
     if (CannotBeSwept(shapes[i])) continue;
     ScreenShape(shapes[i], single);
     const ShapeState& state = shapes_[{shapes[i].ranks, shapes[i].replicas}];

@@ -36,7 +36,7 @@ TEST(PlanTableTest, ExplainSaysWhichStageOfADegeneratePlanComputesNothing) {
   // Three ranks for three nodes: the input alone on stage 0.
   auto plan = MakePlan(g, c, {.num_ranks = 3, .num_replicas = 1, .microbatches = 4});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->degenerate);
+  EXPECT_TRUE(plan->degenerate());
   const v1::Plan wire = PlanToProto(g, c, *plan);
   ASSERT_EQ(wire.shapes_size(), 1);
   EXPECT_EQ(wire.shapes(0).degenerate(),
@@ -51,7 +51,7 @@ TEST(PlanTableTest, ExplainMarksOnlyTheDegenerateShapes) {
   const Cluster c = Devices(2);
   auto plan = MakePlan(g, c, {.num_ranks = 2, .num_replicas = 1, .microbatches = 4});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_FALSE(plan->degenerate);  // x rides with b0
+  EXPECT_FALSE(plan->degenerate());  // x rides with b0
   v1::Plan wire = PlanToProto(g, c, *plan);
   ASSERT_EQ(wire.shapes_size(), 1);
   EXPECT_EQ(wire.shapes(0).degenerate(), "");

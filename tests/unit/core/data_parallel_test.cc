@@ -94,7 +94,7 @@ double BruteForce(const Graph& graph, const Cluster& cluster, const PlanOptions&
         std::sort(rows.begin(), rows.end());
         if (!seen.insert(absl::StrJoin(rows, ";")).second) continue;
         absl::StatusOr<PlanResult> plan = PlanOnPlacement(graph, cluster, options, placement);
-        if (plan.ok() && !plan->degenerate) best = std::min(best, Unit(*plan, options, graph));
+        if (plan.ok() && !plan->degenerate()) best = std::min(best, Unit(*plan, options, graph));
       } while (std::next_permutation(order.begin(), order.end()));
     }
   }
@@ -204,7 +204,7 @@ TEST(DataParallelSearch, ChoosesReplicasWhenFasterAndNeverADegenerateStage) {
   EXPECT_GT(plan->num_replicas, 1);
   EXPECT_EQ(pipeline->num_replicas, 1);
   for (const PlanResult* p : {&*plan, &*pipeline}) {
-    EXPECT_FALSE(p->degenerate);
+    EXPECT_FALSE(p->degenerate());
     for (const StageCost& s : p->partition.stages) EXPECT_GT(s.compute_seconds(), 0);
     // The best plan of every shape is listed, the chosen one first.
     ASSERT_FALSE(p->shapes.empty());

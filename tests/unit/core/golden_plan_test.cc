@@ -120,7 +120,7 @@ std::string Canonical(const PlanResult& p) {
                   " sample_scale=", Num(p.sample_scale), "\n");
   absl::StrAppend(&s, "  step_seconds=", Num(p.step_seconds), " bubble=", Num(p.bubble_ratio),
                   " allreduce_exposed=", Num(p.allreduce_exposed_seconds),
-                  " search_gap=", Num(p.search_gap), " degenerate=", p.degenerate, "\n");
+                  " search_gap=", Num(p.search_gap), " degenerate=", p.degenerate(), "\n");
   absl::StrAppend(&s, "  method=", p.method, " objective=", Num(p.partition.objective),
                   " lower_bound=", Num(p.lower_bound), " gap=", Num(p.gap),
                   " contracted_nodes=", p.contracted_nodes, "\n");

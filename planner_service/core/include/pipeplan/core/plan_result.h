@@ -65,8 +65,8 @@ struct PlanResult {
   // The bucket size it was modelled with (PlanOptions', default resolved).
   double allreduce_bucket_bytes = kDefaultBucketBytes;
   // A stage without compute (only when memory left no other plan), and
-  // which: "stage 2 of 3 computes nothing (its 1 node, x, has no flops)".
-  bool degenerate = false;
+  // which: "stage 2 of 3 computes nothing (its 1 node, x, has no flops)";
+  // empty when every stage computes.
   std::string degenerate_reason;
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int chunks_per_rank = 1;
@@ -87,6 +87,8 @@ struct PlanResult {
   // The best plan at each (ranks, replicas) scored, fastest first (the
   // chosen plan's shape included).
   std::vector<PlanAlternative> shapes;
+
+  bool degenerate() const { return !degenerate_reason.empty(); }
 };
 
 }  // namespace pipeplan
