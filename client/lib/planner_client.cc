@@ -244,6 +244,17 @@ absl::StatusOr<v1::VersionedPlan> PlannerClient::GetPlan(const std::string& job_
   return Unary(&v1::PlannerService::Stub::GetPlan, req);
 }
 
+absl::StatusOr<v1::VersionedPlan> PlannerClient::GetContingencies(const std::string& job_id,
+                                                                  int64_t version,
+                                                                  int64_t known_generation) {
+  v1::GetPlanRequest req;
+  req.set_job_id(job_id);
+  req.set_version(version);
+  req.set_view(v1::PLAN_VIEW_CONTINGENCIES);
+  req.set_known_contingency_generation(known_generation);
+  return Unary(&v1::PlannerService::Stub::GetPlan, req);
+}
+
 absl::StatusOr<v1::VersionedPlan> PlannerClient::ReplanJob(const v1::ReplanJobRequest& request) {
   return Unary(&v1::PlannerService::Stub::ReplanJob, request);
 }

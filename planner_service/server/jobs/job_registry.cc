@@ -241,9 +241,7 @@ absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id
     }
     if (version == 0 || version == job->record.current_version) {
       v1::VersionedPlan out = *job->current;
-      if (job->contingencies && job->contingency_version == out.version()) {
-        for (const v1::ContingencyPlan& c : *job->contingencies) *out.add_contingencies() = c;
-      }
+      state_->plans.AddContingencies(*job, /*known_generation=*/0, out);
       return out;
     }
     if (version > job->record.current_version && !replicated) {
@@ -252,6 +250,29 @@ absl::StatusOr<v1::VersionedPlan> JobRegistry::GetPlan(const std::string& job_id
     }
   }
   return store->GetPlan(job_id, version);
+}
+
+absl::StatusOr<v1::VersionedPlan> JobRegistry::GetContingencies(const std::string& job_id,
+                                                                int64_t version,
+                                                                int64_t known_generation) const {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    const Job* job = state_->table.Find(job_id);
+    if (job && (version == 0 || version == job->record.current_version)) {
+      v1::VersionedPlan out;
+      out.set_job_id(job_id);
+      out.set_version(job->record.current_version);
+      state_->plans.AddContingencies(*job, known_generation, out);
+      return out;
+    }
+  }
+  // Another version, or a job this replica does not hold: no contingencies
+  // here, only the errors GetPlan answers.
+  PIPEPLAN_ASSIGN_OR_RETURN(const v1::VersionedPlan full, GetPlan(job_id, version));
+  v1::VersionedPlan out;
+  out.set_job_id(full.job_id());
+  out.set_version(full.version());
+  return out;
 }
 
 absl::Status JobRegistry::SetContingencies(const std::string& job_id, int64_t version,
@@ -263,8 +284,7 @@ absl::Status JobRegistry::SetContingencies(const std::string& job_id, int64_t ve
     return absl::AbortedError(absl::StrCat("job ", job_id, " is at plan version ",
                                            job->record.current_version, ", not ", version));
   }
-  job->contingency_version = version;
-  job->contingencies = std::make_shared<const std::vector<v1::ContingencyPlan>>(std::move(plans));
+  state_->plans.SetContingencies(*job, std::move(plans));
   return absl::OkStatus();
 }
 

@@ -85,6 +85,8 @@ struct Job {
   // (JobRegistry::SetContingencies); memory only, like the rendezvous.
   int64_t contingency_version = 0;
   std::shared_ptr<const std::vector<v1::ContingencyPlan>> contingencies;
+  // VersionedPlan.contingency_generation of `contingencies`.
+  int64_t contingency_generation = 0;
   // Replicated: seen in the store by SyncFromStore (only such a job is
   // dropped when it is gone from the store).
   bool synced = false;

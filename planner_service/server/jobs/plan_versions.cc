@@ -118,4 +118,21 @@ absl::Status PlanVersions::Watch(Job& job, const std::string& worker_id, int64_t
   return absl::OkStatus();
 }
 
+void PlanVersions::SetContingencies(Job& job, std::vector<v1::ContingencyPlan> plans) const {
+  job.contingency_version = job.record.current_version;
+  // Clock-based, so a restarted planner or another replica does not hand
+  // out a number a worker already holds for other plans.
+  job.contingency_generation =
+      std::max(absl::ToUnixMicros(ctx_->clock->Now()), job.contingency_generation + 1);
+  job.contingencies = std::make_shared<const std::vector<v1::ContingencyPlan>>(std::move(plans));
+}
+
+void PlanVersions::AddContingencies(const Job& job, int64_t known_generation,
+                                    v1::VersionedPlan& out) const {
+  if (!job.contingencies || job.contingency_version != out.version()) return;
+  out.set_contingency_generation(job.contingency_generation);
+  if (known_generation == job.contingency_generation) return;
+  for (const v1::ContingencyPlan& c : *job.contingencies) *out.add_contingencies() = c;
+}
+
 }  // namespace pipeplan::server::internal

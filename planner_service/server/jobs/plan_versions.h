@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +38,12 @@ class PlanVersions {
   // than `known_version`. CANCELLED when the watcher is already gone.
   absl::Status Watch(Job& job, const std::string& worker_id, int64_t known_version,
                      const std::weak_ptr<PlanWatcher>& watcher) const;
+  // Stores `plans` as the current version's contingencies under a new
+  // generation (VersionedPlan.contingency_generation).
+  void SetContingencies(Job& job, std::vector<v1::ContingencyPlan> plans) const;
+  // When `out` is the version the job's contingencies were computed for:
+  // their generation, and the plans unless the caller knows that generation.
+  void AddContingencies(const Job& job, int64_t known_generation, v1::VersionedPlan& out) const;
 
  private:
   const RegistryContext* const ctx_;

@@ -285,7 +285,15 @@ absl::StatusOr<v1::Job> PlannerHandlers::CancelJob(const v1::CancelJobRequest& r
 }
 
 absl::StatusOr<v1::VersionedPlan> PlannerHandlers::GetPlan(const v1::GetPlanRequest& request) {
-  return registry_.GetPlan(request.job_id(), request.version());
+  switch (request.view()) {
+    case v1::PLAN_VIEW_FULL:
+      return registry_.GetPlan(request.job_id(), request.version());
+    case v1::PLAN_VIEW_CONTINGENCIES:
+      return registry_.GetContingencies(request.job_id(), request.version(),
+                                        request.known_contingency_generation());
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("view: unknown value ", request.view()));
+  }
 }
 
 absl::StatusOr<v1::Assignment> PlannerHandlers::RegisterWorker(

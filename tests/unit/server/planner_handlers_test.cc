@@ -155,6 +155,62 @@ TEST_F(PlannerHandlersTest, JobsAndReplan) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 26: workers poll the contingencies' view every second; it carries
+// no graph or plan, and no contingency plans while the caller holds the
+// current generation. A refresh gets a newer generation.
+TEST_F(PlannerHandlersTest, TheContingencyViewCarriesPlansOnlyForANewGeneration) {
+  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
+    v1::CreateJobRequest r;
+    r.set_name("j");
+    *r.mutable_request() = testing::SmallRequest();
+    handlers_->HandleCreateJob(r, {}, cb);
+  });
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::GetPlanRequest view;
+  view.set_job_id(job->id());
+  view.set_view(v1::PLAN_VIEW_CONTINGENCIES);
+  absl::StatusOr<v1::VersionedPlan> none = handlers_->GetPlan(view);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->version(), 1);
+  EXPECT_EQ(none->contingency_generation(), 0) << "none computed yet";
+
+  v1::ContingencyPlan c;
+  c.add_lost_devices("gpu3");
+  *c.mutable_plan() = job->plan();
+  ASSERT_TRUE(handlers_->registry().SetContingencies(job->id(), 1, {c}).ok());
+  absl::StatusOr<v1::VersionedPlan> first = handlers_->GetPlan(view);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(first->contingency_generation(), 0);
+  ASSERT_EQ(first->contingencies_size(), 1);
+  EXPECT_FALSE(first->has_plan());
+  EXPECT_FALSE(first->has_request()) << "the graph travels with every poll";
+  view.set_known_contingency_generation(first->contingency_generation());
+  absl::StatusOr<v1::VersionedPlan> same = handlers_->GetPlan(view);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->contingency_generation(), first->contingency_generation());
+  EXPECT_EQ(same->contingencies_size(), 0) << "plans the caller holds sent again";
+
+  ASSERT_TRUE(handlers_->registry().SetContingencies(job->id(), 1, {c, c}).ok());
+  absl::StatusOr<v1::VersionedPlan> refreshed = handlers_->GetPlan(view);
+  ASSERT_TRUE(refreshed.ok()) << refreshed.status();
+  EXPECT_GT(refreshed->contingency_generation(), first->contingency_generation());
+  EXPECT_EQ(refreshed->contingencies_size(), 2);
+
+  v1::GetPlanRequest full;
+  full.set_job_id(job->id());
+  absl::StatusOr<v1::VersionedPlan> whole = handlers_->GetPlan(full);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->has_request());
+  EXPECT_EQ(whole->contingencies_size(), 2);
+  EXPECT_EQ(whole->contingency_generation(), refreshed->contingency_generation());
+
+  view.set_view(static_cast<v1::PlanView>(7));
+  EXPECT_EQ(handlers_->GetPlan(view).status().code(), absl::StatusCode::kInvalidArgument);
+  view.set_view(v1::PLAN_VIEW_CONTINGENCIES);
+  view.set_job_id("job-none");
+  EXPECT_EQ(handlers_->GetPlan(view).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(PlannerHandlersTest, FullPoolAnswersResourceExhausted) {
   HandlerOptions o;
   o.solver_threads = 1;

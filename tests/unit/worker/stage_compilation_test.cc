@@ -260,12 +260,15 @@ TEST(ContingencyCompilerTest, CompilesTheRunningVersionsContingenciesAheadAtLowP
          if (v != 1) return absl::NotFoundError("no such version");
          return vp;
        },
+       .get_contingencies = [&](int64_t, int64_t) -> absl::StatusOr<v1::VersionedPlan> {
+         return vp;
+       },
        .request = [&](const StagePlan& plan) -> absl::StatusOr<StageCompileRequest> {
          return ScriptCompile(root, plan);
        },
        .busy = [&] { return busy.load(); },
        .emit = [](const std::string&) {}},
-      {.poll = absl::Milliseconds(20), .refresh = absl::Seconds(30)});
+      {.poll = absl::Milliseconds(20)});
   compiler.SetRunning(1);
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(Lines(root / "runs.txt"), 0) << "compiled ahead while the live compile was busy";
@@ -284,6 +287,85 @@ TEST(ContingencyCompilerTest, CompilesTheRunningVersionsContingenciesAheadAtLowP
   absl::StatusOr<std::string> hit = CompileStages(ScriptCompile(root, *live));
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_TRUE(compiler.Compiled().contains(*hit));
+  EXPECT_EQ(Lines(root / "runs.txt"), 2);
+}
+
+// The planner as the compiler polls it: the whole version, then the
+// contingencies' view, which carries plans only for a generation the caller
+// does not hold.
+class ContingencySource {
+ public:
+  explicit ContingencySource(v1::VersionedPlan vp) : vp_(std::move(vp)) {}
+  absl::StatusOr<v1::VersionedPlan> Full(int64_t) {
+    absl::MutexLock l(&mu_);
+    ++full_;
+    return vp_;
+  }
+  absl::StatusOr<v1::VersionedPlan> View(int64_t, int64_t known) {
+    absl::MutexLock l(&mu_);
+    v1::VersionedPlan out;
+    out.set_version(vp_.version());
+    out.set_contingency_generation(vp_.contingency_generation());
+    if (known != vp_.contingency_generation()) {
+      *out.mutable_contingencies() = vp_.contingencies();
+      ++with_plans_;
+    }
+    return out;
+  }
+  void Refresh(const v1::ContingencyPlan& added, int64_t generation) {
+    absl::MutexLock l(&mu_);
+    *vp_.add_contingencies() = added;
+    vp_.set_contingency_generation(generation);
+  }
+  int full() {
+    absl::MutexLock l(&mu_);
+    return full_;
+  }
+  int with_plans() {
+    absl::MutexLock l(&mu_);
+    return with_plans_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  v1::VersionedPlan vp_ ABSL_GUARDED_BY(mu_);
+  int full_ ABSL_GUARDED_BY(mu_) = 0;
+  int with_plans_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The version is read whole once; later polls carry plans only when the
+// planner refreshed them, and the refresh's new split is compiled.
+TEST(ContingencyCompilerTest, PollsTheGenerationAndCompilesARefresh) {
+  testing::TempDir dir;
+  const std::filesystem::path root(dir.path());
+  v1::VersionedPlan vp = WithContingencies();
+  vp.mutable_contingencies()->DeleteSubrange(1, 2);  // one split at first
+  vp.set_contingency_generation(7);
+  ContingencySource source(vp);
+  ContingencyCompiler compiler(
+      {.get_plan = [&](int64_t v) { return source.Full(v); },
+       .get_contingencies = [&](int64_t v, int64_t known) { return source.View(v, known); },
+       .request = [&](const StagePlan& plan) -> absl::StatusOr<StageCompileRequest> {
+         return ScriptCompile(root, plan);
+       },
+       .busy = [] { return false; },
+       .emit = [](const std::string&) {}},
+      {.poll = absl::Milliseconds(10)});
+  compiler.SetRunning(1);
+  auto await_compiled = [&](size_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (compiler.Compiled().size() < n && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return compiler.Compiled().size();
+  };
+  ASSERT_EQ(await_compiled(1), 1u);
+  absl::SleepFor(absl::Milliseconds(200));  // about 20 polls of an unchanged generation
+  EXPECT_EQ(source.with_plans(), 0) << "an unchanged generation was sent again";
+  source.Refresh(WithContingencies().contingencies(1), 8);
+  ASSERT_EQ(await_compiled(2), 2u) << "the refreshed split was not compiled";
+  EXPECT_EQ(source.full(), 1) << "the whole version was read more than once";
+  EXPECT_EQ(source.with_plans(), 1);
   EXPECT_EQ(Lines(root / "runs.txt"), 2);
 }
 

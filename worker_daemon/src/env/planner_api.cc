@@ -27,6 +27,10 @@ class ClientPlanner final : public PlannerApi {
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override {
     return client_.GetPlan(job_id, version);
   }
+  absl::StatusOr<v1::VersionedPlan> GetContingencies(const std::string& job_id, int64_t version,
+                                                     int64_t known_generation) override {
+    return client_.GetContingencies(job_id, version, known_generation);
+  }
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override {
     return client_.GetJob(job_id);
   }

@@ -45,21 +45,39 @@ void ContingencyCompiler::Sleep(absl::Duration d, int64_t version) {
 void ContingencyCompiler::Loop() {
   int64_t version = 0;
   while (!cancel_.load()) {
-    // A version without contingencies yet is asked again soon; one whose
-    // contingencies are compiled only now and then (they are refreshed).
-    const bool had = version > 0 && !hooks_.busy() && CompileContingencies(version);
-    Sleep(had ? options_.refresh : options_.poll, version);
+    if (version > 0 && !hooks_.busy()) Refresh(version);
+    Sleep(options_.poll, version);
     version = Running();
   }
 }
 
-bool ContingencyCompiler::CompileContingencies(int64_t version) {
-  absl::StatusOr<v1::VersionedPlan> vp = hooks_.get_plan(version);
-  if (!vp.ok() || vp->contingencies().empty()) return false;
-  for (const v1::ContingencyPlan& c : vp->contingencies()) {
+void ContingencyCompiler::Refresh(int64_t version) {
+  if (!base_ || base_->version() != version) {
+    absl::StatusOr<v1::VersionedPlan> full = hooks_.get_plan(version);
+    if (!full.ok()) return;
+    base_ = *std::move(full);
+    generation_ = 0;
+    if (CompileContingencies(version, base_->contingencies())) {
+      generation_ = base_->contingency_generation();
+    }
+    return;
+  }
+  absl::StatusOr<v1::VersionedPlan> light = hooks_.get_contingencies(version, generation_);
+  if (!light.ok() || light->contingency_generation() == generation_) return;
+  // Only a round that compiled every plan takes the generation: an
+  // interrupted one asks for the same plans again.
+  if (CompileContingencies(version, light->contingencies())) {
+    generation_ = light->contingency_generation();
+  }
+}
+
+bool ContingencyCompiler::CompileContingencies(
+    int64_t version, const google::protobuf::RepeatedPtrField<v1::ContingencyPlan>& plans) {
+  for (const v1::ContingencyPlan& c : plans) {
     // The live version comes first: a switch (or a loss) stops the round.
     if (cancel_.load() || hooks_.busy() || Running() != version) return false;
-    absl::StatusOr<StagePlan> plan = StagePlanFromProto(c.plan(), version, &vp->request().graph());
+    absl::StatusOr<StagePlan> plan =
+        StagePlanFromProto(c.plan(), version, &base_->request().graph());
     if (!plan.ok()) continue;
     absl::StatusOr<StageCompileRequest> r = hooks_.request(*plan);
     if (!r.ok()) continue;

@@ -4,7 +4,10 @@
 // were lost and hands those plans out with the version
 // (VersionedPlan.contingencies). This thread fetches them and compiles
 // their stages into the stage cache, so when a loss publishes one, the
-// survivors' compile of it is a cache hit.
+// survivors' compile of it is a cache hit. It reads the running version
+// whole once (its graph), then polls only the contingencies' generation
+// (PLAN_VIEW_CONTINGENCIES): a few bytes a second until the planner
+// refreshes them, and a refresh is compiled within a poll.
 //
 // It never stands in front of the live version's compile: it starts a
 // compile only while the live work is idle (`Hooks::busy` false), runs the
@@ -20,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,8 +41,11 @@ namespace pipeplan::worker {
 class ContingencyCompiler {
  public:
   struct Hooks {
-    // The version with its contingencies (PlannerApi::GetPlan).
+    // The whole version, with its contingencies (PlannerApi::GetPlan).
     std::function<absl::StatusOr<v1::VersionedPlan>(int64_t version)> get_plan;
+    // Its contingencies only (PlannerApi::GetContingencies).
+    std::function<absl::StatusOr<v1::VersionedPlan>(int64_t version, int64_t known_generation)>
+        get_contingencies;
     // The compile request of a plan's stages (the session's own).
     std::function<absl::StatusOr<StageCompileRequest>(const StagePlan& plan)> request;
     // True while the live version's compile is queued or runs.
@@ -47,11 +54,10 @@ class ContingencyCompiler {
     std::function<void(const std::string& line)> emit;
   };
   struct Options {
-    // How often the running version's plan is asked for while it has no
-    // contingencies yet, and how often afterwards (the planner refreshes
-    // them as its calibration moves).
+    // How often the running version's contingencies are asked for (the
+    // planner computes them once the version runs and refreshes them as
+    // its calibration moves).
     absl::Duration poll = absl::Seconds(1);
-    absl::Duration refresh = absl::Seconds(10);
     // CPU priority of the compiler process.
     int niceness = 19;
   };
@@ -68,10 +74,13 @@ class ContingencyCompiler {
 
  private:
   void Loop();
-  // Compiles the stages of `version`'s contingencies not compiled yet;
-  // false when it has none (yet) or stopped early (the live version's
-  // compile, a switch).
-  bool CompileContingencies(int64_t version);
+  // Fetches `version`'s contingencies when new (the whole version when it
+  // is new) and compiles them.
+  void Refresh(int64_t version);
+  // Compiles the stages of `plans` not compiled yet; false when it stopped
+  // early (the live version's compile, a switch).
+  bool CompileContingencies(int64_t version,
+                            const google::protobuf::RepeatedPtrField<v1::ContingencyPlan>& plans);
   // Waits `d`, or until stopped or the running version changes.
   void Sleep(absl::Duration d, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t Running() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -82,6 +91,10 @@ class ContingencyCompiler {
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> compiled_ ABSL_GUARDED_BY(mu_);
+  // The loop thread's own: the running version read whole (its graph), and
+  // the generation of its contingencies compiled in full.
+  std::optional<v1::VersionedPlan> base_;
+  int64_t generation_ = 0;
   std::atomic<bool> cancel_{false};
   std::thread thread_;
 };

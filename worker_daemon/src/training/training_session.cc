@@ -147,6 +147,10 @@ class TorchTraining final : public TrainingSession {
   // After the queue it asks: destroyed (joined) first.
   ContingencyCompiler contingencies_{
       {.get_plan = [this](int64_t v) { return planner_.GetPlan(options_.job_id, v); },
+       .get_contingencies =
+           [this](int64_t v, int64_t known) {
+             return planner_.GetContingencies(options_.job_id, v, known);
+           },
        .request = [this](const StagePlan& plan) { return CompileRequest(plan); },
        .busy = [this] { return !compiles_.Idle(); },
        .emit =

@@ -81,6 +81,10 @@ class PlannerClient {
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
   // version 0: current.
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version = 0);
+  // GetPlan's PLAN_VIEW_CONTINGENCIES: the version's contingency plans and
+  // their generation, without the plans while `known_generation` is current.
+  absl::StatusOr<v1::VersionedPlan> GetContingencies(const std::string& job_id, int64_t version,
+                                                     int64_t known_generation);
   absl::StatusOr<v1::VersionedPlan> ReplanJob(const v1::ReplanJobRequest& request);
 
   absl::StatusOr<v1::Assignment> RegisterWorker(const std::string& job_id,

@@ -115,6 +115,20 @@ absl::StatusOr<v1::VersionedPlan> FakePlanner::GetPlan(const std::string&, int64
   return it->second;
 }
 
+absl::StatusOr<v1::VersionedPlan> FakePlanner::GetContingencies(const std::string&, int64_t version,
+                                                                int64_t known_generation) {
+  absl::MutexLock l(&mu_);
+  auto it = plans_.find(version);
+  if (it == plans_.end()) return absl::NotFoundError(absl::StrCat("no plan version ", version));
+  v1::VersionedPlan out;
+  out.set_version(version);
+  out.set_contingency_generation(it->second.contingency_generation());
+  if (known_generation != out.contingency_generation()) {
+    *out.mutable_contingencies() = it->second.contingencies();
+  }
+  return out;
+}
+
 absl::StatusOr<v1::Job> FakePlanner::GetJob(const std::string& job_id) {
   v1::Job job;
   job.set_id(job_id);

@@ -53,6 +53,9 @@ class FakePlanner final : public PlannerApi {
       const v1::HeartbeatRequest& request) override;
   std::unique_ptr<client::PlanWatch> WatchPlan(const v1::WatchPlanRequest& request) override;
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) override;
+  // The added plan's contingencies, as the planner's view answers them.
+  absl::StatusOr<v1::VersionedPlan> GetContingencies(const std::string& job_id, int64_t version,
+                                                     int64_t known_generation) override;
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id) override;
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::ReportStepRequest& report) override;
   absl::StatusOr<v1::Job> FinishWorker(const v1::FinishWorkerRequest& request) override;

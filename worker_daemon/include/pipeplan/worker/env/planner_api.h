@@ -42,6 +42,11 @@ class PlannerApi {
   virtual std::unique_ptr<client::PlanWatch> WatchPlan(const v1::WatchPlanRequest& request) = 0;
   // `version` 0: the current one.
   virtual absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) = 0;
+  // The version's contingencies only (PLAN_VIEW_CONTINGENCIES), the plans
+  // left out while `known_generation` is current.
+  virtual absl::StatusOr<v1::VersionedPlan> GetContingencies(const std::string& job_id,
+                                                             int64_t version,
+                                                             int64_t known_generation) = 0;
   virtual absl::StatusOr<v1::Job> GetJob(const std::string& job_id) = 0;
   virtual absl::StatusOr<v1::ReportStepResponse> ReportStep(
       const v1::ReportStepRequest& report) = 0;

@@ -142,6 +142,11 @@ class JobRegistry {
   // version 0: the current one. The current version comes with its
   // contingency plans once SetContingencies stored them.
   absl::StatusOr<v1::VersionedPlan> GetPlan(const std::string& job_id, int64_t version) const;
+  // GetPlan's PLAN_VIEW_CONTINGENCIES: job_id, version, and for the current
+  // version its contingency_generation and contingencies, the plans left
+  // out when `known_generation` is that generation. The errors of GetPlan.
+  absl::StatusOr<v1::VersionedPlan> GetContingencies(const std::string& job_id, int64_t version,
+                                                     int64_t known_generation) const;
   // The plans the replan policy would publish after `version` if the devices
   // each names were lost (VersionedPlan.contingencies), replacing earlier
   // ones. Kept in memory only: a restarted planner computes them again.
