@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "on_ranks.h"
 #include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/snapshot/snapshot_exchange.h"
@@ -98,16 +99,6 @@ TEST(SnapshotRing, AHostWithMostRanksHasTheFewestSameHostHolders) {
   EXPECT_NE(hosts[RingNext(ring, 2)], "h1");
   const std::vector<std::string> five = {"a", "a", "a", "a", "a", "b", "c"};
   EXPECT_EQ(SameHostHolders(five, SnapshotRing(five)).size(), 3u);  // 2 * 5 - 7
-}
-
-template <typename Body>
-void OnRanks(int n, Body body) {
-  MemoryHub hub(n);
-  std::vector<std::unique_ptr<Transport>> transports;
-  for (int r = 0; r < n; ++r) transports.push_back(hub.Connect(r));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r, *transports[r]); });
-  for (auto& t : threads) t.join();
 }
 
 std::string Text(std::span<const std::byte> b) {
