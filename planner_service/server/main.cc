@@ -72,6 +72,10 @@ void AddServiceFlags(pipeplan::common::FlagSet* f) {
       .Value("replan-noise-factor", "X",
              "and (calibration) only if the gain is above X times the\n"
              "measured step noise, (p90 - p50) / p50 (1; 0: off)")
+      .Value("contingency-plans", "N",
+             "plan ahead what the loss of each device (and host) of a running\n"
+             "version would publish, at most N plans per version, sent to the\n"
+             "workers to compile ahead (16; 0: off)")
       .Switch("version", "print the version and exit");
 }
 
@@ -220,6 +224,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   PIPEPLAN_RETURN_IF_ERROR(
       NonNegative(f, "replan-switch-seconds", &h.replan.assumed_switch_seconds));
   PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-noise-factor", &h.replan.noise_factor));
+  PIPEPLAN_RETURN_IF_ERROR(Count(f, "contingency-plans", &h.replan.max_contingencies));
   return absl::OkStatus();
 }
 

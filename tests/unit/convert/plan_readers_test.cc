@@ -63,7 +63,7 @@ void ExpectOneScheduleForEveryReader(const Job& job) {
 
   // The worker runs this.
   absl::StatusOr<worker::StagePlan> stage_plan =
-      worker::StagePlanFromProto(job.plan, 1, &job.request.graph());
+      worker::StagePlanFromProto(job.plan, 1, &job.request.graph(), &job.request.cluster());
   ASSERT_TRUE(stage_plan.ok()) << stage_plan.status();
   EXPECT_EQ(schedule::ScheduleToCsv(stage_plan->lowered), expected) << "worker";
 

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "on_ranks.h"
 #include "pipeplan/worker/package/checkpoint.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/transport/collectives.h"
@@ -217,17 +218,6 @@ TEST(Checkpoint, ManifestFormatVersions) {
   auto newer = ReadCheckpointManifest(new_dir);
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(newer.status().message()), HasSubstr("pipeplan-checkpoint/9"));
-}
-
-// Runs `body(rank, transport)` on `n` threads over one MemoryHub.
-template <typename Body>
-void OnRanks(int n, Body body) {
-  MemoryHub hub(n);
-  std::vector<std::unique_ptr<Transport>> transports;
-  for (int r = 0; r < n; ++r) transports.push_back(hub.Connect(r));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r, *transports[r]); });
-  for (auto& t : threads) t.join();
 }
 
 TEST(Collectives, SumOverRanksIsTheSameEverywhere) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "on_ranks.h"
 #include "pipeplan/worker/package/state_pack.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/package/tensor_record.h"
@@ -31,16 +32,6 @@ using ::testing::HasSubstr;
 std::span<const std::byte> Bytes(const std::string& s) { return std::as_bytes(std::span(s)); }
 std::string Text(std::span<const std::byte> b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
-}
-
-template <typename Body>
-void OnRanks(int n, Body body) {
-  MemoryHub hub(n);
-  std::vector<std::unique_ptr<Transport>> transports;
-  for (int r = 0; r < n; ++r) transports.push_back(hub.Connect(r));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { body(r, *transports[r]); });
-  for (auto& t : threads) t.join();
 }
 
 TEST(TensorRecord, RoundTripsRawBytesAligned) {

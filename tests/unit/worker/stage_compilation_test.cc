@@ -281,8 +281,8 @@ TEST(ContingencyCompilerTest, CompilesTheRunningVersionsContingenciesAheadAtLowP
   EXPECT_EQ(Lines(root / "runs.txt"), 2) << "one run per split";
   std::ifstream niceness(root / "nice.txt");
   for (std::string line; std::getline(niceness, line);) EXPECT_EQ(line, "19");
-  absl::StatusOr<StagePlan> live =
-      StagePlanFromProto(vp.contingencies(0).plan(), 2, &vp.request().graph());
+  absl::StatusOr<StagePlan> live = StagePlanFromProto(
+      vp.contingencies(0).plan(), 2, &vp.request().graph(), &vp.request().cluster());
   ASSERT_TRUE(live.ok()) << live.status();
   absl::StatusOr<std::string> hit = CompileStages(ScriptCompile(root, *live));
   ASSERT_TRUE(hit.ok()) << hit.status();

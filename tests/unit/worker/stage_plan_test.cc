@@ -1,6 +1,7 @@
 #include "pipeplan/worker/runtime/stage_plan.h"
 
 #include "gtest/gtest.h"
+#include "pipeplan/v1/cluster.pb.h"
 #include "pipeplan/v1/graph.pb.h"
 
 namespace pipeplan::worker {
@@ -33,8 +34,15 @@ TEST(StagePlan, LowersTheScheduleAndSumsCrossingBytes) {
     st->set_forward_seconds(0.1 * (s + 1));
     plan.add_node_stage(s);
   }
-  auto sp = StagePlanFromProto(plan, 3, &g);
+  v1::ClusterTopology cluster;
+  for (int d = 0; d < 3; ++d) {  // gpu3 is not listed: no host known
+    v1::Device* device = cluster.add_devices();
+    device->set_id("gpu" + std::to_string(d));
+    device->set_host(d < 2 ? "h0" : "h1");
+  }
+  auto sp = StagePlanFromProto(plan, 3, &g, &cluster);
   ASSERT_TRUE(sp.ok()) << sp.status();
+  EXPECT_EQ(sp->replica_hosts, (std::vector<std::vector<std::string>>{{"h0", "h0", "h1", ""}}));
   EXPECT_EQ(sp->version, 3);
   EXPECT_EQ(sp->num_ranks, 4);
   EXPECT_EQ(sp->RankOf("gpu2"), 2);
@@ -44,11 +52,13 @@ TEST(StagePlan, LowersTheScheduleAndSumsCrossingBytes) {
   EXPECT_EQ(sp->stage_nodes.size(), 4u);
   EXPECT_DOUBLE_EQ(sp->forward_seconds[3], 0.4);
 
+  EXPECT_TRUE(StagePlanFromProto(plan, 3, &g, nullptr)->replica_hosts.empty());
+
   plan.set_schedule(v1::SCHEDULE_AUTO);
-  EXPECT_EQ(StagePlanFromProto(plan, 1, nullptr).status().code(),
+  EXPECT_EQ(StagePlanFromProto(plan, 1, nullptr, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   plan.set_schedule(v1::SCHEDULE_INTERLEAVED_1F1B);  // 4 stages on 4 devices, 2 per rank
-  EXPECT_EQ(StagePlanFromProto(plan, 1, nullptr).status().code(),
+  EXPECT_EQ(StagePlanFromProto(plan, 1, nullptr, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

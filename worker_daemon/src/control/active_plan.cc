@@ -188,7 +188,8 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
                             FetchPlan(planner, options.job_id, version, clock));
   auto a = std::make_unique<ActivePlan>();
   a->version = version;
-  PIPEPLAN_ASSIGN_OR_RETURN(a->plan, StagePlanFromProto(vp.plan(), version, &vp.request().graph()));
+  PIPEPLAN_ASSIGN_OR_RETURN(a->plan, StagePlanFromProto(vp.plan(), version, &vp.request().graph(),
+                                                        &vp.request().cluster()));
   a->rank = a->plan.RankOf(options.device_id);
   a->replica = a->plan.ReplicaOf(options.device_id);
   if (a->rank < 0) return a;

@@ -32,6 +32,19 @@ void AddGraphLayout(const DecodedPlan& plan, const v1::ModelGraph& graph, StageP
   }
 }
 
+// Per replica and rank the device's host.
+void AddHosts(const v1::ClusterTopology& cluster, StagePlan* out) {
+  absl::flat_hash_map<std::string, std::string> host;
+  for (const v1::Device& d : cluster.devices()) host[d.id()] = d.host();
+  for (const std::vector<std::string>& devices : out->replica_devices) {
+    std::vector<std::string>& hosts = out->replica_hosts.emplace_back();
+    for (const std::string& device : devices) {
+      auto it = host.find(device);
+      hosts.push_back(it == host.end() ? "" : it->second);
+    }
+  }
+}
+
 }  // namespace
 
 int StagePlan::RankOf(std::string_view device_id) const {
@@ -59,7 +72,8 @@ int StagePlan::ReplicaOf(std::string_view device_id) const {
 }
 
 absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t version,
-                                             const v1::ModelGraph* graph) {
+                                             const v1::ModelGraph* graph,
+                                             const v1::ClusterTopology* cluster) {
   PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(plan));
   StagePlan out;
   out.version = version;
@@ -83,6 +97,7 @@ absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t versi
   if (graph != nullptr && graph->nodes_size() == static_cast<int>(decoded.node_stage.size())) {
     AddGraphLayout(decoded, *graph, &out);
   }
+  if (cluster != nullptr) AddHosts(*cluster, &out);
   return out;
 }
 

@@ -1,8 +1,11 @@
 #include "pipeplan/worker/snapshot/snapshot_exchange.h"
 
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/snapshot/snapshot_ring.h"
 #include "pipeplan/worker/transport/collectives.h"
 
 namespace pipeplan::worker {
@@ -14,7 +17,14 @@ double Since(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - star
 
 SnapshotExchange::SnapshotExchange(Transport& world, SnapshotStore& store,
                                    SnapshotExchangeOptions options)
-    : world_(world), store_(store), options_(std::move(options)) {}
+    : world_(world), store_(store), options_(std::move(options)) {
+  if (options_.ring.empty()) {
+    options_.ring.resize(static_cast<size_t>(world_.size()));
+    std::iota(options_.ring.begin(), options_.ring.end(), 0);
+  }
+  next_ = RingNext(options_.ring, world_.rank());
+  prev_ = RingPrev(options_.ring, world_.rank());
+}
 
 SnapshotExchange::~SnapshotExchange() { Settle(); }
 
@@ -52,21 +62,19 @@ absl::Status SnapshotExchange::Finish() {
 
 absl::StatusOr<bool> SnapshotExchange::Agree(int64_t step, int64_t my_size, bool& held_reserved,
                                              absl::Status& refused) {
-  const int n = world_.size();
-  const int next = (world_.rank() + 1) % n;
-  const int prev = (world_.rank() + n - 1) % n;
   const uint64_t tag = ExecutorTag(TagPurpose::kSnapshotSize, static_cast<uint64_t>(step), 0);
   int64_t prev_size = -1;
-  PIPEPLAN_ASSIGN_OR_RETURN(auto send,
-                            world_.Send(next, tag, std::as_bytes(std::span<int64_t>(&my_size, 1))));
   PIPEPLAN_ASSIGN_OR_RETURN(
-      auto recv, world_.Recv(prev, tag, std::as_writable_bytes(std::span<int64_t>(&prev_size, 1))));
+      auto send, world_.Send(next_, tag, std::as_bytes(std::span<int64_t>(&my_size, 1))));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      auto recv,
+      world_.Recv(prev_, tag, std::as_writable_bytes(std::span<int64_t>(&prev_size, 1))));
   PIPEPLAN_RETURN_IF_ERROR(send->Wait(options_.timeout));
   PIPEPLAN_RETURN_IF_ERROR(recv->Wait(options_.timeout));
   bool ok = my_size >= 0 && prev_size >= 0;
   if (prev_size >= 0) {
     absl::StatusOr<std::span<std::byte>> held =
-        store_.ReserveHeld(options_.world_devices.at(prev), step, static_cast<size_t>(prev_size));
+        store_.ReserveHeld(options_.world_devices.at(prev_), step, static_cast<size_t>(prev_size));
     if (held.ok()) {
       held_reserved = true;
       recv_span_ = *held;
@@ -105,11 +113,9 @@ absl::Status SnapshotExchange::Round(int64_t step, size_t bytes, const ExportFn&
     bool held_reserved = false;
     PIPEPLAN_ASSIGN_OR_RETURN(go, Agree(step, my_size, held_reserved, refused));
     if (go) {
-      const int n = world_.size();
       const uint64_t tag = ExecutorTag(TagPurpose::kSnapshotData, static_cast<uint64_t>(step), 0);
-      PIPEPLAN_ASSIGN_OR_RETURN(pending_send_, world_.Send((world_.rank() + 1) % n, tag, mine));
-      PIPEPLAN_ASSIGN_OR_RETURN(pending_recv_,
-                                world_.Recv((world_.rank() + n - 1) % n, tag, recv_span_));
+      PIPEPLAN_ASSIGN_OR_RETURN(pending_send_, world_.Send(next_, tag, mine));
+      PIPEPLAN_ASSIGN_OR_RETURN(pending_recv_, world_.Recv(prev_, tag, recv_span_));
       pending_step_ = step;
     } else if (held_reserved) {
       store_.AbandonHeld(step);

@@ -76,8 +76,8 @@ bool ContingencyCompiler::CompileContingencies(
   for (const v1::ContingencyPlan& c : plans) {
     // The live version comes first: a switch (or a loss) stops the round.
     if (cancel_.load() || hooks_.busy() || Running() != version) return false;
-    absl::StatusOr<StagePlan> plan =
-        StagePlanFromProto(c.plan(), version, &base_->request().graph());
+    absl::StatusOr<StagePlan> plan = StagePlanFromProto(
+        c.plan(), version, &base_->request().graph(), &base_->request().cluster());
     if (!plan.ok()) continue;
     absl::StatusOr<StageCompileRequest> r = hooks_.request(*plan);
     if (!r.ok()) continue;

@@ -7,6 +7,7 @@
 #include "pipeplan/worker/env/event_log.h"
 #include "pipeplan/worker/package/state_transfer.h"
 #include "pipeplan/worker/snapshot/snapshot_restore.h"
+#include "pipeplan/worker/snapshot/snapshot_ring.h"
 
 namespace pipeplan::worker {
 
@@ -24,10 +25,15 @@ absl::Status PeerSnapshots::StartVersion(const StagePlan& plan, Transport& world
   if (every() <= 0 || world.size() < 2) return absl::OkStatus();
   SnapshotExchangeOptions o;
   o.world_devices.resize(static_cast<size_t>(world.size()));
+  std::vector<std::string> hosts(o.world_devices.size());
   for (int q = 0; q < plan.num_replicas; ++q) {
-    for (int r = 0; r < plan.num_ranks; ++r)
+    for (int r = 0; r < plan.num_ranks; ++r) {
       o.world_devices.at(plan.WorldRank(q, r)) = plan.replica_devices[q][r];
+      if (!plan.replica_hosts.empty()) hosts.at(plan.WorldRank(q, r)) = plan.replica_hosts[q][r];
+    }
   }
+  // Each rank's holder on another host: a lost host keeps its snapshots.
+  o.ring = SnapshotRing(hosts);
   // A replica's rank holds the same state as this one: no peer copy needed.
   o.send_to_peer = plan.num_replicas == 1;
   o.timeout = options_.comm_timeout;

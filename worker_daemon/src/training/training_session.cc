@@ -233,8 +233,9 @@ void TorchTraining::Prepare(int64_t version) {
 absl::StatusOr<std::string> TorchTraining::CompileVersion(int64_t version,
                                                           const std::atomic<bool>& cancel) {
   PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, planner_.GetPlan(options_.job_id, version));
-  PIPEPLAN_ASSIGN_OR_RETURN(StagePlan plan,
-                            StagePlanFromProto(vp.plan(), version, &vp.request().graph()));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      StagePlan plan,
+      StagePlanFromProto(vp.plan(), version, &vp.request().graph(), &vp.request().cluster()));
   PIPEPLAN_ASSIGN_OR_RETURN(StageCompileRequest r, CompileRequest(plan));
   r.cancel = &cancel;
   return CompileStages(r);
@@ -328,8 +329,9 @@ absl::StatusOr<int64_t> TorchTraining::MoveOrLoadState(const StagePlan& plan,
     PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(*previous_plan));
   } else {
     PIPEPLAN_ASSIGN_OR_RETURN(v1::VersionedPlan vp, planner_.GetPlan(options_.job_id, source));
-    PIPEPLAN_ASSIGN_OR_RETURN(StagePlan old,
-                              StagePlanFromProto(vp.plan(), source, &vp.request().graph()));
+    PIPEPLAN_ASSIGN_OR_RETURN(
+        StagePlan old,
+        StagePlanFromProto(vp.plan(), source, &vp.request().graph(), &vp.request().cluster()));
     PIPEPLAN_ASSIGN_OR_RETURN(before, HoldersByDevice(old));
   }
   // Some state has no live holder when every device that held it left the

@@ -502,6 +502,22 @@ TEST_F(ReplanPolicyTest, ALossPublishesTheContingencyPlannedForIt) {
   EXPECT_EQ(v2.contingencies_size(), 0) << "v1's contingencies served with v2";
 }
 
+// The planner's --contingency-plans 0: a running version gets none (nothing
+// is solved, GetPlan sends none) and a loss is solved when it comes.
+TEST_F(ReplanPolicyTest, NoContingencyIsPlannedWithTheFlagAtZero) {
+  ReplanPolicyOptions o = Fast();
+  o.calibrate = false;
+  o.max_contingencies = 0;
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  Report(4, {});
+  EXPECT_EQ(TickAndWait(), 0);
+  EXPECT_EQ(Current().contingencies_size(), 0);
+  ASSERT_NO_FATAL_FAILURE(LoseW3(clock_, *registry_, job_));
+  EXPECT_EQ(TickAndWait(), 1);
+  EXPECT_EQ(Current().version(), 2);
+  EXPECT_EQ(NodesOn(Current().plan(), "gpu3"), 0);
+}
+
 // A contingency planned when every device ran as modelled no longer stands
 // once gpu0 turns out 3x slower: the loss publishes a fresh plan that gives
 // gpu0 less work.

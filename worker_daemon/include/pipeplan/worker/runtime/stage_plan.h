@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/v1/cluster.pb.h"
 #include "pipeplan/v1/plan.pb.h"
 
 namespace pipeplan::worker {
@@ -32,6 +33,10 @@ struct StagePlan {
   // replica_devices[q][r] (replica_devices[0] == rank_devices).
   int num_replicas = 1;
   std::vector<std::vector<std::string>> replica_devices;
+  // The host of each of those devices, replica_hosts[q][r], from the
+  // request's cluster (Device.host; "" for a device it does not list). Empty
+  // when built without a cluster. What the snapshot ring spreads over.
+  std::vector<std::vector<std::string>> replica_hosts;
   // BuildSchedule + InsertSendRecv.
   schedule::PipelineSchedule lowered;
   // Per stage, seconds per microbatch as the plan predicts them.
@@ -70,12 +75,14 @@ struct StagePlan {
   int WorldRank(int replica, int rank) const { return replica * num_ranks + rank; }
 };
 
-// `graph` (the plan's request graph) may be null. INVALID_ARGUMENT naming the
-// field when the plan is not runnable (DecodePlan): no stages, a schedule
-// that is not concrete, a stage count or placement that is not the
-// schedule's ranks x chunks_per_rank, microbatches BuildSchedule rejects.
+// `graph` (the plan's request graph) and `cluster` (its request cluster:
+// the devices' hosts) may be null. INVALID_ARGUMENT naming the field when
+// the plan is not runnable (DecodePlan): no stages, a schedule that is not
+// concrete, a stage count or placement that is not the schedule's ranks x
+// chunks_per_rank, microbatches BuildSchedule rejects.
 absl::StatusOr<StagePlan> StagePlanFromProto(const v1::Plan& plan, int64_t version,
-                                             const v1::ModelGraph* graph);
+                                             const v1::ModelGraph* graph,
+                                             const v1::ClusterTopology* cluster);
 
 }  // namespace pipeplan::worker
 

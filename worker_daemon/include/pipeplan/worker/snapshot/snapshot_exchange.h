@@ -1,11 +1,10 @@
 // The snapshot rounds of one plan version (docs/snapshots.md): after every
 // `snapshot_every` steps and at the switch into the version, each rank
 // copies its state into its own snapshot slot (host memory) and, without
-// waiting, sends it to the next rank of the version's transport (world rank
-// r to (r + 1) mod n), which holds it. The send completes in the background
-// while training goes on; the next round waits for it first, so at most one
-// round is in flight and a holder keeps the newest complete snapshot of its
-// peer beside the arriving one.
+// waiting, sends it to the next rank of the ring (options.ring, built by
+// SnapshotRing so that the next rank is on another host), which holds it. The send completes in the
+// background while training goes on; the next round waits for it first, so at most one round is in
+// flight and a holder keeps the newest complete snapshot of its peer beside the arriving one.
 //
 // With data-parallel replicas every rank's state is also held by the same
 // rank of the other replicas, so a round only takes the own copies (no
@@ -36,6 +35,9 @@ namespace pipeplan::worker {
 struct SnapshotExchangeOptions {
   // Device id of each world rank of the transport.
   std::vector<std::string> world_devices;
+  // World ranks in ring order (SnapshotRing): ring[i] sends to ring[i + 1].
+  // Empty: 0, 1, ..., n - 1.
+  std::vector<int> ring;
   // False with data-parallel replicas (or a single rank): own copies only.
   bool send_to_peer = true;
   absl::Duration timeout = absl::Seconds(60);
@@ -83,6 +85,8 @@ class SnapshotExchange {
   Transport& world_;
   SnapshotStore& store_;
   SnapshotExchangeOptions options_;
+  int next_ = 0;  // the rank holding this rank's snapshot
+  int prev_ = 0;  // the rank whose snapshot this rank holds
   int64_t pending_step_ = -1;
   std::unique_ptr<PendingOp> pending_send_;
   std::unique_ptr<PendingOp> pending_recv_;
