@@ -75,9 +75,13 @@ absl::Duration StepLoop::StallGrace() const {
   return std::max(state_.Lease(), 4 * last_step_time_);
 }
 
-StallWatch::Shrink StepLoop::ShrinkGrace() const {
-  return {.devices = DevicesOf(active_->plan),
-          .grace = std::max(absl::Seconds(1), 4 * last_step_time_)};
+StallWatch::Shrink StepLoop::ShrinkGrace(const StagePlan& plan) const {
+  return {.devices = DevicesOf(plan), .grace = std::max(absl::Seconds(1), 4 * last_step_time_)};
+}
+
+StallWatch::Scope StepLoop::Watch(const ActivePlan& a) {
+  return StallWatch::Scope(stall_watch_, a.transport.get(), a.version, StallGrace(),
+                           ShrinkGrace(a.plan));
 }
 
 bool StepLoop::ReachedMaxSteps() const {
@@ -114,8 +118,7 @@ absl::Status StepLoop::Run() {
     if (connected) {
       absl::StatusOr<Boundary> boundary;
       {
-        StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
-                                  StallGrace(), ShrinkGrace());
+        const StallWatch::Scope watched = Watch(*active_);
         boundary = AgreeAtBoundary(want);
       }
       if (!boundary.ok()) {
@@ -192,6 +195,7 @@ bool StepLoop::Leave(const Boundary& boundary) {
   // replica 0, which alone writes): the ranks that stay resume from it on
   // the next version instead of from an older checkpoint.
   if (training_ && active_->replica == 0) {
+    const StallWatch::Scope watched = Watch(*active_);
     absl::Status saved = training_->CheckpointNow(*active_->executor, version, step_);
     if (!saved.ok()) {
       // They fall back to the newest checkpoint there is.
@@ -317,6 +321,7 @@ absl::Status StepLoop::ResumeInto(ActivePlan& a, const ActivePlan* previous) {
                             .replica = a.replica,
                             .pipeline = a.pipeline.get(),
                             .replica_group = a.replica_group.get()};
+  const StallWatch::Scope watched = Watch(a);
   PIPEPLAN_ASSIGN_OR_RETURN(step_, training_->Resume(a.plan, place, *a.transport, *a.executor,
                                                      held ? previous->executor.get() : nullptr,
                                                      held ? &previous->plan : nullptr, step_));
@@ -346,8 +351,7 @@ void StepLoop::ObserveStep(const StepResult& r, double peak_memory, std::optiona
 absl::Status StepLoop::RunOneStep() {
   absl::StatusOr<StepResult> run;
   {
-    StallWatch::Scope watched(stall_watch_, active_->transport.get(), active_->version,
-                              StallGrace(), ShrinkGrace());
+    const StallWatch::Scope watched = Watch(*active_);
     const absl::Time start = clock_.Now();
     run = active_->runtime->RunStep(step_, *active_->pipeline, *active_->executor);
     last_step_time_ = clock_.Now() - start;
@@ -381,9 +385,15 @@ absl::Status StepLoop::RunOneStep() {
                     report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
   ++step_;
   last_version_ = active_->version;
-  if (training_) PIPEPLAN_RETURN_IF_ERROR(training_->AfterStep(*active_->executor, step_));
+  return FinishStep();
+}
+
+absl::Status StepLoop::FinishStep() {
+  if (!training_) return absl::OkStatus();
+  const StallWatch::Scope watched = Watch(*active_);
+  PIPEPLAN_RETURN_IF_ERROR(training_->AfterStep(*active_->executor, step_));
   // Replicas hold the same state: replica 0 alone writes checkpoints.
-  if (!training_ || active_->replica != 0) return absl::OkStatus();
+  if (active_->replica != 0) return absl::OkStatus();
   absl::Status saved = training_->MaybeCheckpoint(*active_->executor, active_->version, step_);
   if (saved.code() == absl::StatusCode::kInternal ||
       saved.code() == absl::StatusCode::kResourceExhausted) {

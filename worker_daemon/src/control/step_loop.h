@@ -131,9 +131,17 @@ class StepLoop {
   // version is known: a lease (the planner's own patience with a silent
   // worker), or four of the last step's durations when steps are longer.
   absl::Duration StallGrace() const;
-  // When the newer version leaves out a device of the running one (its
-  // worker was lost), the wait will not end: a second, or four steps.
-  StallWatch::Shrink ShrinkGrace() const;
+  // When the newer version leaves out a device of `plan` (its worker was
+  // lost), the wait will not end: a second, or four steps.
+  StallWatch::Shrink ShrinkGrace(const StagePlan& plan) const;
+  // The stall watch over every wait on `a`'s transport: the step and the
+  // boundary vote, and as much the work around them that waits on peers
+  // (the snapshot round, a checkpoint's barriers, a resume's state move):
+  // a peer lost there ends the wait when the planner replans, not after
+  // the comm timeout.
+  StallWatch::Scope Watch(const ActivePlan& a);
+  // After a step: the training session's snapshot round and checkpoint.
+  absl::Status FinishStep();
 
   PlannerApi& planner_;
   const WorkerOptions& options_;

@@ -1,8 +1,8 @@
 // The step loop (worker_daemon/src/control/step_loop.h) with a fake planner,
 // a fake clock and the in-memory transport: two ranks agree on the plan
 // version at every step boundary, switch together, leave together, and
-// drop a version that stalls behind a newer one — all without sockets or
-// sleeps.
+// drop a version that stalls behind a newer one (in a step, a vote or a
+// checkpoint barrier) — all without sockets or sleeps.
 #include "control/step_loop.h"
 
 #include <atomic>
@@ -18,7 +18,10 @@
 #include "fake_clock.h"
 #include "fake_planner.h"
 #include "gtest/gtest.h"
+#include "pipeplan/common/status_macros.h"
+#include "pipeplan/worker/executors/executor_factory.h"
 #include "pipeplan/worker/report/report_sender.h"
+#include "pipeplan/worker/training/training_session.h"
 #include "pipeplan/worker/transport/in_memory_transport.h"
 
 namespace pipeplan::worker {
@@ -50,15 +53,61 @@ class Hubs {
   std::map<int64_t, std::unique_ptr<MemoryHub>> hubs_ ABSL_GUARDED_BY(mu_);
 };
 
+// Training over synthetic executors whose checkpoint at `barrier_steps`
+// completed steps of version 1 waits for every other rank, as the torch
+// session's checkpoint barriers do; the state stays where it is.
+class BarrierTraining final : public TrainingSession {
+ public:
+  BarrierTraining(const WorkerOptions& options, int64_t barrier_steps)
+      : options_(options), barrier_steps_(barrier_steps) {}
+  void Prepare(int64_t) override {}
+  bool Prepared(int64_t) override { return true; }
+  SwitchCost LastSwitchCost() const override { return {}; }
+  const v1::TrainingSpec& spec() const override { return spec_; }
+  v1::JobState job_state() const override { return v1::JOB_RUNNING; }
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const StagePlan& plan,
+                                                         const ExecutorPlace& place) override {
+    return worker::MakeExecutor(options_, plan, v1::ModelGraph(), place);
+  }
+  absl::StatusOr<int64_t> Resume(const StagePlan& plan, const ExecutorPlace&, Transport& world,
+                                 Executor&, Executor*, const StagePlan*, int64_t step) override {
+    world_ = &world;
+    version_ = plan.version;
+    return step;
+  }
+  absl::Status MaybeCheckpoint(Executor&, int64_t, int64_t steps) override {
+    if (steps != barrier_steps_ || version_ != 1) return absl::OkStatus();
+    for (int peer = 0; peer < world_->size(); ++peer) {
+      if (peer == world_->rank()) continue;
+      std::byte b{};
+      PIPEPLAN_ASSIGN_OR_RETURN(std::unique_ptr<PendingOp> op,
+                                world_->Recv(peer, 77, std::span<std::byte>(&b, 1)));
+      PIPEPLAN_RETURN_IF_ERROR(op->Wait(options_.comm_timeout));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CheckpointNow(Executor&, int64_t, int64_t) override { return absl::OkStatus(); }
+
+ private:
+  const WorkerOptions& options_;
+  const int64_t barrier_steps_;
+  v1::TrainingSpec spec_;
+  Transport* world_ = nullptr;
+  int64_t version_ = 0;
+};
+
 // One worker's control plane: its state, report sender and step loop.
 struct Rank {
-  Rank(FakePlanner& planner, FakeClock& clock, Hubs& hubs, const std::string& device)
+  Rank(FakePlanner& planner, FakeClock& clock, Hubs& hubs, const std::string& device,
+       int64_t barrier_steps = -1)
       : options(OptionsFor(device)),
         state(clock),
         reports(
             planner, options, [this](int64_t v) { state.SawVersion(v); }, nullptr, "run-" + device,
             clock),
-        loop(planner, options, state, stop, nullptr, nullptr, reports, clock, hubs.Connector()) {
+        training(options, barrier_steps),
+        loop(planner, options, state, stop, nullptr, barrier_steps >= 0 ? &training : nullptr,
+             reports, clock, hubs.Connector()) {
     state.SawVersion(1);
   }
   static WorkerOptions OptionsFor(const std::string& device) {
@@ -97,6 +146,7 @@ struct Rank {
   ControlState state;
   std::atomic<bool> stop{false};
   ReportSender reports;
+  BarrierTraining training;
   StepLoop loop;
   std::thread thread;
   std::unique_ptr<absl::Notification> done;
@@ -218,6 +268,37 @@ TEST_F(StepLoopTest, AVoteOnAHungPeerEndsOnlyAfterTheGraceOnceANewerVersionIsKno
   ASSERT_TRUE(r0_->Join().ok());
   ASSERT_NE(switched, absl::InfiniteFuture()) << "rank 0 never gave version 1 up";
   EXPECT_GE(switched - start, grace) << "aborted before the grace";
+  ASSERT_TRUE(AwaitReportsOf("w-d0", 4));
+  const std::map<int64_t, int64_t> expected{{0, 1}, {1, 1}, {2, 2}, {3, 2}};
+  EXPECT_EQ(VersionByStep(planner_.reports(), "w-d0"), expected);
+}
+
+// Issue 26: rank 1 hangs (no socket closes) while rank 0 waits for it in a
+// checkpoint barrier after its second step, outside the step and the vote.
+// Once the planner publishes a version without rank 1's device, rank 0
+// gives the barrier up after the shrink grace, not after the comm timeout,
+// and trains on.
+TEST_F(StepLoopTest, ACheckpointBarrierOnAHungPeerEndsOnceAVersionLeavesItOut) {
+  planner_.AddPlan(2, PipelineOn({"d0"}, 2, 2));
+  r0_ = std::make_unique<Rank>(planner_, clock_, hubs_, "d0", /*barrier_steps=*/2);
+  r1_ = std::make_unique<Rank>(planner_, clock_, hubs_, "d1", /*barrier_steps=*/0);
+  r0_->options.comm_timeout = absl::Seconds(120);
+  r0_->Start(4);
+  r1_->Start(2);  // returns after two steps and never answers again
+  ASSERT_TRUE(r1_->Join().ok());
+  ASSERT_TRUE(AwaitReportsOf("w-d0", 2));
+  r0_->state.SawVersion(2);
+  const absl::Time start = clock_.Now();
+  absl::Time switched = absl::InfiniteFuture();
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (switched == absl::InfiniteFuture() && absl::Now() < give_up) {
+    clock_.Advance(absl::Milliseconds(100));
+    ASSERT_TRUE(clock_.AwaitPendingWait(absl::Milliseconds(100)));
+    if (Count(planner_.fetched_versions(), 2) > 0) switched = clock_.Now();
+  }
+  ASSERT_NE(switched, absl::InfiniteFuture()) << "rank 0 waited in the barrier";
+  ASSERT_TRUE(r0_->Join().ok());
+  EXPECT_GE(switched - start, absl::Seconds(1)) << "aborted before the shrink grace";
   ASSERT_TRUE(AwaitReportsOf("w-d0", 4));
   const std::map<int64_t, int64_t> expected{{0, 1}, {1, 1}, {2, 2}, {3, 2}};
   EXPECT_EQ(VersionByStep(planner_.reports(), "w-d0"), expected);
