@@ -107,14 +107,14 @@ def wait_until(cond, timeout, what):
     raise RuntimeError("timed out waiting for " + what)
 
 
-def create_gpt_job(args, work, planner, steps, *flags):
-    """The id of a new 4-rank job training the fixture's gpt for `steps` steps;
-    `flags`: more `jobs create` flags (checkpoints, snapshots)."""
+def create_gpt_job(args, work, planner, steps, *flags, ranks=4):
+    """The id of a new job of `ranks` ranks (4) training the fixture's gpt for
+    `steps` steps; `flags`: more `jobs create` flags (checkpoints, snapshots)."""
     cli = os.path.join(args.build, "client/pipeplan")
     out = subprocess.run(
         [cli, "--planner", planner.address, "jobs", "create", "--graph",
          os.path.join(work, "gpt.json"), "--cluster", os.path.join(work, "cluster.json"),
-         "--ranks", "4", "--schedule", "1F1B", "--microbatches", "4", "--method", "dp",
+         "--ranks", str(ranks), "--schedule", "1F1B", "--microbatches", "4", "--method", "dp",
          "--model-package", os.path.join(work, "gpt.ptpkg"), "--data",
          "tensors:" + os.path.join(work, "gpt_data.pt"), "--batch-size", "8",
          "--optimizer", "adamw", "--lr", "1e-3", "--max-steps", str(steps), *flags, "--json"],
@@ -347,18 +347,20 @@ def p90(values):
     return v[max(0, -(-9 * len(v) // 10) - 1)]
 
 
-def reference_losses(work, steps):
-    """{step: loss} of the single-process reference trainer (the job's settings)
-    in its --pipelined mode: the arithmetic of every plan the drills run (2 to 4
-    stages: the gpt's tied embedding and LM head on different ranks), so a
-    correct step agrees bit for bit and float32 drift cannot hide a wrong one
-    (docs/elastic.md, "Which losses differ, and why")."""
+def reference_losses(work, steps, pipelined=True):
+    """{step: loss} of the single-process reference trainer (the job's settings).
+    `pipelined`: its --pipelined mode, the arithmetic of every plan the drills
+    run (2 to 4 stages: the gpt's tied embedding and LM head on different
+    ranks), so a correct step agrees bit for bit and float32 drift cannot hide
+    a wrong one (docs/elastic.md, "Which losses differ, and why"); else one
+    process's rounding."""
     out = os.path.join(work, "reference.json")
     subprocess.run([sys.executable, os.path.join(SRC, "client/python/pipeplan_reference_train.py"),
                     "--package", os.path.join(work, "gpt.ptpkg"), "--data",
                     "tensors:" + os.path.join(work, "gpt_data.pt"), "--optimizer", "adamw",
                     "--lr", "1e-3", "--batch-size", "8", "--microbatches", "4", "--steps",
-                    str(steps), "--pipelined", "--out", out], check=True, capture_output=True)
+                    str(steps), "--out", out] + (["--pipelined"] if pipelined else []),
+                   check=True, capture_output=True)
     with open(out) as f:
         return {int(x["step"]): float(x["loss"]) for x in json.load(f)}
 
@@ -521,6 +523,18 @@ def with_defaults(args, work, planner):
     print_rows(rows)
 
 
+def write_inputs(work, devices=4):
+    """The gpt fixture (48 rows: 6 batches of 8 an epoch) and a cluster of
+    `devices` CPUs, two a host, in `work`."""
+    subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
+                    "--out-dir", work, "--model", "gpt", "--rows", "48"],
+                   check=True, capture_output=True)
+    with open(os.path.join(work, "cluster.json"), "w") as f:
+        json.dump({"devices": [{"id": "cpu%d" % d, "host": "h%d" % (d // 2), "flops": 1e12,
+                                "memory_bytes": 8e9} for d in range(devices)],
+                   "intra_host_bandwidth": 10e9, "inter_host_bandwidth": 10e9}, f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -541,13 +555,7 @@ def main():
     work = tempfile.mkdtemp(prefix="pipeplan-elastic-bench-")
     planner = None
     try:
-        subprocess.run([sys.executable, os.path.join(SRC, "tests/models/make_fixtures.py"),
-                        "--out-dir", work, "--model", "gpt", "--rows", "48"],
-                       check=True, capture_output=True)
-        with open(os.path.join(work, "cluster.json"), "w") as f:
-            json.dump({"devices": [{"id": "cpu%d" % d, "host": "h%d" % (d // 2), "flops": 1e12,
-                                    "memory_bytes": 8e9} for d in range(4)],
-                       "intra_host_bandwidth": 10e9, "inter_host_bandwidth": 10e9}, f)
+        write_inputs(work)
         planner = Planner(args.build, work, args.lease, defaults=args.defaults)
         if args.drills:
             drills(args, work, planner)
