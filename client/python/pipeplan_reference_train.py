@@ -17,6 +17,18 @@ package's params.pt; `--dtype float64` converts parameters, buffers and floating
 inputs. `--device cuda:0` trains on that device (TF32 off, deterministic
 algorithms on: the oracle of a GPU job, scripts/gpu_check.sh); default cpu.
 
+`--pipelined` does the arithmetic of a pipelined job bit for bit, where the
+default rounds as one process does: each use of a tied parameter (each module that
+holds it, e.g. a GPT's token embedding and LM head) accumulates its own gradient
+over the microbatches and the uses' sums are added after the last microbatch, as
+the ranks that hold the uses apart do (worker_daemon's SumTiedGradients); and the
+step's loss is the float64 sum of the microbatches' float32 terms, as the last
+stage reports it. It matches any plan of two or more stages that puts the uses on
+different ranks (a chain's first and last layer always are); with two uses the
+order of the sum does not matter. A long float32 run drifts from the default
+reference by up to a few 1e-3 on ill-conditioned batches (docs/elastic.md,
+"Which losses differ, and why"); with `--pipelined` it agrees exactly.
+
 Writes a JSON list of {"step": s, "loss": x}, one per step, atomically. Exit status
 0; 2 bad input (the message names the flag, package or data file); 1 a non-finite
 loss (the steps before it are written).
@@ -72,10 +84,49 @@ def prepare_model(package, dtype=torch.float32):
     return model.to(dtype)
 
 
+def untie(model):
+    """Gives each module that holds a tied parameter after the first its own leaf
+    of the same value (the --pipelined mode); returns [(parameter, [its copies])],
+    the copies in named_modules() order."""
+    first, tied = {}, {}
+    for _, module in model.named_modules(remove_duplicate=False):
+        for name, p in list(module._parameters.items()):
+            if p is None or not p.requires_grad:
+                continue
+            if id(p) not in first:
+                first[id(p)] = p
+                continue
+            copy = torch.nn.Parameter(p.detach().clone())
+            module._parameters[name] = copy
+            tied.setdefault(id(p), (p, []))[1].append(copy)
+    return list(tied.values())
+
+
+def sum_tied_gradients(tied):
+    """Each tied parameter's gradient: its uses' accumulated gradients added in
+    order (a rank's sum of its microbatches per use, then the sum over ranks)."""
+    for p, copies in tied:
+        total = p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+        for copy in copies:
+            if copy.grad is not None:
+                total.add_(copy.grad)
+            copy.grad = None
+        p.grad = total
+
+
+def refresh_tied(tied):
+    """The copies take their parameter's value after the optimizer's step."""
+    with torch.no_grad():
+        for p, copies in tied:
+            for copy in copies:
+                copy.copy_(p)
+
+
 def train_step(model, params, optimizer, loss, inputs, targets, microbatches,
-               clip_grad_norm=None, seed=0, step=0):
+               clip_grad_norm=None, seed=0, step=0, tied=None):
     """One step on a batch; returns the batch's mean loss (a 0-dim tensor).
-    Random operators draw from (seed, step, microbatch) as in a pipelined job."""
+    Random operators draw from (seed, step, microbatch) as in a pipelined job.
+    `tied` (from untie): the --pipelined mode's gradient sums and float64 loss."""
     optimizer.zero_grad(set_to_none=True)
     total = None
     batches = pipeplan_data.microbatches(inputs, targets, microbatches)
@@ -83,10 +134,15 @@ def train_step(model, params, optimizer, loss, inputs, targets, microbatches,
         rng.set_base(model, seed, step, m)
         term = pipeplan_loss.compute(loss, model(*mb_inputs), mb_targets) / microbatches
         term.backward()
-        total = term.detach() if total is None else total + term.detach()
+        value = term.detach().double() if tied is not None else term.detach()
+        total = value if total is None else total + value
+    if tied is not None:
+        sum_tied_gradients(tied)
     if clip_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
     optimizer.step()
+    if tied is not None:
+        refresh_tied(tied)
     return total
 
 
@@ -113,9 +169,9 @@ def use_device(device):
 
 def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
           start_step=0, weight_decay=None, momentum=0.0, clip_grad_norm=None,
-          dtype=torch.float32, device="cpu", seed=0):
+          dtype=torch.float32, device="cpu", seed=0, pipelined=False):
     """Trains and returns [{"step", "loss"}]; stops at a non-finite loss (the list then
-    ends with it)."""
+    ends with it). `pipelined`: a pipelined job's arithmetic (the module's doc)."""
     if batch_size < 1 or microbatches < 1 or batch_size % microbatches:
         raise TrainError("--batch-size %d must be a positive multiple of --microbatches %d"
                          % (batch_size, microbatches))
@@ -125,11 +181,13 @@ def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
     model = prepare_model(package, dtype).to(dev)
     params = [p for _, p in pp.canonical_parameters(model)]
     opt = make_optimizer(params, optimizer, lr, weight_decay, momentum)
+    tied = untie(model) if pipelined else None  # after the optimizer took its parameters
     out = []
     for step in range(start_step, start_step + steps):
         inputs, targets = data.batch(step, batch_size)
         value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype, dev),
-                           targets.to(dev), microbatches, clip_grad_norm, seed, step).item()
+                           targets.to(dev), microbatches, clip_grad_norm, seed, step,
+                           tied).item()
         out.append({"step": step, "loss": value})
         if not math.isfinite(value):
             break
@@ -173,6 +231,9 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda:0 (cpu)")
     parser.add_argument("--seed", type=int, default=0,
                         help="the job's seed (jobs create --seed): random operators' draws")
+    parser.add_argument("--pipelined", action="store_true",
+                        help="a pipelined job's arithmetic: tied parameters' gradients "
+                        "summed per use after the microbatches, the loss summed in float64")
     parser.add_argument("--out", required=True, help="losses JSON")
     args = parser.parse_args(argv)
     try:
@@ -182,7 +243,7 @@ def main(argv=None):
         losses = train(package, data, loss, args.optimizer, args.lr, args.batch_size,
                        args.microbatches, args.steps, args.start_step, args.weight_decay,
                        args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype),
-                       args.device, args.seed)
+                       args.device, args.seed, args.pipelined)
     except (TrainError, pp.PackageError, pipeplan_data.DataError) as e:
         print("pipeplan_reference_train: %s" % e, file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -106,7 +107,7 @@ def cli(planner, *argv):
     return r.stdout
 
 
-def create_job(planner, paths, tmp, steps=STEPS, extra=()):
+def create_job(planner, paths, tmp, steps=STEPS, extra=(), dtype="float64"):
     cluster = os.path.join(tmp, "cluster.json")
     with open(cluster, "w") as f:
         json.dump(CLUSTER, f)
@@ -115,7 +116,7 @@ def create_job(planner, paths, tmp, steps=STEPS, extra=()):
                           str(MICROBATCHES), "--method", "dp", "--model-package",
                           paths["package"], "--data", "tensors:" + paths["data"],
                           "--batch-size", str(BATCH), "--optimizer", "adamw", "--lr", "1e-3",
-                          "--max-steps", str(steps), "--dtype", "float64", "--seed", str(SEED),
+                          "--max-steps", str(steps), "--dtype", dtype, "--seed", str(SEED),
                           *extra, "-o", "json"))["id"]
 
 
@@ -249,3 +250,27 @@ def test_batchnorm_running_statistics():
     full_batch = 0.1 * x.mean(0)
     assert not torch.allclose(bn.running_mean, full_batch, atol=1e-6)
     assert int(bn.num_batches_tracked) == 2
+
+
+@needs_binaries
+def test_float32_gpt_rounds_as_the_pipelined_reference(planner, tmp_path):
+    """In float32 the tiny gpt's losses on two ranks are the reference's
+    --pipelined ones bit for bit: its tied embedding's gradient summed per rank
+    after the microbatches, as the ranks do (docs/elastic.md, "Which losses
+    differ, and why"), so the elastic drills can compare exactly."""
+    tmp, steps = str(tmp_path), 30
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "models",
+                                                 "make_fixtures.py"),
+                    "--out-dir", tmp, "--model", "gpt", "--rows", "48"],
+                   check=True, capture_output=True)
+    paths = {k: os.path.join(tmp, name) for k, name in
+             (("graph", "gpt.json"), ("package", "gpt.ptpkg"), ("data", "gpt_data.pt"))}
+    job = create_job(planner, paths, tmp, steps, dtype="float32")
+    assert finish(start_workers(planner, job, tmp)) == [0, 0]
+    got = reported(planner, job)
+    package = pp.load_package(paths["package"])
+    data = pipeplan_data.open_data("tensors:" + paths["data"], package.manifest,
+                                   "cross_entropy")
+    want = ref.train(package, data, "cross_entropy", "adamw", 1e-3, BATCH, MICROBATCHES, steps,
+                     seed=SEED, pipelined=True)
+    assert [got.get(step) for step in range(steps)] == [row["loss"] for row in want]

@@ -7,6 +7,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/worker/env/event_log.h"
@@ -381,8 +382,10 @@ absl::Status StepLoop::RunOneStep() {
   ObserveStep(r, peak_memory, loss, exposed);
   Emit(absl::StrCat("event=step job=", options_.job_id, " worker=", options_.worker_id,
                     " step=", step_, " plan_version=", active_->version, " rank=", active_->rank,
-                    " replica=", active_->replica, " seconds=", r.step_seconds, " report=",
-                    report_result, loss ? absl::StrCat(" loss=", *loss) : std::string()));
+                    " replica=", active_->replica, " seconds=", r.step_seconds,
+                    " report=", report_result,
+                    // Every digit, so a check against a reference can compare bit for bit.
+                    loss ? absl::StrFormat(" loss=%.17g", *loss) : std::string()));
   ++step_;
   last_version_ = active_->version;
   return FinishStep();
