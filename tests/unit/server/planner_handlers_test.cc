@@ -50,6 +50,15 @@ class PlannerHandlersTest : public ::testing::Test {
   absl::StatusOr<v1::Plan> Plan(const v1::PlanRequest& r, CallContext ctx = {}) {
     return Await<v1::Plan>([&](Callback<v1::Plan> cb) { handlers_->HandlePlan(r, ctx, cb); });
   }
+  // A job of testing::SmallRequest (4 stages).
+  absl::StatusOr<v1::Job> CreateSmallJob() {
+    return Await<v1::Job>([&](Callback<v1::Job> cb) {
+      v1::CreateJobRequest r;
+      r.set_name("j");
+      *r.mutable_request() = testing::SmallRequest();
+      handlers_->HandleCreateJob(r, {}, cb);
+    });
+  }
   std::unique_ptr<Store> store_;
   std::unique_ptr<PlannerHandlers> handlers_;
 };
@@ -116,12 +125,7 @@ TEST_F(PlannerHandlersTest, CancelledAndExpiredCallsDoNotSolve) {
 }
 
 TEST_F(PlannerHandlersTest, JobsAndReplan) {
-  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
-    v1::CreateJobRequest r;
-    r.set_name("j");
-    *r.mutable_request() = testing::SmallRequest();
-    handlers_->HandleCreateJob(r, {}, cb);
-  });
+  absl::StatusOr<v1::Job> job = CreateSmallJob();
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->plan_version(), 1);
   EXPECT_EQ(job->plan().stages_size(), 4);
@@ -159,12 +163,7 @@ TEST_F(PlannerHandlersTest, JobsAndReplan) {
 // no graph or plan, and no contingency plans while the caller holds the
 // current generation. A refresh gets a newer generation.
 TEST_F(PlannerHandlersTest, TheContingencyViewCarriesPlansOnlyForANewGeneration) {
-  auto job = Await<v1::Job>([&](Callback<v1::Job> cb) {
-    v1::CreateJobRequest r;
-    r.set_name("j");
-    *r.mutable_request() = testing::SmallRequest();
-    handlers_->HandleCreateJob(r, {}, cb);
-  });
+  absl::StatusOr<v1::Job> job = CreateSmallJob();
   ASSERT_TRUE(job.ok()) << job.status();
   v1::GetPlanRequest view;
   view.set_job_id(job->id());

@@ -183,6 +183,22 @@ class StepLoopTest : public ::testing::Test {
     ASSERT_EQ(r0_->loop.steps(), 2);
     ASSERT_EQ(r1_->loop.plan_version(), 1);
   }
+  // Steps virtual time forward a poll at a time, waiting each time until a
+  // stall watch polled, until a rank fetches `version` (it gave the running
+  // one up): the virtual time then, else InfiniteFuture. Virtual time may
+  // run ahead of a busy machine's ranks; only real time bounds the loop.
+  absl::Time AdvanceUntilFetched(int64_t version) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < give_up) {
+      clock_.Advance(absl::Milliseconds(100));
+      if (!clock_.AwaitPendingWait(absl::Milliseconds(100))) {
+        ADD_FAILURE() << "nothing waits on the clock";
+        break;
+      }
+      if (Count(planner_.fetched_versions(), version) > 0) return clock_.Now();
+    }
+    return absl::InfiniteFuture();
+  }
   bool AwaitReportsOf(const std::string& worker, size_t n) {
     return planner_.AwaitReports(
         [&](const auto& reports) { return VersionByStep(reports, worker).size() >= n; });
@@ -255,16 +271,7 @@ TEST_F(StepLoopTest, AVoteOnAHungPeerEndsOnlyAfterTheGraceOnceANewerVersionIsKno
   // lies beyond the real-time bound of the loop below.
   r0_->options.comm_timeout = absl::Seconds(120);
   r0_->Start(4);
-  absl::Time switched = absl::InfiniteFuture();
-  // Step time forward a poll at a time, waiting each time until a stall
-  // watch polled, until rank 0 gives version 1 up. Virtual time may run
-  // ahead of a busy machine's rank 0; only real time bounds the loop.
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (switched == absl::InfiniteFuture() && absl::Now() < give_up) {
-    clock_.Advance(absl::Milliseconds(100));
-    ASSERT_TRUE(clock_.AwaitPendingWait(absl::Milliseconds(100)));
-    if (Count(planner_.fetched_versions(), 2) > 0) switched = clock_.Now();
-  }
+  const absl::Time switched = AdvanceUntilFetched(2);
   ASSERT_TRUE(r0_->Join().ok());
   ASSERT_NE(switched, absl::InfiniteFuture()) << "rank 0 never gave version 1 up";
   EXPECT_GE(switched - start, grace) << "aborted before the grace";
@@ -289,13 +296,7 @@ TEST_F(StepLoopTest, ACheckpointBarrierOnAHungPeerEndsOnceAVersionLeavesItOut) {
   ASSERT_TRUE(AwaitReportsOf("w-d0", 2));
   r0_->state.SawVersion(2);
   const absl::Time start = clock_.Now();
-  absl::Time switched = absl::InfiniteFuture();
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (switched == absl::InfiniteFuture() && absl::Now() < give_up) {
-    clock_.Advance(absl::Milliseconds(100));
-    ASSERT_TRUE(clock_.AwaitPendingWait(absl::Milliseconds(100)));
-    if (Count(planner_.fetched_versions(), 2) > 0) switched = clock_.Now();
-  }
+  const absl::Time switched = AdvanceUntilFetched(2);
   ASSERT_NE(switched, absl::InfiniteFuture()) << "rank 0 waited in the barrier";
   ASSERT_TRUE(r0_->Join().ok());
   EXPECT_GE(switched - start, absl::Seconds(1)) << "aborted before the shrink grace";
