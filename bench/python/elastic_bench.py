@@ -36,8 +36,10 @@ step: during the write), checks that the others step again within 180 s
 grow back. At the end: median and p90 of recovery and steps redone per
 moment, and every loss any worker reported against the single-process
 reference at its step, in the reference's --pipelined mode (the job's own
-arithmetic): how many agree bit for bit, the largest difference, and how
-many are off by more than 1e-3 (wrong).
+arithmetic), computed after the drills with --together for the steps whose
+split held both uses of a tied parameter on one stage: how many agree bit
+for bit, the largest difference, and how many are off by more than 1e-3
+(wrong).
 
 Each kill prints a timeline: when (after the kill) the first survivor
 dropped its step, the planner suspected and lost the worker and published
@@ -347,19 +349,59 @@ def p90(values):
     return v[max(0, -(-9 * len(v) // 10) - 1)]
 
 
-def reference_losses(work, steps, pipelined=True):
+def together_ranges(args, work, planner, job, paths):
+    """The reference's --together ranges: the steps whose counted run (the newest
+    version that ran the step) had every use of a tied parameter (the gpt's
+    embedding and LM head: graph nodes sharing a param_key) on one stage, where
+    the job adds the uses per microbatch as one process does."""
+    with open(os.path.join(work, "gpt.json")) as f:
+        nodes = json.load(f)["nodes"]
+    uses = {}
+    for i, n in enumerate(nodes):
+        if n.get("param_key"):
+            uses.setdefault(n["param_key"], []).append(i)
+    tied = {k: v for k, v in uses.items() if len(v) > 1}
+    version_of = {}
+    for p in paths:
+        for e in events(p, "step"):
+            step = int(e["step"])
+            version_of[step] = max(version_of.get(step, 0), int(e["plan_version"]))
+    together = {}
+    for v in set(version_of.values()):
+        shown = json.loads(subprocess.run(
+            [os.path.join(args.build, "client/pipeplan"), "--planner", planner.address, "jobs",
+             "show", job, "--version", str(v), "--json"],
+            check=True, capture_output=True, text=True).stdout)
+        stage = shown["plan"]["node_stage"]
+        together[v] = sorted(k for k, ids in tied.items() if len({stage[i] for i in ids}) == 1)
+    ranges = []
+    for step in sorted(version_of):
+        t = together[version_of[step]]
+        if t and ranges and ranges[-1]["to_step"] == step - 1 and ranges[-1]["parameters"] == t:
+            ranges[-1]["to_step"] = step
+        elif t:
+            ranges.append({"from_step": step, "to_step": step, "parameters": t})
+    return ranges
+
+
+def reference_losses(work, steps, pipelined=True, together=None):
     """{step: loss} of the single-process reference trainer (the job's settings).
     `pipelined`: its --pipelined mode, the arithmetic of every plan the drills
     run (2 to 4 stages: the gpt's tied embedding and LM head on different
     ranks), so a correct step agrees bit for bit and float32 drift cannot hide
     a wrong one (docs/elastic.md, "Which losses differ, and why"); else one
-    process's rounding."""
+    process's rounding. `together`: together_ranges(...)."""
     out = os.path.join(work, "reference.json")
+    flags = ["--pipelined"] if pipelined else []
+    if together:
+        with open(os.path.join(work, "together.json"), "w") as f:
+            json.dump(together, f)
+        flags += ["--together", os.path.join(work, "together.json")]
     subprocess.run([sys.executable, os.path.join(SRC, "client/python/pipeplan_reference_train.py"),
                     "--package", os.path.join(work, "gpt.ptpkg"), "--data",
                     "tensors:" + os.path.join(work, "gpt_data.pt"), "--optimizer", "adamw",
                     "--lr", "1e-3", "--batch-size", "8", "--microbatches", "4", "--steps",
-                    str(steps), "--out", out] + (["--pipelined"] if pipelined else []),
+                    str(steps), "--out", out] + flags,
                    check=True, capture_output=True)
     with open(out) as f:
         return {int(x["step"]): float(x["loss"]) for x in json.load(f)}
@@ -439,7 +481,6 @@ def one_drill(args, work, planner, job, workers, rng):
 
 
 def drills(args, work, planner):
-    reference = reference_losses(work, args.reference_steps)
     job = start_job(args, work, planner, 100000)
     workers = [start_worker(args, work, planner, job, r, "drill") for r in range(4)]
     rng = random.Random(args.seed)
@@ -456,7 +497,11 @@ def drills(args, work, planner):
                 break
     finally:
         end_trial(args, planner, job, workers)
-    checked, exact, largest, wrong = wrong_losses([p for _, p in workers], reference)
+    # After the drills: the reference follows the splits that ran each step.
+    paths = [p for _, p in workers]
+    reference = reference_losses(work, args.reference_steps,
+                                 together=together_ranges(args, work, planner, job, paths))
+    checked, exact, largest, wrong = wrong_losses(paths, reference)
     print_drill_table(results)
     print("%d losses checked against the reference, %d bit for bit, largest difference %.3g, "
           "%d wrong (> 1e-3)" % (checked, exact, largest, wrong))

@@ -98,14 +98,48 @@ def untie(model):
                 continue
             copy = torch.nn.Parameter(p.detach().clone())
             module._parameters[name] = copy
-            tied.setdefault(id(p), (p, []))[1].append(copy)
+            entry = tied.setdefault(id(p), (p, [], []))
+            entry[1].append(copy)
+            entry[2].append((module, name))
     return list(tied.values())
+
+
+def place_tied(tied, together):
+    """Points each use of a tied parameter at the parameter itself when its name is
+    in `together` (a step whose plan has all its uses on one stage, where autograd
+    adds them per microbatch as in one process), else at the use's own copy."""
+    for p, copies, slots in tied:
+        one = id(p) in together
+        for copy, (module, name) in zip(copies, slots):
+            module._parameters[name] = p if one else copy
+
+
+def read_together(path, model):
+    """[(first step, last step, {id of parameter})] from --together's JSON:
+    [{"from_step", "to_step", "parameters": [canonical names]}]."""
+    if path is None:
+        return []
+    by_name = dict(pp.canonical_parameters(model))
+    with open(path) as f:
+        ranges = json.load(f)
+    try:
+        return [(int(r["from_step"]), int(r["to_step"]),
+                 {id(by_name[n]) for n in r["parameters"]}) for r in ranges]
+    except (KeyError, TypeError, ValueError) as e:
+        raise TrainError("--together %s: %r" % (path, e))
+
+
+def together_at(ranges, step):
+    for first, last, ids in ranges:
+        if first <= step <= last:
+            return ids
+    return set()
 
 
 def sum_tied_gradients(tied):
     """Each tied parameter's gradient: its uses' accumulated gradients added in
     order (a rank's sum of its microbatches per use, then the sum over ranks)."""
-    for p, copies in tied:
+    for p, copies, _ in tied:
         total = p.grad.clone() if p.grad is not None else torch.zeros_like(p)
         for copy in copies:
             if copy.grad is not None:
@@ -117,7 +151,7 @@ def sum_tied_gradients(tied):
 def refresh_tied(tied):
     """The copies take their parameter's value after the optimizer's step."""
     with torch.no_grad():
-        for p, copies in tied:
+        for p, copies, _ in tied:
             for copy in copies:
                 copy.copy_(p)
 
@@ -169,7 +203,7 @@ def use_device(device):
 
 def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
           start_step=0, weight_decay=None, momentum=0.0, clip_grad_norm=None,
-          dtype=torch.float32, device="cpu", seed=0, pipelined=False):
+          dtype=torch.float32, device="cpu", seed=0, pipelined=False, together=None):
     """Trains and returns [{"step", "loss"}]; stops at a non-finite loss (the list then
     ends with it). `pipelined`: a pipelined job's arithmetic (the module's doc)."""
     if batch_size < 1 or microbatches < 1 or batch_size % microbatches:
@@ -182,8 +216,11 @@ def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
     params = [p for _, p in pp.canonical_parameters(model)]
     opt = make_optimizer(params, optimizer, lr, weight_decay, momentum)
     tied = untie(model) if pipelined else None  # after the optimizer took its parameters
+    ranges = read_together(together, model) if pipelined else []
     out = []
     for step in range(start_step, start_step + steps):
+        if ranges:
+            place_tied(tied, together_at(ranges, step))
         inputs, targets = data.batch(step, batch_size)
         value = train_step(model, params, opt, loss, _cast_inputs(inputs, dtype, dev),
                            targets.to(dev), microbatches, clip_grad_norm, seed, step,
@@ -234,6 +271,10 @@ def main(argv=None):
     parser.add_argument("--pipelined", action="store_true",
                         help="a pipelined job's arithmetic: tied parameters' gradients "
                         "summed per use after the microbatches, the loss summed in float64")
+    parser.add_argument("--together", metavar="FILE",
+                        help="with --pipelined: JSON [{from_step, to_step, parameters}], "
+                        "the steps whose plan put every use of the named tied parameters "
+                        "on one stage (they round as one process there)")
     parser.add_argument("--out", required=True, help="losses JSON")
     args = parser.parse_args(argv)
     try:
@@ -243,7 +284,7 @@ def main(argv=None):
         losses = train(package, data, loss, args.optimizer, args.lr, args.batch_size,
                        args.microbatches, args.steps, args.start_step, args.weight_decay,
                        args.momentum, args.clip_grad_norm, pp.dtype_of(args.dtype),
-                       args.device, args.seed, args.pipelined)
+                       args.device, args.seed, args.pipelined, args.together)
     except (TrainError, pp.PackageError, pipeplan_data.DataError) as e:
         print("pipeplan_reference_train: %s" % e, file=sys.stderr)
         return 2

@@ -84,13 +84,14 @@ def test_synthetic_draws_as_documented(fixtures):
     assert len(losses) == 3
 
 
-def chain_losses(fixture, stages_dir, steps):
-    """Losses of the gpt's compiled stages (3 of them), run as the executor runs
-    them (stage_chain) with one optimizer over the canonical parameters (the
-    tied embedding's gradient summed over its stages), clipped to 1.0."""
+def chain_losses(fixture, stages_dir, steps, node_stage=None):
+    """Losses of the gpt's compiled stages (3 of them, or `node_stage`), run as
+    the executor runs them (stage_chain) with one optimizer over the canonical
+    parameters (the tied embedding's gradient summed over its stages), clipped
+    to 1.0."""
     package = pp.load_package(fixture["package"])
     n = len(package.manifest["nodes"])
-    node_stage = [i * 3 // n for i in range(n)]
+    node_stage = node_stage or [i * 3 // n for i in range(n)]
     sc.write_stages(fixture["package"], node_stage, 4, stages_dir)
     manifest, modules = stage_chain.load_stages(stages_dir, package.params)
     master = {k: v.clone().requires_grad_() for k, v in package.params.items()}
@@ -130,6 +131,23 @@ def test_pipelined_mode_rounds_as_the_stages(fixtures, tmp_path):
     got = chain_losses(fixtures["gpt"], str(tmp_path / "st"), 8)
     want = train(fixtures["gpt"], steps=8, clip_grad_norm=1.0, pipelined=True)
     assert got == [x["loss"] for x in want]
+
+
+def test_together_rounds_as_a_stage_holding_every_use(fixtures, tmp_path):
+    """--together: on steps whose split holds the tied embedding and LM head on
+    one stage (the elastic drills met [idx], [size], [the rest]), the stage adds
+    the two uses per microbatch, as one process does; the reference then rounds
+    as that stage, and without --together it does not."""
+    n = len(pp.load_package(fixtures["gpt"]["package"]).manifest["nodes"])
+    got = chain_losses(fixtures["gpt"], str(tmp_path / "st"), 8, [0, 1] + [2] * (n - 2))
+    together = tmp_path / "together.json"
+    together.write_text(json.dumps([{"from_step": 0, "to_step": 7,
+                                     "parameters": ["wte.weight"]}]))
+    want = train(fixtures["gpt"], steps=8, clip_grad_norm=1.0, pipelined=True,
+                 together=str(together))
+    assert got == [x["loss"] for x in want]
+    apart = train(fixtures["gpt"], steps=8, clip_grad_norm=1.0, pipelined=True)
+    assert got != [x["loss"] for x in apart]
 
 
 def test_cli(fixtures, tmp_path):
