@@ -26,6 +26,7 @@ import tempfile
 import time
 import types
 
+import drill_losses
 import elastic_bench as eb
 
 
@@ -106,8 +107,8 @@ def main():
         losses, versions = run_job(args, work)
         print("%d ranks, %d steps in %.0f s; plan versions (device:nodes per stage): %s" % (
             args.ranks, len(losses), time.time() - started, "; ".join(versions)))
-        compare("reference (one process)", losses, eb.reference_losses(work, args.steps, False))
-        compare("reference --pipelined", losses, eb.reference_losses(work, args.steps))
+        compare("reference (one process)", losses, drill_losses.reference_losses(work, args.steps, False))
+        compare("reference --pipelined", losses, drill_losses.reference_losses(work, args.steps))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
