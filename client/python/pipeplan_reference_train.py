@@ -120,8 +120,11 @@ def read_together(path, model):
     if path is None:
         return []
     by_name = dict(pp.canonical_parameters(model))
-    with open(path) as f:
-        ranges = json.load(f)
+    try:
+        with open(path) as f:
+            ranges = json.load(f)
+    except (OSError, ValueError) as e:
+        raise TrainError("--together %s: %s" % (path, e))
     try:
         return [(int(r["from_step"]), int(r["to_step"]),
                  {id(by_name[n]) for n in r["parameters"]}) for r in ranges]
@@ -211,12 +214,15 @@ def train(package, data, loss, optimizer, lr, batch_size, microbatches, steps,
                          % (batch_size, microbatches))
     if steps < 0 or start_step < 0:
         raise TrainError("--steps and --start-step must be >= 0")
+    if together and not pipelined:
+        raise TrainError("--together %s needs --pipelined (it names steps of a pipelined "
+                         "job's arithmetic)" % together)
     dev = use_device(device)
     model = prepare_model(package, dtype).to(dev)
     params = [p for _, p in pp.canonical_parameters(model)]
     opt = make_optimizer(params, optimizer, lr, weight_decay, momentum)
     tied = untie(model) if pipelined else None  # after the optimizer took its parameters
-    ranges = read_together(together, model) if pipelined else []
+    ranges = read_together(together, model)
     out = []
     for step in range(start_step, start_step + steps):
         if ranges:

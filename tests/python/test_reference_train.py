@@ -148,6 +148,11 @@ def test_together_rounds_as_a_stage_holding_every_use(fixtures, tmp_path):
     assert got == [x["loss"] for x in want]
     apart = train(fixtures["gpt"], steps=8, clip_grad_norm=1.0, pipelined=True)
     assert got != [x["loss"] for x in apart]
+    with pytest.raises(ref.TrainError, match="--together .* needs --pipelined"):
+        train(fixtures["gpt"], steps=1, together=str(together))
+    together.write_text(json.dumps([{"from_step": 0, "to_step": 7, "parameters": ["nope"]}]))
+    with pytest.raises(ref.TrainError, match="--together"):
+        train(fixtures["gpt"], steps=1, pipelined=True, together=str(together))
 
 
 def test_cli(fixtures, tmp_path):
