@@ -68,6 +68,7 @@ namespace {
 // a RECV whose SEND is not posted yet does not hold the rank's program (in
 // Engine it only holds the simulation, never the rank's clock); the transfer
 // lands when the SEND is posted.
+//
 // Expects what Engine expects, costs, and a sharing that passed
 // CheckComputeSharing and is not empty (so rank_pool has one entry per rank).
 class SharedEngine : private EventTimes {
@@ -234,7 +235,9 @@ class SharedEngine : private EventTimes {
       if (ends && remaining_[r] / rate_[i] <= first_end) {
         ended_.push_back(r);
       } else {
-        remaining_[r] -= elapsed * rate_[i];
+        // A near tie with the first end may round below zero: it ends at
+        // the next call, at this same instant.
+        remaining_[r] = std::max(0.0, remaining_[r] - elapsed * rate_[i]);
         running_[kept++] = r;
       }
     }
