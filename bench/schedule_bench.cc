@@ -15,6 +15,7 @@
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/lowering.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/core/schedule/shared_compute.h"
 #include "pipeplan/core/schedule/simulator.h"
 #include "pipeplan/core/schedule/stage_costs.h"
 
@@ -123,6 +124,35 @@ BENCHMARK(BM_Evaluate)
     ->Args({static_cast<int>(ScheduleKind::kInterleaved1F1B), 64, 1024, 4})
     ->Args({static_cast<int>(ScheduleKind::k1F1B), 64, 1024, 1})
     ->Args({static_cast<int>(ScheduleKind::kZBVZeroBubble), 64, 1024, 2})
+    ->Unit(benchmark::kMillisecond);
+
+// SimulateShared on a lowered 1F1B schedule whose ranks sit 8 to a pool of
+// 4 CPUs (CPU workers, 8 per machine): the prediction path, not the search
+// loop, so it only needs to stay well under a second at p = 64.
+void BM_SimulateShared(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0)), m = static_cast<int>(state.range(1));
+  absl::StatusOr<PipelineSchedule> compute = BuildSchedule(ScheduleKind::k1F1B, p, m, 1);
+  if (!compute.ok()) Die(compute.status());
+  absl::StatusOr<PipelineSchedule> lowered = InsertSendRecv(*compute);
+  if (!lowered.ok()) Die(lowered.status());
+  ComputeSharing sharing;
+  for (int r = 0; r < p; ++r) {
+    sharing.rank_pool.push_back(r / 8);
+    sharing.rank_load.push_back(1);
+  }
+  sharing.pool_capacity.assign((p + 7) / 8, 4);
+  const StageCosts costs = BenchCosts(p);
+  for (auto _ : state) {
+    absl::StatusOr<SimulationResult> result = SimulateShared(*lowered, costs, sharing);
+    if (!result.ok()) Die(result.status());
+    benchmark::DoNotOptimize(result->step_seconds);
+  }
+}
+BENCHMARK(BM_SimulateShared)
+    ->ArgNames({"p", "m"})
+    ->Args({8, 64})
+    ->Args({64, 64})
+    ->Args({64, 1024})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -29,6 +29,12 @@ struct EngineRun {
 absl::StatusOr<EngineRun> Execute(const PipelineSchedule& schedule, bool has_communication,
                                   const StageCosts* costs, bool record_timeline);
 
+// The run of ranks that all finished: per rank its busy seconds and its clock
+// (when it was free again); `last_arrival` is the latest RECV end. The
+// makespan is the latest of the clocks and `last_arrival`.
+EngineRun FinishedRun(std::vector<double> busy, std::vector<double> clock, double last_arrival,
+                      std::vector<TimelineEvent> timeline);
+
 // Simulate without the fast path: CheckStructure, CheckStageCosts, Execute and
 // a separate memory count. Reference for the differential tests.
 absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedule,
@@ -43,6 +49,17 @@ absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedul
 // problem, a deadlock); the caller then takes the checked path, which reports
 // the precise error. Fills every SimulationResult field except the timeline.
 bool SimulateFast(const PipelineSchedule& schedule, const StageCosts& costs, SimulationResult& out);
+
+// Fills the memory fields of `out` (peak in-flight microbatches per rank and
+// per stage, peak bytes per rank). Activation accounting depends only on each
+// rank's program order, not on durations, so it is a separate linear pass that
+// every simulator shares. Expects a schedule that passed CheckStructure and
+// costs that passed CheckStageCosts.
+void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationResult& out);
+
+// The SimulationResult of an executed run: its times, idle and bubble from
+// them, and CountMemory. Same expectations as CountMemory.
+SimulationResult ResultOf(const PipelineSchedule& schedule, const StageCosts& costs, EngineRun run);
 
 }  // namespace pipeplan::schedule::internal
 

@@ -12,10 +12,22 @@
 #include "structure.h"
 
 namespace pipeplan::schedule {
-namespace {
 
-// Activation accounting depends only on each rank's program order, not on
-// durations, so it is a separate linear pass.
+absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, const StageCosts& costs,
+                                          const SimulateOptions& options) {
+  // Fast path: one fused pass for a valid schedule. Anything unusual (a
+  // timeline request, or host time charged to messages) takes the checked path below, which reports
+  // errors in the documented order: structure, then costs, then deadlocks.
+  if (!options.record_timeline && costs.send_host.empty() && costs.recv_host.empty() &&
+      internal::CheckHeader(schedule).ok() && CheckStageCosts(costs, schedule.num_stages).ok()) {
+    SimulationResult fast;
+    if (internal::SimulateFast(schedule, costs, fast)) return fast;
+  }
+  return internal::SimulateChecked(schedule, costs, options);
+}
+
+namespace internal {
+
 void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationResult& out) {
   out.peak_inflight_microbatches.assign(s.num_ranks, 0);
   out.peak_inflight_per_stage.assign(s.num_stages, 0);
@@ -56,23 +68,6 @@ void CountMemory(const PipelineSchedule& s, const StageCosts& costs, SimulationR
   }
 }
 
-}  // namespace
-
-absl::StatusOr<SimulationResult> Simulate(const PipelineSchedule& schedule, const StageCosts& costs,
-                                          const SimulateOptions& options) {
-  // Fast path: one fused pass for a valid schedule. Anything unusual (a
-  // timeline request, or host time charged to messages) takes the checked path below, which reports
-  // errors in the documented order: structure, then costs, then deadlocks.
-  if (!options.record_timeline && costs.send_host.empty() && costs.recv_host.empty() &&
-      internal::CheckHeader(schedule).ok() && CheckStageCosts(costs, schedule.num_stages).ok()) {
-    SimulationResult fast;
-    if (internal::SimulateFast(schedule, costs, fast)) return fast;
-  }
-  return internal::SimulateChecked(schedule, costs, options);
-}
-
-namespace internal {
-
 absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedule,
                                                  const StageCosts& costs,
                                                  const SimulateOptions& options) {
@@ -82,11 +77,15 @@ absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedul
   absl::StatusOr<internal::EngineRun> run =
       internal::Execute(schedule, comms, &costs, options.record_timeline);
   if (!run.ok()) return run.status();
+  return ResultOf(schedule, costs, *std::move(run));
+}
 
+SimulationResult ResultOf(const PipelineSchedule& schedule, const StageCosts& costs,
+                          EngineRun run) {
   SimulationResult out;
-  out.step_seconds = run->makespan;
-  out.busy_seconds = std::move(run->busy_seconds);
-  out.finish_seconds = std::move(run->finish_seconds);
+  out.step_seconds = run.makespan;
+  out.busy_seconds = std::move(run.busy_seconds);
+  out.finish_seconds = std::move(run.finish_seconds);
   out.idle_seconds.resize(schedule.num_ranks);
   double idle = 0;
   for (int r = 0; r < schedule.num_ranks; ++r) {
@@ -95,7 +94,7 @@ absl::StatusOr<SimulationResult> SimulateChecked(const PipelineSchedule& schedul
   }
   out.bubble_ratio = out.step_seconds > 0 ? idle / (schedule.num_ranks * out.step_seconds) : 0;
   CountMemory(schedule, costs, out);
-  out.timeline = std::move(run->timeline);
+  out.timeline = std::move(run.timeline);
   return out;
 }
 

@@ -205,7 +205,6 @@ TEST(SimulatorTest, FormatsATimeline) {
 // rank never overlaps and no RECV completes before its SEND plus the transfer.
 TEST(SimulatorTest, PropertyRanksAreSerialAndRecvsWaitForSends) {
   std::mt19937 rng(12345);
-  std::uniform_real_distribution<double> time(0.1, 3.0);
   for (int seed = 0; seed < 300; ++seed) {
     const ScheduleKind kind = kAllScheduleKinds[seed % kAllScheduleKinds.size()];
     const int p = 1 + static_cast<int>(rng() % 4);
@@ -215,17 +214,7 @@ TEST(SimulatorTest, PropertyRanksAreSerialAndRecvsWaitForSends) {
     if (!s.ok()) continue;  // e.g. interleaved m not divisible into rounds
     absl::StatusOr<PipelineSchedule> lowered = InsertSendRecv(*s);
     ASSERT_TRUE(lowered.ok());
-    const int n = s->num_stages;
-    StageCosts costs;
-    for (int st = 0; st < n; ++st) {
-      costs.forward.push_back(time(rng));
-      costs.backward_input.push_back(time(rng));
-      costs.backward_weight.push_back(time(rng));
-    }
-    for (int b = 0; b + 1 < n; ++b) {
-      costs.forward_transfer.push_back(time(rng));
-      costs.backward_transfer.push_back(time(rng));
-    }
+    const StageCosts costs = testing::RandomTimes(s->num_stages, rng, 0.1, 3.0);
     SimulateOptions options;
     options.record_timeline = true;
     absl::StatusOr<SimulationResult> r = Simulate(*lowered, costs, options);

@@ -3,6 +3,7 @@
 #ifndef PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
 #define PIPEPLAN_TESTS_UNIT_SCHEDULE_TEST_UTIL_H_
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "pipeplan/core/schedule/build.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
 #include "pipeplan/core/schedule/schedule_kind.h"
+#include "pipeplan/core/schedule/stage_costs.h"
 
 namespace pipeplan::schedule::testing {
 
@@ -79,6 +81,24 @@ inline std::vector<BuiltSchedule> EveryBuildableSchedule() {
     }
   }
   return out;
+}
+
+// Compute and transfer seconds drawn uniformly from [lo, hi): per stage F, I,
+// W, then per boundary forward and backward transfer (memory and host time
+// left empty).
+inline StageCosts RandomTimes(int stages, std::mt19937& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> time(lo, hi);
+  StageCosts costs;
+  for (int st = 0; st < stages; ++st) {
+    costs.forward.push_back(time(rng));
+    costs.backward_input.push_back(time(rng));
+    costs.backward_weight.push_back(time(rng));
+  }
+  for (int b = 0; b + 1 < stages; ++b) {
+    costs.forward_transfer.push_back(time(rng));
+    costs.backward_transfer.push_back(time(rng));
+  }
+  return costs;
 }
 
 }  // namespace pipeplan::schedule::testing

@@ -43,8 +43,9 @@ struct ComputeSharing {
   bool empty() const;
 };
 
-// Sizes match (rank_pool and rank_load one per rank, pools in range) and
-// every load and capacity is finite and positive.
+// Sizes match (rank_pool empty or one per rank; rank_load one per rank, or
+// empty with rank_pool), every pool index is -1 or in range, and every load
+// and capacity is finite and positive.
 absl::Status CheckComputeSharing(const ComputeSharing& sharing, int num_ranks);
 
 // Simulate with shared pools: the same result fields (busy_seconds is the
