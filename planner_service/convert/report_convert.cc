@@ -20,6 +20,11 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
                .optimizer_seconds = r.optimizer_seconds()};
   if (r.has_allreduce_exposed_seconds())
     s.allreduce_exposed_seconds = r.allreduce_exposed_seconds();
+  if (r.has_cpu_use()) {
+    s.cpu_pool = r.cpu_use().pool();
+    s.cpu_pool_cpus = r.cpu_use().cpus();
+    s.compute_threads = r.cpu_use().threads();
+  }
   s.timings.reserve(r.timings_size());
   for (const v1::ActionTiming& t : r.timings()) {
     s.timings.push_back({.action = t.action(),

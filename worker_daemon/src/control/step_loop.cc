@@ -12,6 +12,7 @@
 #include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/worker/env/event_log.h"
 #include "pipeplan/worker/env/peer_failure.h"
+#include "pipeplan/worker/report/cpu_use.h"
 #include "pipeplan/worker/report/step_report.h"
 
 namespace pipeplan::worker {
@@ -373,6 +374,9 @@ absl::Status StepLoop::RunOneStep() {
   report.set_replica(active_->replica);
   const std::optional<double> exposed = active_->executor->LastExposedAllReduceSeconds();
   if (exposed) report.set_allreduce_exposed_seconds(*exposed);
+  if (std::optional<v1::CpuUse> cpu = CurrentCpuUse(active_->executor->CpuComputeThreads())) {
+    *report.mutable_cpu_use() = *std::move(cpu);
+  }
   if (unreported_switch_) {
     report.set_switch_seconds(unreported_switch_->seconds);
     report.set_switch_compile_wait_seconds(unreported_switch_->compile_wait_seconds);

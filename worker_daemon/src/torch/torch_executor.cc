@@ -2,6 +2,7 @@
 // buffers they fill and read. Loading is in torch_loading.cc, the step's
 // update in torch_update.cc, state and checkpoints in torch_state.cc.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -476,6 +477,10 @@ absl::Status TorchExecutor::Compute(const Action& a) {
 
 std::optional<double> TorchExecutor::LastComputeSeconds() const {
   return impl_->last_compute_seconds;
+}
+
+int TorchExecutor::CpuComputeThreads() const {
+  return impl_->device.is_cuda() ? 0 : at::get_num_threads();
 }
 
 absl::StatusOr<std::span<const std::byte>> TorchExecutor::SendBuffer(const Action& send) {

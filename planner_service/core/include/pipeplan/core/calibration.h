@@ -79,6 +79,11 @@ struct StepSample {
   // The part of them spent waiting for the replicas' gradient all-reduce;
   // negative: not reported (no replicas).
   double allreduce_exposed_seconds = -1;
+  // The CPU pool the worker's computes share (cpu_pools.h); empty pool:
+  // they do not run on shared CPUs.
+  std::string cpu_pool;
+  int cpu_pool_cpus = 0;
+  int compute_threads = 0;
 };
 
 // What the plan that produced the reports predicted for one pipeline stage.

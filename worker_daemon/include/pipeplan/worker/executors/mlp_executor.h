@@ -52,6 +52,8 @@ class MlpExecutor final : public Executor {
   absl::Status EndStep() override;
   double PeakMemoryBytes() const override { return peak_bytes_; }
   std::optional<double> LastLoss() const override { return last_loss_; }
+  // Its math runs on the calling thread.
+  int CpuComputeThreads() const override { return 1; }
 
   // Weights then bias of every local Linear layer, by layer index.
   const std::map<int, std::vector<float>>& parameters() const { return params_; }

@@ -63,6 +63,10 @@ class Executor {
   // all-reduce over the replicas, past what the backward overlapped;
   // nullopt when the executor has no replicas or does not measure it.
   virtual std::optional<double> LastExposedAllReduceSeconds() const { return std::nullopt; }
+  // CPU threads one Compute keeps busy: the planner models workers of one
+  // machine sharing its cores (v1::CpuUse). 0 when computes run on an
+  // accelerator or barely load the CPU.
+  virtual int CpuComputeThreads() const { return 0; }
 };
 
 }  // namespace pipeplan::worker

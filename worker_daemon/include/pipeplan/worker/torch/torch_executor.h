@@ -155,6 +155,8 @@ class TorchExecutor final : public Executor {
   std::string PeakMemorySource() const override;
   // On a GPU the last Compute's time by CUDA events; nullopt on the CPU.
   std::optional<double> LastComputeSeconds() const override;
+  // LibTorch's intra-op threads on the CPU; 0 on a GPU.
+  int CpuComputeThreads() const override;
   // The step's loss (the batch's mean loss, over every replica's slice) on
   // the rank of the last stage.
   std::optional<double> LastLoss() const override;
