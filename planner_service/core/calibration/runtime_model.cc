@@ -69,7 +69,30 @@ AsRunAllReduce PriceAllReduce(const Graph& graph, const Cluster& cluster, const 
   return out;
 }
 
+// Each rank's device in every replica, the simulated replica's first.
+std::vector<std::vector<std::string>> RankDevices(const Cluster& cluster, const FixedPlan& plan,
+                                                  const schedule::PipelineSchedule& sched) {
+  std::vector<std::vector<std::string>> out(sched.num_ranks);
+  for (size_t s = 0; s < plan.stage_device.size() && s < sched.stage_to_rank.size(); ++s) {
+    std::vector<std::string>& devices = out[sched.stage_to_rank[s]];
+    if (devices.empty()) devices.push_back(cluster.device(plan.stage_device[s]).id);
+  }
+  for (size_t r = 0; r < out.size() && r < plan.replica_groups.size(); ++r) {
+    for (int d : plan.replica_groups[r]) {
+      const std::string& id = cluster.device(d).id;
+      if (std::find(out[r].begin(), out[r].end(), id) == out[r].end()) out[r].push_back(id);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<schedule::SimulationResult> AsRunCosts::Simulate(
+    const schedule::StageCosts& scaled, const schedule::SimulateOptions& options) const {
+  if (sharing.empty()) return schedule::Simulate(lowered, scaled, options);
+  return schedule::SimulateShared(lowered, scaled, sharing, options);
+}
 
 CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan) {
   // Each replica runs its share of a global batch (as the search prices it).
@@ -124,6 +147,9 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
                       plan.stage_recompute, c);
     out.tail_seconds = as_run.stage_fit->end_step_seconds;
   }
+  if (as_run.cpu_pools != nullptr && !as_run.cpu_pools->empty()) {
+    out.sharing = SharingOf(*as_run.cpu_pools, RankDevices(cluster, plan, out.lowered));
+  }
   out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
   for (int b = 0; b + 1 < num_stages; ++b) {
     const int from = plan.stage_device[b], to = plan.stage_device[b + 1];
@@ -149,9 +175,8 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
   AsRunResult out;
   out.boundary_bytes = std::move(in.boundary_bytes);
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      out.simulation,
-      schedule::Simulate(in.lowered, in.costs, {.record_timeline = as_run.record_timeline}));
+  PIPEPLAN_ASSIGN_OR_RETURN(out.simulation,
+                            in.Simulate(in.costs, {.record_timeline = as_run.record_timeline}));
   out.simulation.step_seconds = in.allreduce.StepEnd(in.costs, out.simulation) + in.tail_seconds;
   return out;
 }
@@ -167,8 +192,7 @@ absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& clus
   unscaled.stage_fit = &fit;
   unscaled.record_timeline = false;
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, unscaled));
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
-                            schedule::Simulate(in.lowered, in.costs));
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim, in.Simulate(in.costs));
   const std::vector<double> modelled = in.allreduce.Exposed(in.costs, sim);
   double measured_sum = 0, modelled_sum = 0;
   for (size_t r = 0; r < modelled.size() && r < measured_exposed.size(); ++r) {

@@ -8,6 +8,7 @@
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
+#include "pipeplan/core/schedule/shared_compute.h"
 #include "pipeplan/core/schedule/simulator.h"
 
 namespace pipeplan {
@@ -142,7 +143,8 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
                                           const schedule::StageCosts& costs,
                                           const std::vector<std::string>& stage_device,
                                           const ActionSpread& spread, const SpreadOptions& options,
-                                          const AsRunAllReduce* allreduce) {
+                                          const AsRunAllReduce* allreduce,
+                                          const schedule::ComputeSharing* sharing) {
   if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
   if (stage_device.size() != costs.forward.size()) {
     return absl::InvalidArgumentError("spread: one device per stage is needed");
@@ -151,7 +153,11 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   auto step_end = [&](const schedule::StageCosts& c, const schedule::SimulationResult& r) {
     return allreduce == nullptr ? r.step_seconds : allreduce->StepEnd(c, r);
   };
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, schedule::Simulate(lowered, costs));
+  auto simulate = [&](const schedule::StageCosts& c) {
+    return sharing == nullptr || sharing->empty() ? schedule::Simulate(lowered, c)
+                                                  : schedule::SimulateShared(lowered, c, *sharing);
+  };
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, simulate(costs));
   at_mean.step_seconds = step_end(costs, at_mean);
   StepQuantiles out{.mean_duration_seconds = at_mean.step_seconds};
   if (spread.empty()) {
@@ -164,7 +170,7 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   double sum = 0;
   for (int i = 0; i < options.samples; ++i) {
     const schedule::StageCosts scaled = Scaled(costs, stage_device, spread, rng);
-    PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, schedule::Simulate(lowered, scaled));
+    PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, simulate(scaled));
     const double step = step_end(scaled, r);
     steps.push_back(step);
     sum += step;
@@ -183,9 +189,9 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
   std::vector<std::string> dev;
   for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
-  PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
-                            SampleSteps(in.lowered, in.costs, dev, spread, options,
-                                        in.allreduce.empty() ? nullptr : &in.allreduce));
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      StepQuantiles q, SampleSteps(in.lowered, in.costs, dev, spread, options,
+                                   in.allreduce.empty() ? nullptr : &in.allreduce, &in.sharing));
   for (double* s : {&q.mean_seconds, &q.p50_seconds, &q.p90_seconds, &q.mean_duration_seconds}) {
     *s += in.tail_seconds;
   }

@@ -120,9 +120,10 @@ void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, Calib
   FitStageKinds(model.samples, cost, fixed->node_stage, fixed->stage_device, model.stage_fit);
   const std::vector<double> exposed = MeasuredExposed(model.samples, plan.num_ranks);
   if (std::none_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) return;
-  absl::StatusOr<double> scale =
-      FitAllReduceScale(*in->graph, *in->cluster, *fixed,
-                        {.host_overhead = model.host, .stage_fit = &model.stage_fit}, exposed);
+  absl::StatusOr<double> scale = FitAllReduceScale(
+      *in->graph, *in->cluster, *fixed,
+      {.host_overhead = model.host, .stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools},
+      exposed);
   if (scale.ok()) model.stage_fit.allreduce_ring_scale = *scale;
 }
 
@@ -197,6 +198,10 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
                             ReportSamples(registry, job, version.version(), options.report_window));
   CalibratedModel model;
   model.samples = WithoutDisturbedSteps(AfterWarmup(std::move(samples), options.warmup_steps));
+  // Computes of CPU workers that share a machine's cores are fitted at
+  // their seconds alone; the simulator adds each plan's own sharing back.
+  model.cpu_pools = CpuPoolsOf(model.samples);
+  model.samples = SoloComputeTimes(std::move(model.samples), model.cpu_pools);
   // The warm-up is already dropped from the samples.
   model.estimate = EstimateDeviceFactors(
       model.samples, plan.PlannedStages(),

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "pipeplan/convert/plan_decoder.h"
 #include "pipeplan/core/calibration.h"
+#include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/link_calibration.h"
 #include "pipeplan/core/runtime_model.h"
@@ -99,6 +100,9 @@ struct CalibratedModel {
   // Stage times as the executor measured them (stage_time_fit.h), over the
   // cluster calibrated with `factors`: what plans are scored with.
   StageTimeFit stage_fit;
+  // CPU workers sharing a machine's cores (cpu_pools.h); the samples'
+  // compute seconds above are their seconds alone on their pool.
+  CpuPools cpu_pools;
 };
 
 // Reads `job`'s reports of `version` (the plan `plan`, decoded from it; an

@@ -88,7 +88,8 @@ absl::StatusOr<v1::JobObservation> ObserveJob(const JobRegistry& registry,
       SimulateAsRun(*in.graph, *in.cluster, fixed,
                     {.shipped_bytes = ShippedBytes(model.samples, plan->num_stages()),
                      .host_overhead = model.host,
-                     .stage_fit = &model.stage_fit}));
+                     .stage_fit = &model.stage_fit,
+                     .cpu_pools = &model.cpu_pools}));
   out.set_predicted_step_seconds(predicted.simulation.step_seconds);
   out.set_predicted_bubble_ratio(predicted.simulation.bubble_ratio);
   AddOutOfSample(vp, model.samples, plan->num_ranks, &out);

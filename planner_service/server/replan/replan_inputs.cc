@@ -37,10 +37,11 @@ absl::StatusOr<double> ScoreUnder(const DecodedPlan& plan, bool readable, const 
   PIPEPLAN_RETURN_IF_ERROR(fixed.status());
   // The expected step under the measured spread (step_spread.h): under
   // noise a plan with more waits between ranks is slower than its mean.
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      StepQuantiles score,
-      SimulateSpread(*in.graph, *in.cluster, *fixed,
-                     {.host_overhead = model.host, .stage_fit = &model.stage_fit}, model.spread));
+  PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles score, SimulateSpread(*in.graph, *in.cluster, *fixed,
+                                                                {.host_overhead = model.host,
+                                                                 .stage_fit = &model.stage_fit,
+                                                                 .cpu_pools = &model.cpu_pools},
+                                                                model.spread));
   return score.mean_seconds;
 }
 

@@ -26,6 +26,7 @@ absl::StatusOr<StepQuantiles> Quantiles(const DecodedPlan& plan, const PlanInput
   AsRunOptions as_run;
   if (basis.host != nullptr) as_run.host_overhead = *basis.host;
   as_run.stage_fit = basis.stage_fit;
+  as_run.cpu_pools = basis.cpu_pools;
   return SimulateSpread(*in.graph, *in.cluster, fixed, as_run, basis.spread);
 }
 
@@ -35,7 +36,7 @@ absl::StatusOr<StepQuantiles> Quantiles(const DecodedPlan& plan, const PlanInput
 void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis) {
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
   if (!fixed.ok()) return;
-  AsRunOptions as_run{.stage_fit = basis.stage_fit};
+  AsRunOptions as_run{.stage_fit = basis.stage_fit, .cpu_pools = basis.cpu_pools};
   if (basis.host != nullptr) as_run.host_overhead = *basis.host;
   absl::StatusOr<AsRunCosts> c = BuildAsRunCosts(*in.graph, *in.cluster, *fixed, as_run);
   if (!c.ok()) return;
@@ -45,7 +46,7 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
     b.push_back(
         absl::StrFormat("%.3f", 1e3 * (c->costs.backward_input[s] + c->costs.backward_weight[s])));
   }
-  absl::StatusOr<schedule::SimulationResult> sim = schedule::Simulate(c->lowered, c->costs);
+  absl::StatusOr<schedule::SimulationResult> sim = c->Simulate(c->costs);
   if (sim.ok()) {
     for (double x : c->allreduce.Exposed(c->costs, *sim)) {
       exposed.push_back(absl::StrFormat("%.3f", 1e3 * x));
@@ -139,6 +140,7 @@ absl::StatusOr<v1::VersionPrediction> PredictFromCurrent(
                         .samples = &model.samples,
                         .host = &model.host,
                         .stage_fit = &model.stage_fit,
+                        .cpu_pools = &model.cpu_pools,
                         .spread = model.spread,
                         .trigger = "requested"};
   return PredictVersion(next, in, basis);

@@ -31,6 +31,7 @@
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cluster.h"
 #include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/graph.h"
 #include "pipeplan/core/host_overhead.h"
 #include "pipeplan/core/schedule/pipeline_schedule.h"
@@ -61,6 +62,10 @@ struct AsRunOptions {
   // the step. Null: the cost model's compute, no tail.
   // Its allreduce_ring_scale multiplies the replicas' all-reduce.
   const StageTimeFit* stage_fit = nullptr;
+  // CPU workers sharing a machine's cores (cpu_pools.h): computes of ranks
+  // on one pool slow each other down while they overlap. Null or empty:
+  // every device computes on its own.
+  const CpuPools* cpu_pools = nullptr;
 };
 
 // The replicas' gradient all-reduce of every rank, priced on the cluster.
@@ -89,6 +94,13 @@ struct AsRunCosts {
   // Seconds every step ends with after its last compute (the fit's EndStep).
   double tail_seconds = 0;
   AsRunAllReduce allreduce;
+  // How the ranks load shared CPU pools; empty: they do not share.
+  schedule::ComputeSharing sharing;
+
+  // Simulates `lowered` under `costs` (which a caller may have scaled) and
+  // the sharing.
+  absl::StatusOr<schedule::SimulationResult> Simulate(
+      const schedule::StageCosts& scaled, const schedule::SimulateOptions& options = {}) const;
 };
 // The cost options the as-run model prices `plan` with (per microbatch of
 // one replica); fits that price the plan node by node use the same.

@@ -90,14 +90,16 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
 // stages on `stage_device` (ids looked up in the spread; unknown ones draw
 // from the pooled ratios). For callers without a graph (`pipeplan
 // simulate`). With `allreduce`, each step ends with the replicas' gradient
-// all-reduce (runtime_model.h). Errors: as Simulate; INVALID_ARGUMENT for
+// all-reduce (runtime_model.h); with `sharing`, ranks share CPU pools
+// (schedule/shared_compute.h). Errors: as Simulate; INVALID_ARGUMENT for
 // samples < 1 or a device per stage missing.
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
                                           const schedule::StageCosts& costs,
                                           const std::vector<std::string>& stage_device,
                                           const ActionSpread& spread,
                                           const SpreadOptions& options = {},
-                                          const AsRunAllReduce* allreduce = nullptr);
+                                          const AsRunAllReduce* allreduce = nullptr,
+                                          const schedule::ComputeSharing* sharing = nullptr);
 
 // A spread of relative noise `r` on every action kind: ratios evenly over
 // [1 - r, 1 + r] (what `pipeplan simulate --noise` asks about).

@@ -6,8 +6,8 @@
 // cores. Four single-threaded workers on two cores run a compute at full
 // speed while at most two compute at once and at half speed while four do;
 // how often that happens depends on the schedule (its bubbles), so a factor
-// fitted on one plan mispredicts another (docs/prediction.md, "CPU
-// workers"). SimulateShared models it as processor sharing: a compute's
+// fitted on one plan mispredicts another (docs/observability.md, "CPU
+// workers share cores"). SimulateShared models it as processor sharing: a compute's
 // cost is its seconds alone on its pool, and at every instant it progresses
 // at min(1, capacity / load of the computes running in its pool).
 //

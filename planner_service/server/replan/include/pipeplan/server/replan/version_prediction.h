@@ -45,6 +45,7 @@ struct PredictionBasis {
   const std::vector<StepSample>* samples = nullptr;
   const HostOverhead* host = nullptr;
   const StageTimeFit* stage_fit = nullptr;
+  const CpuPools* cpu_pools = nullptr;
   ActionSpread spread;
   std::string trigger;
   double switch_seconds = 0;
