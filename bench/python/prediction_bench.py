@@ -11,7 +11,7 @@ A (so every X is predicted from A's calibration), and so on for:
 
   B  1F1B, 4 ranks, split by parameters (--method params: another cut)
   C  Interleaved1F1B, 4 ranks, 2 chunks per rank
-  D  1F1B, 2 ranks x 2 replicas
+  D  1F1B, 2 ranks x 2 replicas, 2 microbatches of 2 rows per replica
   E  ZB-H1 (InterleavedZeroBubble, 1 chunk per rank), 4 ranks
 
 Measured: the planner's own figure for the version (median makespan over the
@@ -27,6 +27,11 @@ the switch compare with the measured one (`jobs versions`)?
 
   /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 40]
       [--parts torch,straggler] [--dump DIR]
+
+--models takes tests/models' tiny "gpt" and "cnn" (microsecond actions:
+per-message overheads dominate their steps) and "modelled:gpt",
+"modelled:resnet18" (tests/models/modelled_models.py: milliseconds of
+compute per action).
 
 Besides the table it prints plan A's measured step in each of its runs (the
 noise floor the errors are read against) and, per plan, the per-action
@@ -64,8 +69,12 @@ TARGETS = [
     ("B split", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--method", "params"]),
     ("C interleaved", ["--ranks", "4", "--replicas", "1", "--schedule", "Interleaved1F1B",
                        "--chunks-per-rank", "2", "--method", "auto"]),
+    # Two microbatches per replica keep A's 2 rows per microbatch: at 1 row
+    # LibTorch's CPU convolutions run 4x slower per row (resnet18, one
+    # thread: 81 ms a forward at batch 1, 19 ms at batch 2), a cliff no
+    # calibration at 2 rows can know (docs/observability.md).
     ("D 2x2 replicas", ["--ranks", "2", "--replicas", "2", "--schedule", "1F1B",
-                        "--method", "auto"]),
+                        "--microbatches", "2", "--method", "auto"]),
     ("E ZB-H1", ["--ranks", "4", "--replicas", "1", "--schedule", "InterleavedZeroBubble",
                  "--chunks-per-rank", "1", "--method", "auto"]),
 ]
@@ -216,7 +225,10 @@ def stage_rows(planner, job, name, versions):
 
 def print_stages(rows):
     print("per action, predicted / measured ms per microbatch (F, full backward), "
-          "the predicted EndStep tail and exposed all-reduce per rank")
+          "the predicted EndStep tail and exposed all-reduce per rank; with workers "
+          "sharing CPUs the predicted figure is the action's time alone on its pool "
+          "(the simulation stretches it while others compute), the measured one its "
+          "wall time")
     print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms |")
     print("|---|---|---|---|---|")
     for name, label, pred, meas, tail, exposed in rows:
@@ -228,9 +240,24 @@ def print_stages(rows):
                                                ",".join("%.1f" % x for x in exposed) or "-"))
 
 
+def fixture(name, work):
+    """Graph, package and data of `name`: a tiny model of tests/models'
+    make_fixtures ("gpt", "cnn") or, as "modelled:NAME", one of
+    modelled_models.py (its gpt at width 128, torchvision's resnet18), whose
+    actions take milliseconds on a core rather than microseconds."""
+    if not name.startswith("modelled:"):
+        return dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
+                    loss=train_bench.make_fixtures.LOSS[name])
+    import modelled_models  # tests/models, on the path through train_bench
+    model = name.split(":", 1)[1]
+    modelled_models.main([model, work, "2", "64"])  # microbatches of 2 rows
+    return {"graph": os.path.join(work, model + ".json"),
+            "package": os.path.join(work, model + ".ptpkg"),
+            "data": os.path.join(work, model + "_data.pt")}
+
+
 def torch_rows(planner, name, work, steps, dump=None):
-    fx = dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
-              loss=train_bench.make_fixtures.LOSS[name])
+    fx = fixture(name, work)
     cluster = os.path.join(work, "cluster4.json")
     train_bench.cluster(cluster, 4)
     job = cli(planner, "jobs", "create", "--graph", fx["graph"], "--cluster", cluster,
@@ -251,7 +278,8 @@ def torch_rows(planner, name, work, steps, dump=None):
         A_RUNS[name] = [measured.get(v, 0) for v in a_versions]
         STAGE_ROWS.extend(stage_rows(planner, job, name, [r[2]["version"] for r in rows]))
         if dump:
-            dump_job(planner, job, os.path.join(dump, name + ".json"))
+            os.makedirs(dump, exist_ok=True)
+            dump_job(planner, job, os.path.join(dump, name.replace(":", "_") + ".json"))
     finally:
         stop(workers)
         subprocess.run([train_bench.CLI, "--planner", planner.address, "jobs", "cancel", job],
