@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -176,6 +177,79 @@ TEST(FidelityIntegration, JobGaugesRefreshWithoutGetJob) {
   EXPECT_TRUE(absl::StrContains(
       metrics, absl::StrCat("pipeplan_job_prediction_error_ratio{job=\"", job->id(), "\"}")))
       << metrics;
+}
+
+// Median makespan (first start to last end over the ranks) of the steps
+// after `after` that every rank reported, at most `count` of them.
+double HeldOutMakespan(const v1::ListStepReportsResponse& reports, int64_t after, int count) {
+  std::map<int64_t, std::vector<const v1::ReportStepRequest*>> by_step;
+  for (const v1::ReportStepRequest& r : reports.reports()) {
+    if (r.step() > after && r.plan_version() == 1) by_step[r.step()].push_back(&r);
+  }
+  std::vector<double> makespans;
+  for (const auto& [step, rs] : by_step) {
+    if (rs.size() < 4 || static_cast<int>(makespans.size()) == count) continue;
+    int64_t first = INT64_MAX;
+    double last = 0;
+    for (const auto* r : rs) first = std::min(first, r->start_unix_us());
+    for (const auto* r : rs) {
+      last = std::max(last,
+                      1e-6 * static_cast<double>(r->start_unix_us() - first) + r->step_seconds());
+    }
+    makespans.push_back(last);
+  }
+  if (makespans.empty()) return 0;
+  std::nth_element(makespans.begin(), makespans.begin() + makespans.size() / 2, makespans.end());
+  return makespans[makespans.size() / 2];
+}
+
+// Out of sample: the prediction the observation makes after 16 steps is
+// scored against the next 20 steps, which it was not fitted on.
+TEST(FidelityIntegration, PredictionHoldsOnStepsItWasNotFittedOn) {
+  auto planner = PlannerProcess::Start({"--replan", "off", "--lease-seconds", "20"});
+  ASSERT_TRUE(planner.ok()) << planner.status();
+  auto client = (*planner)->Client();
+  ASSERT_TRUE(client.ok());
+  auto job = (*client)->CreateJob("held-out", CommVisibleJob(v1::SCHEDULE_1F1B));
+  ASSERT_TRUE(job.ok()) << job.status();
+  TempDir dir;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> args =
+        WorkerArgs((*planner)->address(), job->id(), absl::StrCat("w", r), absl::StrCat("gpu", r));
+    *(std::find(args.begin(), args.end(), "--max-message-bytes") + 1) = "67108864";
+    args.insert(args.end(), {"--steps", "2000"});
+    workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
+  }
+  // Bounded: 4 minutes for each of the two waits.
+  std::optional<v1::JobObservation> fitted;
+  for (int i = 0; i < 960 && !fitted; ++i) {
+    absl::StatusOr<v1::Job> seen = (*client)->GetJob(job->id());
+    if (seen.ok() && seen->observation().steps() >= 16) fitted = seen->observation();
+    if (!fitted) absl::SleepFor(absl::Milliseconds(250));
+  }
+  int64_t fitted_until = 0;
+  absl::StatusOr<v1::ListStepReportsResponse> reports = (*client)->ListStepReports(job->id(), 0);
+  if (reports.ok()) {
+    for (const auto& r : reports->reports()) fitted_until = std::max(fitted_until, r.step());
+  }
+  double held_out = 0;
+  for (int i = 0; i < 960 && fitted && held_out == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(250));
+    reports = (*client)->ListStepReports(job->id(), 10'000);
+    if (!reports.ok()) continue;
+    int64_t last = 0;
+    for (const auto& r : reports->reports()) last = std::max(last, r.step());
+    if (last > fitted_until + 21) held_out = HeldOutMakespan(*reports, fitted_until, 20);
+  }
+  for (auto& w : workers) w->Signal(SIGTERM);
+  for (auto& w : workers) EXPECT_EQ(w->Wait(absl::Seconds(60)), 0) << w->Output();
+  ASSERT_TRUE(fitted.has_value());
+  ASSERT_GT(held_out, 0);
+  std::printf("held out: predicted %.4f s after step %lld, the next 20 steps measured %.4f s\n",
+              fitted->predicted_step_seconds(), static_cast<long long>(fitted_until), held_out);
+  EXPECT_LT(std::abs(fitted->predicted_step_seconds() - held_out), 0.15 * held_out)
+      << fitted->DebugString();
 }
 
 // Comm-visible, both schedules. What closed the gap (docs/observability.md,
