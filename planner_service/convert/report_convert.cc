@@ -25,6 +25,7 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
     s.cpu_pool_cpus = r.cpu_use().cpus();
     s.compute_threads = r.cpu_use().threads();
   }
+  s.weight_pass_repeats_backward = r.weight_pass_repeats_backward();
   s.timings.reserve(r.timings_size());
   for (const v1::ActionTiming& t : r.timings()) {
     s.timings.push_back({.action = t.action(),

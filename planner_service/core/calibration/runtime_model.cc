@@ -146,6 +146,12 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
     ApplyStageTimeFit(*as_run.stage_fit, cost, plan.node_stage, plan.stage_device,
                       plan.stage_recompute, c);
     out.tail_seconds = as_run.stage_fit->end_step_seconds;
+    if (as_run.stage_fit->weight_pass_repeats_backward && SplitsWeightGradients(sched)) {
+      // W runs the whole backward again: it costs I + W, and I comes on top.
+      for (size_t s = 0; s < c.backward_weight.size(); ++s) {
+        c.backward_weight[s] += c.backward_input[s];
+      }
+    }
   }
   if (as_run.cpu_pools != nullptr && !as_run.cpu_pools->empty()) {
     out.sharing = SharingOf(*as_run.cpu_pools, RankDevices(cluster, plan, out.lowered));

@@ -25,6 +25,9 @@ struct PerStage {
 std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
   std::map<int, PerStage> out;
   for (const StepSample& r : samples) {
+    // An executor whose W repeats the backward measures the full backward
+    // in W alone; its I is extra work a fused B does not do.
+    const bool repeats = r.weight_pass_repeats_backward;
     std::map<int, std::pair<double, int>> f, b;  // stage -> (sum, count of microbatches)
     for (const TimingSample& t : r.timings) {
       absl::StatusOr<std::optional<schedule::Action>> a = schedule::ParseAction(t.action);
@@ -35,7 +38,8 @@ std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
         f[s].first += t.seconds, ++f[s].second;
       } else if (type == schedule::ActionType::kFullBackward ||
                  type == schedule::ActionType::kBackwardInput) {
-        b[s].first += t.seconds, ++b[s].second;
+        if (!repeats || type == schedule::ActionType::kFullBackward) b[s].first += t.seconds;
+        ++b[s].second;
       } else if (type == schedule::ActionType::kBackwardWeight) {
         b[s].first += t.seconds;  // same microbatch as its I
       }

@@ -214,6 +214,9 @@ absl::StatusOr<CalibratedModel> BuildCalibratedModel(const JobRegistry& registry
   absl::StatusOr<ActionSpread> spread = MeasureActionSpread(model.samples, 0);
   if (spread.ok()) model.spread = *std::move(spread);
   model.stage_fit = FitStageTimes(model.samples, plan.PlannedStages());
+  model.stage_fit.weight_pass_repeats_backward =
+      std::any_of(model.samples.begin(), model.samples.end(),
+                  [](const StepSample& s) { return s.weight_pass_repeats_backward; });
   model.stage_fit.cluster_factor = model.factors.by_device;
   model.stage_fit.cluster_default_factor = model.factors.default_factor;
   FitOnGraph(version, plan, model);

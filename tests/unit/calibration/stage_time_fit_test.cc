@@ -99,3 +99,43 @@ TEST(StageTimeFit, TooFewStagesIsNotAFit) {
 
 }  // namespace
 }  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// An executor whose W runs the backward again (the torch executor): a
+// measured W alone is the full backward, so a ZB version calibrates the
+// same line as a 1F1B one instead of one 1.5x too steep.
+TEST(StageTimeFit, AWeightPassThatRepeatsTheBackwardMeasuresAFullBackward) {
+  std::vector<StepSample> split;
+  for (int64_t step = 0; step < 5; ++step) {
+    for (int s = 0; s < 4; ++s) {
+      const double b = 2e-3 * (s + 1);  // the fused backward, twice the model
+      StepSample r{.worker_id = "w" + std::to_string(s),
+                   .device_id = "d" + std::to_string(s),
+                   .step = step,
+                   .weight_pass_repeats_backward = true};
+      for (int mb = 0; mb < 4; ++mb) {
+        const std::string m = std::to_string(mb), st = std::to_string(s);
+        r.timings.push_back({.action = st + "F" + m, .seconds = 1e-3 * (s + 1)});
+        r.timings.push_back({.action = st + "I" + m, .seconds = 0.5 * b});
+        r.timings.push_back({.action = st + "W" + m, .seconds = b});
+      }
+      split.push_back(r);
+    }
+  }
+  std::vector<PlannedStage> planned;
+  for (int s = 0; s < 4; ++s) {
+    planned.push_back({.device_id = "d" + std::to_string(s),
+                       .forward_seconds = 1e-3 * (s + 1),
+                       .backward_seconds = 1e-3 * (s + 1)});
+  }
+  StageTimeFit fit = FitStageTimes(split, planned);
+  ASSERT_TRUE(fit.fitted);
+  EXPECT_NEAR(fit.backward_scale, 2, 1e-9);
+  for (StepSample& r : split) r.weight_pass_repeats_backward = false;
+  EXPECT_NEAR(FitStageTimes(split, planned).backward_scale, 3, 1e-9);  // I + W
+}
+
+}  // namespace
+}  // namespace pipeplan

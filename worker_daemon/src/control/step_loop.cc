@@ -377,6 +377,7 @@ absl::Status StepLoop::RunOneStep() {
   if (std::optional<v1::CpuUse> cpu = CurrentCpuUse(active_->executor->CpuComputeThreads())) {
     *report.mutable_cpu_use() = *std::move(cpu);
   }
+  report.set_weight_pass_repeats_backward(active_->executor->WeightPassRepeatsBackward());
   if (unreported_switch_) {
     report.set_switch_seconds(unreported_switch_->seconds);
     report.set_switch_compile_wait_seconds(unreported_switch_->compile_wait_seconds);

@@ -84,6 +84,9 @@ struct StepSample {
   std::string cpu_pool;
   int cpu_pool_cpus = 0;
   int compute_threads = 0;
+  // The executor's W runs the backward again (v1::ReportStepRequest): a W
+  // measures a full backward.
+  bool weight_pass_repeats_backward = false;
 };
 
 // What the plan that produced the reports predicted for one pipeline stage.

@@ -66,6 +66,10 @@ struct StageTimeFit {
   // (FitStageKinds), in the units of the cost model it was fitted on; set,
   // it replaces the two scales where the plan's nodes are known.
   std::optional<KindCorrections> kinds;
+  // The executor's W runs the backward again (StepSample): a measured W
+  // (not I + W) is the full backward, and a schedule that splits I and W
+  // is priced with W at the full backward (runtime_model.h).
+  bool weight_pass_repeats_backward = false;
 };
 
 // `samples` of one plan version (warm-up already dropped) and its planned

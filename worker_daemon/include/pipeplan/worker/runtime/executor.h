@@ -67,6 +67,10 @@ class Executor {
   // machine sharing its cores (v1::CpuUse). 0 when computes run on an
   // accelerator or barely load the CPU.
   virtual int CpuComputeThreads() const { return 0; }
+  // True when W (after a split I) runs the backward again to the
+  // parameters, so it costs about a full B: the planner prices split
+  // schedules with it (v1::ReportStepRequest.weight_pass_repeats_backward).
+  virtual bool WeightPassRepeatsBackward() const { return false; }
 };
 
 }  // namespace pipeplan::worker

@@ -157,6 +157,9 @@ class TorchExecutor final : public Executor {
   std::optional<double> LastComputeSeconds() const override;
   // LibTorch's intra-op threads on the CPU; 0 on a GPU.
   int CpuComputeThreads() const override;
+  // W is torch::autograd::backward to the parameters after I's
+  // autograd::grad to the inputs: the graph is traversed twice.
+  bool WeightPassRepeatsBackward() const override { return true; }
   // The step's loss (the batch's mean loss, over every replica's slice) on
   // the rank of the last stage.
   std::optional<double> LastLoss() const override;
