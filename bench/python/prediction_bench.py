@@ -64,11 +64,15 @@ import fidelity_bench  # noqa: E402
 import train_bench  # noqa: E402
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
 
-PLAN_A = ("A", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--method", "auto"])
+# Every plan names its microbatches: a replan keeps the options it does not
+# name from the version before (A after D would run D's two).
+PLAN_A = ("A", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--microbatches", "4",
+                "--method", "auto"])
 TARGETS = [
-    ("B split", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--method", "params"]),
+    ("B split", ["--ranks", "4", "--replicas", "1", "--schedule", "1F1B", "--microbatches", "4",
+                 "--method", "params"]),
     ("C interleaved", ["--ranks", "4", "--replicas", "1", "--schedule", "Interleaved1F1B",
-                       "--chunks-per-rank", "2", "--method", "auto"]),
+                       "--chunks-per-rank", "2", "--microbatches", "4", "--method", "auto"]),
     # Two microbatches per replica keep A's 2 rows per microbatch: at 1 row
     # LibTorch's CPU convolutions run 4x slower per row (resnet18, one
     # thread: 81 ms a forward at batch 1, 19 ms at batch 2), a cliff no
@@ -76,7 +80,7 @@ TARGETS = [
     ("D 2x2 replicas", ["--ranks", "2", "--replicas", "2", "--schedule", "1F1B",
                         "--microbatches", "2", "--method", "auto"]),
     ("E ZB-H1", ["--ranks", "4", "--replicas", "1", "--schedule", "InterleavedZeroBubble",
-                 "--chunks-per-rank", "1", "--method", "auto"]),
+                 "--chunks-per-rank", "1", "--microbatches", "4", "--method", "auto"]),
 ]
 SKIP_AFTER_SWITCH = 2
 
@@ -261,7 +265,7 @@ def torch_rows(planner, name, work, steps, dump=None):
     cluster = os.path.join(work, "cluster4.json")
     train_bench.cluster(cluster, 4)
     job = cli(planner, "jobs", "create", "--graph", fx["graph"], "--cluster", cluster,
-              *PLAN_A[1], "--microbatches", "4", "--model-package", fx["package"], "--data",
+              *PLAN_A[1], "--model-package", fx["package"], "--data",
               "tensors:" + fx["data"], "--batch-size", "8", "--optimizer", "adamw", "--lr",
               "1e-3", "--max-steps", "1000000")["id"]
     workers = start_workers(planner, job, work, lambda r: ["--executor", "torch"])
