@@ -52,6 +52,23 @@ std::map<int, std::vector<std::string>> ComputeOrder(const std::vector<TraceSpan
   return out;
 }
 
+// Four workers (gpu0..gpu3) of `job` that ship the plan's 8 MB uncapped
+// and stop after `steps` steps.
+std::vector<std::unique_ptr<WorkerProcess>> CommVisibleWorkers(const PlannerProcess& planner,
+                                                               const std::string& job,
+                                                               const TempDir& dir, int steps) {
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> args =
+        WorkerArgs(planner.address(), job, absl::StrCat("w", r), absl::StrCat("gpu", r));
+    auto cap = std::find(args.begin(), args.end(), "--max-message-bytes");
+    if (cap != args.end()) *(cap + 1) = "67108864";
+    args.insert(args.end(), {"--steps", absl::StrCat(steps)});
+    workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
+  }
+  return workers;
+}
+
 void RunFidelity(v1::Schedule schedule) {
   auto planner = PlannerProcess::Start({"--replan", "off", "--lease-seconds", "20"});
   ASSERT_TRUE(planner.ok()) << planner.status();
@@ -61,16 +78,8 @@ void RunFidelity(v1::Schedule schedule) {
   ASSERT_TRUE(job.ok()) << job.status();
 
   TempDir dir;
-  std::vector<std::unique_ptr<WorkerProcess>> workers;
-  for (int r = 0; r < 4; ++r) {
-    std::vector<std::string> args =
-        WorkerArgs((*planner)->address(), job->id(), absl::StrCat("w", r), absl::StrCat("gpu", r));
-    auto cap = std::find(args.begin(), args.end(), "--max-message-bytes");
-    ASSERT_NE(cap, args.end());
-    *(cap + 1) = "67108864";  // ship the plan's 8 MB, uncapped
-    args.insert(args.end(), {"--steps", absl::StrCat(kSteps)});
-    workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
-  }
+  std::vector<std::unique_ptr<WorkerProcess>> workers =
+      CommVisibleWorkers(**planner, job->id(), dir, kSteps);
   for (auto& w : workers) ASSERT_EQ(w->Wait(absl::Seconds(120)), 0) << w->Output();
 
   auto seen = (*client)->GetJob(job->id());
@@ -213,14 +222,8 @@ TEST(FidelityIntegration, PredictionHoldsOnStepsItWasNotFittedOn) {
   auto job = (*client)->CreateJob("held-out", CommVisibleJob(v1::SCHEDULE_1F1B));
   ASSERT_TRUE(job.ok()) << job.status();
   TempDir dir;
-  std::vector<std::unique_ptr<WorkerProcess>> workers;
-  for (int r = 0; r < 4; ++r) {
-    std::vector<std::string> args =
-        WorkerArgs((*planner)->address(), job->id(), absl::StrCat("w", r), absl::StrCat("gpu", r));
-    *(std::find(args.begin(), args.end(), "--max-message-bytes") + 1) = "67108864";
-    args.insert(args.end(), {"--steps", "2000"});
-    workers.push_back(std::make_unique<WorkerProcess>(dir.path(), absl::StrCat("w", r), args));
-  }
+  std::vector<std::unique_ptr<WorkerProcess>> workers =
+      CommVisibleWorkers(**planner, job->id(), dir, 2000);
   // Bounded: 4 minutes for each of the two waits.
   std::optional<v1::JobObservation> fitted;
   for (int i = 0; i < 960 && !fitted; ++i) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "chain_model.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/allreduce.h"
 #include "pipeplan/core/plan_costs.h"
@@ -18,27 +19,10 @@ constexpr double kBandwidth = 1e8;  // bytes/s between every pair: a slow ring
 constexpr double kLatency = 1e-4;
 constexpr double kParamBytes = 4e6;  // per node
 
-struct Model {
-  Graph graph;
-  Cluster cluster;
-};
-
 // A chain of 4 nodes with parameters on 4 devices of one host.
-Model MakeModel() {
-  GraphSpec g{.name = "chain", .batch_size = 4};
-  for (int i = 0; i < 4; ++i) {
-    g.nodes.push_back({.id = "n" + std::to_string(i),
-                       .forward_flops = 1e10,
-                       .param_bytes = kParamBytes,
-                       .output_bytes = 1e3});
-    if (i > 0) g.edges.push_back({.src = g.nodes[i - 1].id, .dst = g.nodes[i].id});
-  }
-  ClusterSpec c{.intra_host_bandwidth = kBandwidth, .intra_host_latency = kLatency};
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "d" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  return {*Graph::Build(g), *Cluster::Build(c)};
+ChainModel MakeModel() {
+  return ChainOnOneHost(4, 1e10, kParamBytes,
+                        {.intra_host_bandwidth = kBandwidth, .intra_host_latency = kLatency}, 4);
 }
 
 // 2 ranks (d0, d1) x 2 replicas (d2, d3); `replicas` false: replica 0 alone.
@@ -57,7 +41,7 @@ double OneBucketRing(const Graph& graph) {
 }
 
 TEST(AllReduceAsRun, EndsTheStepWithTheLastRanksExposedRing) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
   absl::StatusOr<AsRunResult> dp = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true));
   ASSERT_TRUE(alone.ok()) << alone.status();
@@ -70,7 +54,7 @@ TEST(AllReduceAsRun, EndsTheStepWithTheLastRanksExposedRing) {
 }
 
 TEST(AllReduceAsRun, SmallBucketsHideTheRingBehindTheBackward) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   absl::StatusOr<AsRunResult> one = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true));
   absl::StatusOr<AsRunResult> many = SimulateAsRun(m.graph, m.cluster, TwoByTwo(true, 1e5));
   absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
@@ -80,7 +64,7 @@ TEST(AllReduceAsRun, SmallBucketsHideTheRingBehindTheBackward) {
 }
 
 TEST(AllReduceAsRun, EverySampledStepPaysIt) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   absl::StatusOr<StepQuantiles> alone =
       SimulateSpread(m.graph, m.cluster, TwoByTwo(false), {}, UniformSpread(0.1));
   absl::StatusOr<StepQuantiles> dp =
@@ -93,7 +77,7 @@ TEST(AllReduceAsRun, EverySampledStepPaysIt) {
 }
 
 TEST(AllReduceAsRun, MeasuredExposedSecondsScaleTheRing) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   const double ring = OneBucketRing(m.graph);
   // Measured 3x the modelled ring on both ranks (e.g. Gloo's host time).
   absl::StatusOr<double> scale =
@@ -113,7 +97,7 @@ TEST(AllReduceAsRun, MeasuredExposedSecondsScaleTheRing) {
 
 // With a global batch, each replica's microbatch holds its share of it.
 TEST(AllReduceAsRun, ReplicasSplitTheGlobalBatch) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   FixedPlan alone = TwoByTwo(false), dp = TwoByTwo(true);
   alone.global_batch = dp.global_batch = 16;
   absl::StatusOr<AsRunCosts> a = BuildAsRunCosts(m.graph, m.cluster, alone);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "chain_model.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/runtime_model.h"
@@ -12,25 +13,7 @@
 namespace pipeplan {
 namespace {
 
-struct Model {
-  Graph graph;
-  Cluster cluster;
-};
-
-// A chain of 4 equal nodes on 4 devices of one host.
-Model MakeModel() {
-  GraphSpec g{.name = "chain", .batch_size = 4};
-  for (int i = 0; i < 4; ++i) {
-    g.nodes.push_back({.id = "n" + std::to_string(i), .forward_flops = 1e10, .output_bytes = 1e3});
-    if (i > 0) g.edges.push_back({.src = g.nodes[i - 1].id, .dst = g.nodes[i].id});
-  }
-  ClusterSpec c;
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "d" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  return {*Graph::Build(g), *Cluster::Build(c)};
-}
+ChainModel MakeModel() { return ChainOnOneHost(4, 1e10, 0, {}, 4); }
 
 CpuPools OnePool(double cpus) {
   CpuPools p;
@@ -43,7 +26,7 @@ CpuPools OnePool(double cpus) {
 }
 
 TEST(AsRunSharing, ReplicasOnThePoolLoadItAndSlowTheStep) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   FixedPlan plan{.node_stage = {0, 0, 1, 1}, .stage_device = {0, 1}, .ranks = 2, .microbatches = 8};
   plan.replica_groups = {{0, 2}, {1, 3}};
   const CpuPools two = OnePool(2);
@@ -64,7 +47,7 @@ TEST(AsRunSharing, ReplicasOnThePoolLoadItAndSlowTheStep) {
 }
 
 TEST(AsRunSharing, AWeightPassThatRepeatsTheBackwardCostsAFullBackward) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   FixedPlan zb{.node_stage = {0, 1, 2, 3},
                .stage_device = {0, 1, 2, 3},
                .schedule = schedule::ScheduleKind::kInterleavedZeroBubble,

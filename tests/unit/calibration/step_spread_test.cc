@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "chain_model.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/runtime_model.h"
 
@@ -12,24 +13,7 @@ namespace pipeplan {
 namespace {
 
 // A chain of 8 equal nodes on 4 devices at 1 TFLOP/s.
-struct Model {
-  Graph graph;
-  Cluster cluster;
-};
-
-Model MakeModel() {
-  GraphSpec g{.name = "chain"};
-  for (int i = 0; i < 8; ++i) {
-    g.nodes.push_back({.id = "n" + std::to_string(i), .forward_flops = 1e9, .output_bytes = 1e3});
-    if (i > 0) g.edges.push_back({.src = g.nodes[i - 1].id, .dst = g.nodes[i].id});
-  }
-  ClusterSpec c;
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "d" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  return {*Graph::Build(g), *Cluster::Build(c)};
-}
+ChainModel MakeModel() { return ChainOnOneHost(8, 1e9); }
 
 FixedPlan FourStages() {
   return {.node_stage = {0, 0, 1, 1, 2, 2, 3, 3},
@@ -72,7 +56,7 @@ TEST(StepSpread, KeepsEachKindsRatiosToTheMedianPerDevice) {
 }
 
 TEST(StepSpread, NoSpreadGivesTheDeterministicStep) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   absl::StatusOr<StepQuantiles> q =
       SimulateSpread(m.graph, m.cluster, FourStages(), {}, ActionSpread{});
   ASSERT_TRUE(q.ok()) << q.status();
@@ -87,7 +71,7 @@ TEST(StepSpread, NoSpreadGivesTheDeterministicStep) {
 // median durations (the pipeline waits for its slowest rank), p90 above
 // p50, and the same seed gives the same figures.
 TEST(StepSpread, NoiseLengthensTheExpectedStepAndIsSeeded) {
-  const Model m = MakeModel();
+  const ChainModel m = MakeModel();
   ActionSpread spread;
   for (int d = 0; d < 4; ++d) {
     spread.ratios["d" + std::to_string(d)] = {{0.8, 0.9, 1.0, 1.1, 1.2}, {0.8, 1.0, 1.2}, {}, {}};
