@@ -22,13 +22,25 @@ struct PerStage {
   std::vector<double> forward, backward;
 };
 
+// One stage's backward seconds in one report: B (or I) and W summed over
+// its microbatches, and how many there were.
+struct BackwardSums {
+  double input = 0, weight = 0;
+  int microbatches = 0;
+  // Per microbatch. An executor whose W repeats the backward measures the
+  // full backward in W alone (its I is extra work a fused B does not do),
+  // unless the stage could not be split and I ran the full backward.
+  double PerMicrobatch(bool repeats) const {
+    const double full = repeats && weight > 0 ? weight : input + weight;
+    return full / microbatches;
+  }
+};
+
 std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
   std::map<int, PerStage> out;
   for (const StepSample& r : samples) {
-    // An executor whose W repeats the backward measures the full backward
-    // in W alone; its I is extra work a fused B does not do.
-    const bool repeats = r.weight_pass_repeats_backward;
-    std::map<int, std::pair<double, int>> f, b;  // stage -> (sum, count of microbatches)
+    std::map<int, std::pair<double, int>> f;  // stage -> (sum, count of microbatches)
+    std::map<int, BackwardSums> b;
     for (const TimingSample& t : r.timings) {
       absl::StatusOr<std::optional<schedule::Action>> a = schedule::ParseAction(t.action);
       if (!a.ok() || !*a) continue;
@@ -38,15 +50,16 @@ std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
         f[s].first += t.seconds, ++f[s].second;
       } else if (type == schedule::ActionType::kFullBackward ||
                  type == schedule::ActionType::kBackwardInput) {
-        if (!repeats || type == schedule::ActionType::kFullBackward) b[s].first += t.seconds;
-        ++b[s].second;
+        b[s].input += t.seconds, ++b[s].microbatches;
       } else if (type == schedule::ActionType::kBackwardWeight) {
-        b[s].first += t.seconds;  // same microbatch as its I
+        b[s].weight += t.seconds;  // same microbatch as its I
       }
     }
     for (auto& [s, v] : f) out[s].forward.push_back(v.first / v.second);
     for (auto& [s, v] : b) {
-      if (v.second > 0) out[s].backward.push_back(v.first / v.second);
+      if (v.microbatches > 0) {
+        out[s].backward.push_back(v.PerMicrobatch(r.weight_pass_repeats_backward));
+      }
     }
   }
   return out;

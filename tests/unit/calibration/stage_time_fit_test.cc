@@ -139,3 +139,34 @@ TEST(StageTimeFit, AWeightPassThatRepeatsTheBackwardMeasuresAFullBackward) {
 
 }  // namespace
 }  // namespace pipeplan
+
+namespace pipeplan {
+namespace {
+
+// A stage the executor could not split runs the full backward at I and
+// nothing at W: its I is then the full backward, repeats or not.
+TEST(StageTimeFit, AnUnsplitStageKeepsItsBackwardInI) {
+  std::vector<StepSample> samples;
+  for (int64_t step = 0; step < 3; ++step) {
+    for (int s = 0; s < 2; ++s) {
+      StepSample r{.worker_id = "w" + std::to_string(s),
+                   .device_id = "d" + std::to_string(s),
+                   .step = step,
+                   .weight_pass_repeats_backward = true};
+      const std::string st = std::to_string(s);
+      r.timings = {{.action = st + "F0", .seconds = 1e-3 * (s + 1)},
+                   {.action = st + "I0", .seconds = 2e-3 * (s + 1)},
+                   {.action = st + "W0", .seconds = 0}};
+      samples.push_back(r);
+    }
+  }
+  const std::vector<PlannedStage> planned = {
+      {.device_id = "d0", .forward_seconds = 1e-3, .backward_seconds = 1e-3},
+      {.device_id = "d1", .forward_seconds = 2e-3, .backward_seconds = 2e-3}};
+  const StageTimeFit fit = FitStageTimes(samples, planned);
+  ASSERT_TRUE(fit.fitted);
+  EXPECT_NEAR(fit.backward_scale, 2, 1e-9);
+}
+
+}  // namespace
+}  // namespace pipeplan
