@@ -83,7 +83,8 @@ CpuPools CpuPoolsOf(std::span<const StepSample> samples) {
     if (l == nullptr || s.step >= l->step) l = &s;
   }
   CpuPools out;
-  for (const auto& [device, s] : latest) {
+  for (const auto& [device, latest_sample] : latest) {
+    const StepSample* s = latest_sample;  // clang 14 cannot capture a structured binding
     auto it = std::find_if(out.pools.begin(), out.pools.end(),
                            [&](const CpuPools::Pool& p) { return p.name == s->cpu_pool; });
     if (it == out.pools.end()) {
