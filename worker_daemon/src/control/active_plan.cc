@@ -14,6 +14,7 @@
 #include "pipeplan/worker/env/event_log.h"
 #include "pipeplan/worker/env/torch_device_map.h"
 #include "pipeplan/worker/executors/executor_factory.h"
+#include "pipeplan/worker/report/cpu_use.h"
 #include "pipeplan/worker/transport/device_sharing.h"
 #include "pipeplan/worker/transport/gloo_transport.h"
 #include "pipeplan/worker/transport/group_transport.h"
@@ -215,6 +216,7 @@ absl::StatusOr<std::unique_ptr<ActivePlan>> BuildActivePlan(
     PIPEPLAN_ASSIGN_OR_RETURN(a->executor,
                               MakeExecutor(options, a->plan, vp.request().graph(), place));
   }
+  a->cpu_use = CurrentCpuUse(a->executor->CpuComputeThreads());
   return a;
 }
 

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "pipeplan/v1/planner_service.pb.h"
 #include "pipeplan/worker/env/clock.h"
 #include "pipeplan/worker/env/planner_api.h"
 #include "pipeplan/worker/env/worker_options.h"
@@ -47,6 +49,9 @@ struct ActivePlan {
   std::unique_ptr<Executor> executor;
   // Rows of the global batch one step trains (samples/s); 0 when unknown.
   int64_t samples_per_step = 0;
+  // The CPU pool the executor's computes share, read once when the version
+  // is built (every step report carries it); nullopt off the CPU.
+  std::optional<v1::CpuUse> cpu_use;
 
   // Called once before the transport goes away (the training session's
   // snapshot traffic on it settles: TrainingSession::ReleaseTransport).

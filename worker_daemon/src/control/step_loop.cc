@@ -12,7 +12,6 @@
 #include "pipeplan/core/schedule/schedule_kind.h"
 #include "pipeplan/worker/env/event_log.h"
 #include "pipeplan/worker/env/peer_failure.h"
-#include "pipeplan/worker/report/cpu_use.h"
 #include "pipeplan/worker/report/step_report.h"
 
 namespace pipeplan::worker {
@@ -374,9 +373,7 @@ absl::Status StepLoop::RunOneStep() {
   report.set_replica(active_->replica);
   const std::optional<double> exposed = active_->executor->LastExposedAllReduceSeconds();
   if (exposed) report.set_allreduce_exposed_seconds(*exposed);
-  if (std::optional<v1::CpuUse> cpu = CurrentCpuUse(active_->executor->CpuComputeThreads())) {
-    *report.mutable_cpu_use() = *std::move(cpu);
-  }
+  if (active_->cpu_use) *report.mutable_cpu_use() = *active_->cpu_use;
   report.set_weight_pass_repeats_backward(active_->executor->WeightPassRepeatsBackward());
   if (unreported_switch_) {
     report.set_switch_seconds(unreported_switch_->seconds);
