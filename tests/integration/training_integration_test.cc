@@ -248,9 +248,29 @@ class TrainingTest : public ::testing::Test {
               std::string::npos)
         << workers[0]->Output();
     ExpectMatch(Reported(job), Reference(model, kSteps, dtype), 0, kSteps - 1, relative);
+    ExpectExecutorFacts(job);
     auto state = client_->GetJob(job);
     ASSERT_TRUE(state.ok());
     EXPECT_EQ(state->state(), v1::JOB_COMPLETED) << state->failure_message();
+  }
+
+  // What the torch executor tells the planner about how it computes: the
+  // CPU pool its computes share when they run on the CPU, and that its W
+  // runs the backward again (docs/observability.md, "CPU workers share
+  // cores").
+  void ExpectExecutorFacts(const std::string& job) {
+    auto reports = client_->ListStepReports(job, 10'000);
+    ASSERT_TRUE(reports.ok()) << reports.status();
+    ASSERT_GT(reports->reports_size(), 0);
+    const bool on_cpu = !PythonSeesCuda();
+    for (const v1::ReportStepRequest& r : reports->reports()) {
+      EXPECT_TRUE(r.weight_pass_repeats_backward()) << r.worker_id();
+      if (!on_cpu) continue;
+      ASSERT_TRUE(r.has_cpu_use()) << r.worker_id();
+      EXPECT_GE(r.cpu_use().threads(), 1);
+      EXPECT_GE(r.cpu_use().cpus(), 1);
+      EXPECT_EQ(r.cpu_use().pool(), reports->reports(0).cpu_use().pool());
+    }
   }
 
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
