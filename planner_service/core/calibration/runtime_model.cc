@@ -90,7 +90,6 @@ std::vector<std::vector<std::string>> RankDevices(const Cluster& cluster, const 
 
 absl::StatusOr<schedule::SimulationResult> AsRunCosts::Simulate(
     const schedule::StageCosts& scaled, const schedule::SimulateOptions& options) const {
-  if (sharing.empty()) return schedule::Simulate(lowered, scaled, options);
   return schedule::SimulateShared(lowered, scaled, sharing, options);
 }
 

@@ -153,9 +153,10 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   auto step_end = [&](const schedule::StageCosts& c, const schedule::SimulationResult& r) {
     return allreduce == nullptr ? r.step_seconds : allreduce->StepEnd(c, r);
   };
+  // SimulateShared is Simulate when nobody shares.
+  const schedule::ComputeSharing own_processors;
   auto simulate = [&](const schedule::StageCosts& c) {
-    return sharing == nullptr || sharing->empty() ? schedule::Simulate(lowered, c)
-                                                  : schedule::SimulateShared(lowered, c, *sharing);
+    return schedule::SimulateShared(lowered, c, sharing != nullptr ? *sharing : own_processors);
   };
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, simulate(costs));
   at_mean.step_seconds = step_end(costs, at_mean);
