@@ -97,73 +97,60 @@ TEST(StageTimeFit, TooFewStagesIsNotAFit) {
   EXPECT_FALSE(FitStageTimes(one, Planned()).fitted);
 }
 
-}  // namespace
-}  // namespace pipeplan
+// A report of an executor whose W runs the backward again (the torch
+// executor): F, I and W of `microbatches` microbatches on `stage`.
+StepSample SplitReport(int stage, int64_t step, int microbatches, double f, double i, double w) {
+  const std::string st = std::to_string(stage);
+  StepSample r{.worker_id = "w" + st,
+               .device_id = "d" + st,
+               .step = step,
+               .weight_pass_repeats_backward = true};
+  for (int mb = 0; mb < microbatches; ++mb) {
+    const std::string m = std::to_string(mb);
+    r.timings.push_back({.action = st + "F" + m, .seconds = f});
+    r.timings.push_back({.action = st + "I" + m, .seconds = i});
+    r.timings.push_back({.action = st + "W" + m, .seconds = w});
+  }
+  return r;
+}
 
-namespace pipeplan {
-namespace {
+// `stages` stages modelled at (s + 1) ms for F and for B.
+std::vector<PlannedStage> EqualParts(int stages) {
+  std::vector<PlannedStage> out;
+  for (int s = 0; s < stages; ++s) {
+    out.push_back({.device_id = "d" + std::to_string(s),
+                   .forward_seconds = 1e-3 * (s + 1),
+                   .backward_seconds = 1e-3 * (s + 1)});
+  }
+  return out;
+}
 
-// An executor whose W runs the backward again (the torch executor): a
-// measured W alone is the full backward, so a ZB version calibrates the
+// A measured W alone is the full backward, so a ZB version calibrates the
 // same line as a 1F1B one instead of one 1.5x too steep.
 TEST(StageTimeFit, AWeightPassThatRepeatsTheBackwardMeasuresAFullBackward) {
   std::vector<StepSample> split;
   for (int64_t step = 0; step < 5; ++step) {
     for (int s = 0; s < 4; ++s) {
       const double b = 2e-3 * (s + 1);  // the fused backward, twice the model
-      StepSample r{.worker_id = "w" + std::to_string(s),
-                   .device_id = "d" + std::to_string(s),
-                   .step = step,
-                   .weight_pass_repeats_backward = true};
-      for (int mb = 0; mb < 4; ++mb) {
-        const std::string m = std::to_string(mb), st = std::to_string(s);
-        r.timings.push_back({.action = st + "F" + m, .seconds = 1e-3 * (s + 1)});
-        r.timings.push_back({.action = st + "I" + m, .seconds = 0.5 * b});
-        r.timings.push_back({.action = st + "W" + m, .seconds = b});
-      }
-      split.push_back(r);
+      split.push_back(SplitReport(s, step, 4, 1e-3 * (s + 1), 0.5 * b, b));
     }
   }
-  std::vector<PlannedStage> planned;
-  for (int s = 0; s < 4; ++s) {
-    planned.push_back({.device_id = "d" + std::to_string(s),
-                       .forward_seconds = 1e-3 * (s + 1),
-                       .backward_seconds = 1e-3 * (s + 1)});
-  }
-  StageTimeFit fit = FitStageTimes(split, planned);
+  StageTimeFit fit = FitStageTimes(split, EqualParts(4));
   ASSERT_TRUE(fit.fitted);
   EXPECT_NEAR(fit.backward_scale, 2, 1e-9);
   for (StepSample& r : split) r.weight_pass_repeats_backward = false;
-  EXPECT_NEAR(FitStageTimes(split, planned).backward_scale, 3, 1e-9);  // I + W
+  EXPECT_NEAR(FitStageTimes(split, EqualParts(4)).backward_scale, 3, 1e-9);  // I + W
 }
-
-}  // namespace
-}  // namespace pipeplan
-
-namespace pipeplan {
-namespace {
 
 // A stage the executor could not split runs the full backward at I and
 // nothing at W: its I is then the full backward, repeats or not.
 TEST(StageTimeFit, AnUnsplitStageKeepsItsBackwardInI) {
   std::vector<StepSample> samples;
   for (int64_t step = 0; step < 3; ++step) {
-    for (int s = 0; s < 2; ++s) {
-      StepSample r{.worker_id = "w" + std::to_string(s),
-                   .device_id = "d" + std::to_string(s),
-                   .step = step,
-                   .weight_pass_repeats_backward = true};
-      const std::string st = std::to_string(s);
-      r.timings = {{.action = st + "F0", .seconds = 1e-3 * (s + 1)},
-                   {.action = st + "I0", .seconds = 2e-3 * (s + 1)},
-                   {.action = st + "W0", .seconds = 0}};
-      samples.push_back(r);
-    }
+    for (int s = 0; s < 2; ++s)
+      samples.push_back(SplitReport(s, step, 1, 1e-3 * (s + 1), 2e-3 * (s + 1), 0));
   }
-  const std::vector<PlannedStage> planned = {
-      {.device_id = "d0", .forward_seconds = 1e-3, .backward_seconds = 1e-3},
-      {.device_id = "d1", .forward_seconds = 2e-3, .backward_seconds = 2e-3}};
-  const StageTimeFit fit = FitStageTimes(samples, planned);
+  const StageTimeFit fit = FitStageTimes(samples, EqualParts(2));
   ASSERT_TRUE(fit.fitted);
   EXPECT_NEAR(fit.backward_scale, 2, 1e-9);
 }
