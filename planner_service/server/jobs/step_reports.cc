@@ -22,6 +22,26 @@ absl::Status StepReports::CheckSize(const v1::ReportStepRequest& report,
   return absl::OkStatus();
 }
 
+namespace {
+
+// A pool the planner cannot model (no name, no CPUs, no threads) is a
+// worker bug: refused, not silently left out of the calibration.
+absl::Status CheckCpuUse(const v1::ReportStepRequest& report) {
+  if (!report.has_cpu_use()) return absl::OkStatus();
+  const v1::CpuUse& c = report.cpu_use();
+  if (c.pool().empty()) return absl::InvalidArgumentError("cpu_use.pool must be set");
+  if (c.cpus() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu_use.cpus must be >= 1, got ", c.cpus()));
+  }
+  if (c.threads() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_use.threads must be >= 1, got ", c.threads()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<StepReports::Admitted> StepReports::Admit(Job& job, Worker& w,
                                                          const v1::ReportStepRequest& report) {
   // A report of an older version is a step that really ran (the last one
@@ -37,6 +57,7 @@ absl::StatusOr<StepReports::Admitted> StepReports::Admit(Job& job, Worker& w,
   if (report.step() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0, got ", report.step()));
   }
+  PIPEPLAN_RETURN_IF_ERROR(CheckCpuUse(report));
   Admitted out;
   out.response.set_current_plan_version(job.record.current_version);
   if (!report.run_id().empty() && report.run_id() == w.report_run_id &&

@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipeplan/server/jobs/job_registry.h"
 #include "pipeplan/server/obs/log.h"
@@ -186,6 +188,46 @@ TEST_F(ReportLimitsTest, BytesPerReport) {
   r.mutable_timings(0)->mutable_action()->push_back('F');
   ExpectOver(registry_->ReportStep(r).status(), "--max-report-bytes=1000");
   // A refused report is not stored.
+  auto stored = registry_->RecentStepReports(job, 10, int64_t{1} << 30);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 1u);
+}
+
+// A CPU pool the planner cannot model is refused, naming the field, and
+// the report is not stored.
+TEST_F(ReportLimitsTest, CpuUseMustNameAPoolCpusAndThreads) {
+  Make({});
+  const std::string job = JobWithWorker();
+  v1::ReportStepRequest good = Report(job, 1, 2);
+  good.mutable_cpu_use()->set_pool("node7:0-1");
+  good.mutable_cpu_use()->set_cpus(2);
+  good.mutable_cpu_use()->set_threads(1);
+  EXPECT_TRUE(registry_->ReportStep(good).ok());
+  for (const auto& [field, bad] :
+       std::vector<std::pair<std::string, v1::CpuUse>>{{"cpu_use.pool",
+                                                        [&] {
+                                                          v1::CpuUse c = good.cpu_use();
+                                                          c.clear_pool();
+                                                          return c;
+                                                        }()},
+                                                       {"cpu_use.cpus",
+                                                        [&] {
+                                                          v1::CpuUse c = good.cpu_use();
+                                                          c.set_cpus(0);
+                                                          return c;
+                                                        }()},
+                                                       {"cpu_use.threads", [&] {
+                                                          v1::CpuUse c = good.cpu_use();
+                                                          c.set_threads(-1);
+                                                          return c;
+                                                        }()}}) {
+    v1::ReportStepRequest r = good;
+    r.set_step(1);
+    *r.mutable_cpu_use() = bad;
+    const absl::Status s = registry_->ReportStep(r).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field << ": " << s;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  }
   auto stored = registry_->RecentStepReports(job, 10, int64_t{1} << 30);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->size(), 1u);
