@@ -1,6 +1,8 @@
 #include "pipeplan/core/node_corrections.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <utility>
 
@@ -14,6 +16,7 @@ struct KindMatrix {
   std::vector<std::string> kinds;
   std::vector<std::vector<double>> rows;
   std::vector<double> nodes;  // per stage: nodes that run an op (CountedNode)
+  std::vector<double> bytes;  // per stage: parameter bytes, in the rows' device units
 };
 
 // An op the executor runs per action (a graph input is not).
@@ -59,12 +62,15 @@ KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
   }
   m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
   m.nodes.assign(stage_device.size(), 0.0);
+  m.bytes.assign(stage_device.size(), 0.0);
   for (int v = 0; v < g.num_nodes(); ++v) {
     const int s = node_stage[v];
     if (CountedNode(g.node(v))) m.nodes[s] += 1;
     const double ref = backward ? cost.backward_ref(v) : cost.forward_ref(v);
     const double unit = s < static_cast<int>(units.size()) && units[s] > 0 ? units[s] : 1;
-    m.rows[s][index[g.node(v).op]] += ref * cost.slowdown(stage_device[s]) / unit;
+    const double slow = cost.slowdown(stage_device[s]) / unit;
+    m.rows[s][index[g.node(v).op]] += ref * slow;
+    m.bytes[s] += g.node(v).param_bytes * slow;
   }
   return m;
 }
@@ -80,101 +86,193 @@ void AddEquation(const std::vector<double>& row, double measured,
   }
 }
 
-// measured = fixed + per_node x nodes + scale x the stage's total modelled
-// seconds, least squares on relative errors: the scale the kinds are
-// pulled towards. Without a positive per-node cost, fixed + scale alone;
-// scale 0 when there is too little to tell.
-// Whether the measured stages run different numbers of nodes: only then is
-// a cost per node told from the fixed one.
-bool NodesVary(const KindMatrix& m, const std::vector<double>& measured) {
-  double fewest = INFINITY, most = 0;
-  for (size_t s = 0; s < m.rows.size(); ++s) {
-    if (measured[s] > 0) fewest = std::min(fewest, m.nodes[s]), most = std::max(most, m.nodes[s]);
-  }
-  return most > fewest;
+// The costs a stage may pay besides its kinds' modelled seconds (fit_fixed):
+// a fixed cost per action, one per node it runs, one per parameter byte it
+// holds (a layer whose weights outweigh its flops: a late convolution on a
+// small image reads megabytes of weights for little arithmetic).
+enum Extra { kFixed = 0, kPerNode = 1, kPerByte = 2 };
+constexpr int kExtras = 3;
+using ExtraSet = std::array<bool, kExtras>;
+// An extra cost is fitted only where it predicts the left-out stages 5% better.
+constexpr double kBetterBy = 0.95;
+// No stage left out of a fit.
+constexpr size_t kKeepAll = static_cast<size_t>(-1);
+
+double ExtraColumn(const KindMatrix& m, size_t s, int e) {
+  return e == kFixed ? 1.0 : e == kPerNode ? m.nodes[s] : m.bytes[s];
+}
+
+// One stage's row: the kinds' modelled seconds, then the extras (0 where
+// not used).
+std::vector<double> FullRow(const KindMatrix& m, size_t s, const ExtraSet& used) {
+  std::vector<double> row = m.rows[s];
+  for (int e = 0; e < kExtras; ++e) row.push_back(used[e] ? ExtraColumn(m, s, e) : 0.0);
+  return row;
 }
 
 struct CommonFit {
-  double fixed = 0, per_node = 0, scale = 0;
+  double scale = 0;  // 0: too little to tell
+  std::array<double, kExtras> extra = {};
 };
-CommonFit FitCommon(const KindMatrix& m, const std::vector<double>& measured, bool per_node) {
-  const size_t cols = per_node ? 3 : 2;
+
+// measured = scale x the stage's total modelled seconds + the used extras,
+// least squares on relative errors over the measured stages but `skip`: the
+// scale the kinds are pulled towards. Scale 0 when a part comes out
+// negative or the scale not positive.
+CommonFit FitCommon(const KindMatrix& m, const std::vector<double>& measured, const ExtraSet& used,
+                    size_t skip) {
+  std::vector<int> extras;
+  for (int e = 0; e < kExtras; ++e) {
+    if (used[e]) extras.push_back(e);
+  }
+  const size_t cols = 1 + extras.size();
   std::vector<std::vector<double>> a(cols, std::vector<double>(cols, 0.0));
   std::vector<double> b(cols, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
-    if (!(measured[s] > 0)) continue;
-    double total = 0;
-    for (double x : m.rows[s]) total += x;
-    std::vector<double> row = {1.0, total};
-    if (per_node) row.push_back(m.nodes[s]);
+    if (s == skip || !(measured[s] > 0)) continue;
+    std::vector<double> row = {0.0};
+    for (double x : m.rows[s]) row[0] += x;
+    for (int e : extras) row.push_back(ExtraColumn(m, s, e));
     AddEquation(row, measured[s], a, b);
   }
   for (size_t j = 0; j < cols; ++j) a[j][j] += 1e-12;
   const std::vector<double> x = Solve(std::move(a), std::move(b));
-  if (per_node && (x[0] < 0 || !(x[1] > 0) || x[2] < 0)) return FitCommon(m, measured, false);
-  if (x[0] < 0 || !(x[1] > 0)) return {};
-  return {.fixed = x[0], .per_node = per_node ? x[2] : 0, .scale = x[1]};
+  if (!(x[0] > 0) || std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) return {};
+  CommonFit out{.scale = x[0]};
+  for (size_t j = 0; j < extras.size(); ++j) out.extra[extras[j]] = x[j + 1];
+  return out;
 }
 
-// Per kind: min sum_s ((row_s . k [+ fixed + per_node x nodes] - m_s) / m_s)^2 +
-// ridge sum_j w_j (k_j - c)^2, w_j the kind's share of the modelled time
-// (with a fixed part: 1 / c^2, a relative departure), c the common factor
-// (total measured / total modelled; with a fixed part, the scale of
-// FitCommon). The fixed and per-node parts are barely regularised.
-std::map<std::string, double> FitKinds(const KindMatrix& m, const std::vector<double>& measured,
-                                       const KindFitOptions& options, double* common, double* fixed,
-                                       double* per_node) {
+// One direction's (F or B) fit.
+struct KindFit {
+  std::map<std::string, double> factors;
+  double common = 1;
+  std::array<double, kExtras> extra = {};  // fixed, per node, per param byte
+
+  double Predict(const KindMatrix& m, size_t s) const {
+    double sum = 0;
+    for (size_t j = 0; j < m.kinds.size(); ++j) {
+      if (m.rows[s][j] == 0) continue;
+      auto it = factors.find(m.kinds[j]);
+      sum += m.rows[s][j] * (it == factors.end() ? common : it->second);
+    }
+    for (int e = 0; e < kExtras; ++e) sum += extra[e] * ExtraColumn(m, s, e);
+    return sum;
+  }
+};
+
+// The ridge of FitKinds, added to its normal equations: each kind pulled
+// towards the common factor. Without extras weighted by the kind's share of
+// the modelled time; with them (few stages, many kinds) every kind pays the
+// same for its relative departure from the scale, so a kind seen in one
+// stage only cannot take that stage's whole error (a 20x factor on gelu).
+void AddRidge(const std::vector<double>& share, double total_modelled, double common,
+              const KindFitOptions& options, std::vector<std::vector<double>>& a,
+              std::vector<double>& b) {
+  for (size_t j = 0; j < share.size(); ++j) {
+    const double w =
+        options.fit_fixed
+            ? options.ridge / std::max(1e-300, common * common)
+            : options.ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
+    a[j][j] += w;
+    b[j] += w * common;
+  }
+}
+
+// Per kind: min sum_s ((row_s . k [+ the used extras] - m_s) / m_s)^2 +
+// the ridge towards c, the common factor (total measured / total modelled;
+// with extras, the scale of FitCommon), over the measured stages but
+// `skip`. The extras are barely regularised.
+KindFit FitKindsWith(const KindMatrix& m, const std::vector<double>& measured,
+                     const KindFitOptions& options, const ExtraSet& used, size_t skip) {
   const size_t n = m.kinds.size();
   double total_measured = 0, total_modelled = 0;
   std::vector<double> share(n, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
-    if (!(measured[s] > 0)) continue;
+    if (s == skip || !(measured[s] > 0)) continue;
     total_measured += measured[s];
-    for (size_t j = 0; j < n; ++j) {
-      total_modelled += m.rows[s][j];
-      share[j] += m.rows[s][j];
-    }
+    for (size_t j = 0; j < n; ++j) total_modelled += m.rows[s][j], share[j] += m.rows[s][j];
   }
-  *common = total_modelled > 0 ? total_measured / total_modelled : 1;
-  const bool nodes_vary = NodesVary(m, measured);
-  CommonFit prior;
-  if (options.fit_fixed) {
-    prior = FitCommon(m, measured, nodes_vary);
-    if (prior.scale > 0) *common = prior.scale;
+  KindFit fit;
+  fit.common = total_modelled > 0 ? total_measured / total_modelled : 1;
+  // Without the kinds the extras may not fit (a kind at 6x its flops);
+  // then they start from nothing and the scale from the ratio.
+  const CommonFit prior = options.fit_fixed ? FitCommon(m, measured, used, skip) : CommonFit{};
+  if (prior.scale > 0) fit.common = prior.scale;
+  std::vector<std::vector<double>> a(n + kExtras, std::vector<double>(n + kExtras, 0.0));
+  std::vector<double> b(n + kExtras, 0.0);
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    if (s != skip && measured[s] > 0) AddEquation(FullRow(m, s, used), measured[s], a, b);
   }
-  const size_t cols = n + (options.fit_fixed ? 2 : 0);
-  std::vector<std::vector<double>> a(cols, std::vector<double>(cols, 0.0));
-  std::vector<double> b(cols, 0.0);
+  AddRidge(share, total_modelled, fit.common, options, a, b);
+  for (int e = 0; e < kExtras; ++e) a[n + e][n + e] += 1e-9, b[n + e] += 1e-9 * prior.extra[e];
+  const std::vector<double> k = Solve(std::move(a), std::move(b));
+  for (int e = 0; e < kExtras; ++e) fit.extra[e] = used[e] ? std::max(0.0, k[n + e]) : 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (share[j] > 0) fit.factors[m.kinds[j]] = std::clamp(k[j], fit.common / 20, fit.common * 20);
+  }
+  return fit;
+}
+
+// Whether the stages tell extra `e` from the scale: its column per modelled
+// second spreads by more than 1.2x over the measured stages (stages modelled
+// alike cannot tell a fixed cost from the scale; nodes or bytes in
+// proportion to the flops, a cost per node or byte).
+bool ToldFromScale(const KindMatrix& m, const std::vector<double>& measured, int e) {
+  double lo = INFINITY, hi = 0;
+  for (size_t s = 0; s < m.rows.size(); ++s) {
+    double total = 0;
+    for (double x : m.rows[s]) total += x;
+    if (!(measured[s] > 0) || !(total > 0)) continue;
+    const double per_second = ExtraColumn(m, s, e) / total;
+    lo = std::min(lo, per_second), hi = std::max(hi, per_second);
+  }
+  return hi > 1.2 * lo;
+}
+
+// Root mean square relative error of each measured stage predicted by the
+// fit on the others; infinite when a fold has fewer stages than free
+// columns.
+double LeaveOneOutError(const KindMatrix& m, const std::vector<double>& measured,
+                        const KindFitOptions& options, const ExtraSet& used) {
+  const size_t points =
+      std::count_if(measured.begin(), measured.end(), [](double v) { return v > 0; });
+  if (points < 2 + static_cast<size_t>(std::count(used.begin(), used.end(), true))) {
+    return INFINITY;
+  }
+  double sum = 0;
   for (size_t s = 0; s < m.rows.size(); ++s) {
     if (!(measured[s] > 0)) continue;
-    std::vector<double> row = m.rows[s];
-    if (options.fit_fixed) row.insert(row.end(), {1.0, nodes_vary ? m.nodes[s] : 0.0});
-    AddEquation(row, measured[s], a, b);
+    sum += std::pow(FitKindsWith(m, measured, options, used, s).Predict(m, s) / measured[s] - 1, 2);
   }
-  for (size_t j = 0; j < n; ++j) {
-    // Without a fixed part: weighted by the kind's share of the modelled
-    // time. With one (few stages, many kinds): every kind pays the same for
-    // its relative departure from the scale, so a kind seen in one stage
-    // only cannot take that stage's whole error (a 20x factor on gelu).
-    const double w =
-        options.fit_fixed
-            ? options.ridge / std::max(1e-300, *common * *common)
-            : options.ridge * (total_modelled > 0 ? share[j] / total_modelled : 0) + 1e-9;
-    a[j][j] += w;
-    b[j] += w * *common;
-  }
+  return std::sqrt(sum / points);
+}
+
+// With fit_fixed, which extras: the set whose fit predicts each measured
+// stage best from the others (leave-one-out), among those the stages tell
+// from the scale. More extras must do better by kBetterBy: a cost that only
+// explains one stage's noise stays out.
+KindFit FitKinds(const KindMatrix& m, const std::vector<double>& measured,
+                 const KindFitOptions& options) {
+  ExtraSet best = {};
   if (options.fit_fixed) {
-    a[n][n] += 1e-9, b[n] += 1e-9 * prior.fixed;
-    a[n + 1][n + 1] += 1e-9, b[n + 1] += 1e-9 * prior.per_node;
+    double best_error = INFINITY;
+    for (int count = 0; count <= kExtras; ++count) {
+      for (unsigned mask = 0; mask < (1u << kExtras); ++mask) {
+        if (std::popcount(mask) != count) continue;
+        ExtraSet used;
+        bool told = true;
+        for (int e = 0; e < kExtras; ++e) {
+          used[e] = (mask >> e) & 1;
+          if (used[e]) told = told && ToldFromScale(m, measured, e);
+        }
+        if (!told) continue;
+        const double error = LeaveOneOutError(m, measured, options, used);
+        if (error < best_error * kBetterBy) best_error = error, best = used;
+      }
+    }
   }
-  const std::vector<double> k = Solve(std::move(a), std::move(b));
-  *fixed = options.fit_fixed ? std::max(0.0, k[n]) : 0;
-  *per_node = options.fit_fixed ? std::max(0.0, k[n + 1]) : 0;
-  std::map<std::string, double> out;
-  for (size_t j = 0; j < n; ++j) {
-    if (share[j] > 0) out[m.kinds[j]] = std::clamp(k[j], *common / 20, *common * 20);
-  }
-  return out;
+  return FitKindsWith(m, measured, options, best, kKeepAll);
 }
 
 // Optimizer seconds = fixed + rate x param bytes, least squares over stages.
@@ -239,12 +337,17 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
     return absl::InvalidArgumentError("kind fit: no stage has a measured forward");
   }
   KindCorrections out;
-  out.forward =
-      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options,
-               &out.forward_common, &out.forward_fixed_seconds, &out.forward_per_node_seconds);
-  out.backward =
-      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options,
-               &out.backward_common, &out.backward_fixed_seconds, &out.backward_per_node_seconds);
+  const KindFit f =
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options);
+  const KindFit b =
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options);
+  out.forward = f.factors, out.backward = b.factors;
+  out.forward_common = f.common, out.backward_common = b.common;
+  out.forward_fixed_seconds = f.extra[kFixed], out.backward_fixed_seconds = b.extra[kFixed];
+  out.forward_per_node_seconds = f.extra[kPerNode],
+  out.backward_per_node_seconds = b.extra[kPerNode];
+  out.forward_seconds_per_param_byte = f.extra[kPerByte];
+  out.backward_seconds_per_param_byte = b.extra[kPerByte];
   FitOptimizer(cost, node_stage, measured, out);
   return out;
 }
@@ -267,9 +370,12 @@ std::vector<MeasuredStage> PredictStageTimes(const CostModel& cost,
       out[s].forward_seconds += corrections.forward_per_node_seconds;
       out[s].backward_seconds += corrections.backward_per_node_seconds;
     }
-    out[s].forward_seconds += cost.forward_ref(v) * slow * corrections.ForwardFactor(g.node(v).op);
+    const double bytes = g.node(v).param_bytes * slow;
+    out[s].forward_seconds += cost.forward_ref(v) * slow * corrections.ForwardFactor(g.node(v).op) +
+                              corrections.forward_seconds_per_param_byte * bytes;
     out[s].backward_seconds +=
-        cost.backward_ref(v) * slow * corrections.BackwardFactor(g.node(v).op);
+        cost.backward_ref(v) * slow * corrections.BackwardFactor(g.node(v).op) +
+        corrections.backward_seconds_per_param_byte * bytes;
     out[s].optimizer_seconds +=
         corrections.optimizer_seconds_per_param_byte * g.node(v).param_bytes;
   }

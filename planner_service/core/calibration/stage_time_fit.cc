@@ -147,6 +147,27 @@ std::map<std::string, double> Residuals(const std::vector<MeasuredStage>& measur
   return out;
 }
 
+// As FitLine: stages modelled alike, holding alike parameter bytes, cannot
+// tell a fixed cost (or one per node or byte) from the scale; the line's
+// fit through zero stands.
+bool StagesDiffer(const CostModel& cost, std::span<const int> node_stage,
+                  std::span<const int> stage_device, const std::vector<double>& units,
+                  const std::vector<MeasuredStage>& measured) {
+  const std::vector<MeasuredStage> modelled =
+      PredictStageTimes(cost, KindCorrections{}, node_stage, stage_device, units);
+  std::vector<double> bytes(measured.size(), 0.0);
+  for (int v = 0; v < cost.graph().num_nodes(); ++v) {
+    bytes[node_stage[v]] += cost.graph().node(v).param_bytes;
+  }
+  double lo = INFINITY, hi = 0, fewest = INFINITY, most = 0;
+  for (size_t s = 0; s < measured.size(); ++s) {
+    if (!(measured[s].forward_seconds > 0)) continue;
+    lo = std::min(lo, modelled[s].forward_seconds), hi = std::max(hi, modelled[s].forward_seconds);
+    fewest = std::min(fewest, bytes[s]), most = std::max(most, bytes[s]);
+  }
+  return hi > 1.2 * lo || most > 1.2 * fewest;
+}
+
 }  // namespace
 
 StageTimeFit FitStageTimes(std::span<const StepSample> samples,
@@ -216,16 +237,7 @@ void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
       measured[s] = {MedianOr(m.forward, -1), MedianOr(m.backward, -1)};
     }
   }
-  // As FitLine: stages modelled alike cannot tell a fixed cost (or one per
-  // node) from the scale; the line's fit through zero stands.
-  const std::vector<MeasuredStage> modelled =
-      PredictStageTimes(cost, KindCorrections{}, node_stage, stage_device, units);
-  double lo = INFINITY, hi = 0;
-  for (size_t s = 0; s < measured.size(); ++s) {
-    if (!(measured[s].forward_seconds > 0)) continue;
-    lo = std::min(lo, modelled[s].forward_seconds), hi = std::max(hi, modelled[s].forward_seconds);
-  }
-  if (!(hi > 1.2 * lo)) return;
+  if (!StagesDiffer(cost, node_stage, stage_device, units, measured)) return;
   // The devices' residuals were taken against one scale for every kind, so
   // they hold the kinds' differences too: start from none, fit the kinds,
   // take the residuals against the kinds' prices, refit (a straggler's

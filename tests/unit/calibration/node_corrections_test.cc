@@ -108,6 +108,90 @@ TEST(NodeCorrections, BeatsDeviceFactorsOnAnotherSplit) {
   EXPECT_LT(kind_err / 2, 0.06);
 }
 
+// A CNN-like chain: convolutions of equal flops whose weights grow 4x per
+// group (late layers on a small image), run at 1x their flops plus a cost
+// per weight byte.
+struct ConvSetup {
+  Graph graph;
+  Cluster cluster;
+};
+
+ConvSetup MakeConvChain() {
+  GraphSpec g{.name = "cnn"};
+  for (int group = 0; group < 4; ++group) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string id = "conv" + std::to_string(g.nodes.size());
+      g.nodes.push_back({.id = id,
+                         .op = i == 2 ? "relu" : "conv2d",
+                         .forward_flops = i == 2 ? 1e6 : 5e8,
+                         .param_bytes = i == 2 ? 0 : 1e5 * std::pow(4.0, group)});
+      if (g.nodes.size() > 1) {
+        g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
+      }
+    }
+  }
+  ClusterSpec c;
+  for (int d = 0; d < 4; ++d) {
+    c.devices.push_back(
+        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+  }
+  return {*Graph::Build(g), *Cluster::Build(c)};
+}
+
+std::vector<MeasuredStage> MeasureConv(const ConvSetup& s, const CostModel& cost,
+                                       const std::vector<int>& split, int stages, double per_byte) {
+  std::vector<MeasuredStage> out(stages, {0, 0, -1});
+  for (int v = 0; v < s.graph.num_nodes(); ++v) {
+    const double bytes = s.graph.node(v).param_bytes;
+    out[split[v]].forward_seconds += cost.forward_ref(v) + per_byte * bytes;
+    out[split[v]].backward_seconds += cost.backward_ref(v) + 2 * per_byte * bytes;
+  }
+  return out;
+}
+
+// Weights that cost by their bytes: the stages of split A (one group each)
+// hold 0.2 to 12.8 MB for the same flops. A fit per kind alone puts the last
+// stage's cost on the convolutions' flops and misprices a split that halves
+// the model; the per-byte cost, chosen by leave-one-out, prices it.
+TEST(NodeCorrections, WeightsThatCostByTheirBytesPriceAnotherSplit) {
+  const ConvSetup s = MakeConvChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  const std::vector<int> a = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3};
+  const std::vector<int> b = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+  const std::vector<int> dev4 = {0, 1, 2, 3}, dev2 = {0, 1};
+  const double per_byte = 1e-10;  // 0.1 ms per MB: the last group 2.6 ms, its flops 1 ms
+  absl::StatusOr<KindCorrections> fit =
+      FitKindCorrections(cost, a, dev4, MeasureConv(s, cost, a, 4, per_byte), {.fit_fixed = true});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->forward_seconds_per_param_byte, per_byte, 0.02 * per_byte);
+  EXPECT_NEAR(fit->backward_seconds_per_param_byte, 2 * per_byte, 0.04 * per_byte);
+  const std::vector<MeasuredStage> truth = MeasureConv(s, cost, b, 2, per_byte);
+  const std::vector<MeasuredStage> priced = PredictStageTimes(cost, *fit, b, dev2);
+  for (int st = 0; st < 2; ++st) {
+    EXPECT_NEAR(priced[st].forward_seconds / truth[st].forward_seconds, 1, 0.02) << st;
+    EXPECT_NEAR(priced[st].backward_seconds / truth[st].backward_seconds, 1, 0.02) << st;
+  }
+}
+
+// Where the weights cost nothing extra, leave-one-out keeps the per-byte
+// (and fixed, per-node) costs out: they would only fit noise.
+TEST(NodeCorrections, NoByteCostWhereTheFlopsExplainTheStages) {
+  const ConvSetup s = MakeConvChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  const std::vector<int> a = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3};
+  const std::vector<int> dev4 = {0, 1, 2, 3};
+  std::vector<MeasuredStage> measured = MeasureConv(s, cost, a, 4, 0);
+  // +-1% noise, alternating.
+  for (int st = 0; st < 4; ++st) measured[st].forward_seconds *= st % 2 ? 1.01 : 0.99;
+  absl::StatusOr<KindCorrections> fit =
+      FitKindCorrections(cost, a, dev4, measured, {.fit_fixed = true});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->forward_seconds_per_param_byte, 0);
+  EXPECT_EQ(fit->forward_fixed_seconds, 0);
+  EXPECT_EQ(fit->forward_per_node_seconds, 0);
+  EXPECT_NEAR(fit->forward_common, 1, 0.02);
+}
+
 TEST(NodeCorrections, RejectsMismatchedSizes) {
   const KindSetup s = MakeSetup();
   const CostModel cost(s.graph, s.cluster, {});

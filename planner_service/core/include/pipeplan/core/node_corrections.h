@@ -14,15 +14,17 @@
 // near the common factor (total measured / total modelled) instead of
 // taking arbitrary values. PredictStageTimes then prices any split.
 //
-// With KindFitOptions::fit_fixed each action also pays a fixed cost (an
-// executor's call per F or B, whatever the stage holds) and a cost per node
-// it runs (an op's dispatch: a view or a getitem has no flops but is not
-// free), fitted with the factors: measured = fixed + per_node x nodes + sum
-// of factor x modelled. The factors are
-// then pulled towards the common scale of a fit of fixed + one scale, each
-// by its relative departure (`ridge` x ((k - c) / c)^2): with four stages
-// and twenty kinds a kind seen in one stage only must not take that
-// stage's whole error.
+// With KindFitOptions::fit_fixed each action may also pay a fixed cost (an
+// executor's call per F or B, whatever the stage holds), a cost per node it
+// runs (an op's dispatch: a view or a getitem has no flops but is not
+// free) and a cost per parameter byte of the stage (a layer whose weights
+// outweigh its arithmetic: ResNet-18's layer4 on 64x64 images holds 75% of
+// the weights and 23% of the flops, and on a CPU it costs by its weights). Which of the three a fit
+// uses is chosen by leave-one-out: the set that best predicts each measured stage from the others
+// (so a cost that only explains one stage's noise stays out; four stages cannot carry four free
+// costs). The kinds' factors are then fitted with it and pulled towards the common scale, each by
+// its relative departure (`ridge` x ((k - c) / c)^2): with four stages and twenty kinds a kind seen
+// in one stage only must not take that stage's whole error.
 //
 // The optimizer step is fitted the same way: seconds per parameter byte of
 // the stage (with a per-stage constant), from the executor's measured
@@ -55,10 +57,11 @@ struct KindCorrections {
   // common factor.
   std::map<std::string, double> forward, backward;
   double forward_common = 1, backward_common = 1;
-  // Seconds every F (B) pays whatever its nodes, and per node it runs
-  // (0 unless fit_fixed).
+  // Seconds every F (B) pays whatever its nodes, per node it runs, and per
+  // parameter byte of its stage (0 unless fit_fixed chose them).
   double forward_fixed_seconds = 0, backward_fixed_seconds = 0;
   double forward_per_node_seconds = 0, backward_per_node_seconds = 0;
+  double forward_seconds_per_param_byte = 0, backward_seconds_per_param_byte = 0;
   // Optimizer seconds per step = fixed + per_param_byte x stage param bytes.
   double optimizer_fixed_seconds = 0;
   double optimizer_seconds_per_param_byte = 0;
@@ -71,7 +74,8 @@ struct KindFitOptions {
   // Weight of pulling each kind's factor towards the common factor,
   // relative to one stage's squared relative error.
   double ridge = 0.05;
-  // Fit a fixed seconds per F and per B, and per node, too (unregularised).
+  // Fit a fixed seconds per F and per B, per node and per parameter byte,
+  // too, where they predict the stages (unregularised).
   bool fit_fixed = false;
 };
 
