@@ -2,6 +2,7 @@
 // (fixed cost per action + per-kind factors, as FitStageTimes and
 // FitStageKinds find them) prices another split's stages node by node, as
 // the as-run model does (ApplyStageTimeFit with the split).
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -206,6 +207,44 @@ TEST(StageKindFit, PricesOpsWithoutFlopsPerNode) {
   const std::vector<MeasuredStage> priced = PredictStageTimes(cost, *fit.kinds, b, Devices(4));
   for (int st = 0; st < 4; ++st) {
     EXPECT_NEAR(priced[st].forward_seconds / truth[st].forward_seconds, 1, 0.02) << st;
+  }
+}
+
+// Stages of equal flops whose weights grow 4x per stage (a CNN's later
+// layers on a small image), each weight byte costing 0.1 ns in F and 0.2 in
+// B: the stages' bytes differ though their flops do not, so FitStageKinds
+// fits (a cost per byte) and prices a split that moves the weights.
+TEST(StageKindFit, PricesWeightsThatCostByTheirBytes) {
+  GraphSpec g{.name = "cnn"};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int i = 0; i < 2; ++i) {
+      Add(g, "conv2d", 5e8);
+      g.nodes.back().param_bytes = 1e5 * std::pow(4.0, stage);
+    }
+  }
+  const KindChain s = OnFourDevices(g);
+  const CostModel cost(s.graph, s.cluster, {});
+  auto truth = [&](const std::vector<int>& split, int stages) {
+    std::vector<MeasuredStage> out(stages, {0, 0, -1});
+    for (int v = 0; v < s.graph.num_nodes(); ++v) {
+      const double bytes = s.graph.node(v).param_bytes;
+      out[split[v]].forward_seconds += cost.forward_ref(v) + 1e-10 * bytes;
+      out[split[v]].backward_seconds += cost.backward_ref(v) + 2e-10 * bytes;
+    }
+    return out;
+  };
+  const std::vector<int> a = {0, 0, 1, 1, 2, 2, 3, 3}, b = {0, 0, 0, 0, 0, 1, 1, 1};
+  const std::vector<StepSample> reports = Reports(truth(a, 4));
+  StageTimeFit fit = FitStageTimes(reports, Planned(cost, a, 4));
+  ASSERT_TRUE(fit.fitted);
+  FitStageKinds(reports, cost, a, Devices(4), fit, {});
+  ASSERT_TRUE(fit.kinds.has_value());
+  EXPECT_NEAR(fit.kinds->forward_seconds_per_param_byte, 1e-10, 2e-12);
+  const std::vector<MeasuredStage> want = truth(b, 2);
+  const std::vector<MeasuredStage> priced = PredictStageTimes(cost, *fit.kinds, b, Devices(2));
+  for (int st = 0; st < 2; ++st) {
+    EXPECT_NEAR(priced[st].forward_seconds / want[st].forward_seconds, 1, 0.02) << st;
+    EXPECT_NEAR(priced[st].backward_seconds / want[st].backward_seconds, 1, 0.02) << st;
   }
 }
 
