@@ -127,6 +127,23 @@ double AsRunAllReduce::StepEnd(const schedule::StageCosts& costs,
   return end;
 }
 
+namespace {
+
+// The step's end after its last compute: the ranks' longest update where
+// it was fitted, else the measured least EndStep.
+double TailSeconds(const StageTimeFit& fit, const std::vector<double>& stage_param_bytes,
+                   const std::vector<int>& stage_rank, const schedule::ComputeSharing& sharing) {
+  if (!fit.update.fitted) return fit.end_step_seconds;
+  std::vector<double> rank_bytes;
+  for (size_t s = 0; s < stage_param_bytes.size() && s < stage_rank.size(); ++s) {
+    if (stage_rank[s] >= static_cast<int>(rank_bytes.size())) rank_bytes.resize(stage_rank[s] + 1);
+    rank_bytes[stage_rank[s]] += stage_param_bytes[s];
+  }
+  return UpdateTailSeconds(fit.update, rank_bytes, sharing);
+}
+
+}  // namespace
+
 absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
                                            const FixedPlan& plan, const AsRunOptions& as_run) {
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::PipelineSchedule sched, FixedPlanSchedule(plan));
@@ -144,7 +161,6 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   if (as_run.stage_fit != nullptr) {
     ApplyStageTimeFit(*as_run.stage_fit, cost, plan.node_stage, plan.stage_device,
                       plan.stage_recompute, c);
-    out.tail_seconds = as_run.stage_fit->end_step_seconds;
     if (as_run.stage_fit->weight_pass_repeats_backward && SplitsWeightGradients(sched)) {
       // W runs the whole backward again: it costs I + W, and I comes on top.
       for (size_t s = 0; s < c.backward_weight.size(); ++s) {
@@ -154,6 +170,10 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   }
   if (as_run.cpu_pools != nullptr && !as_run.cpu_pools->empty()) {
     out.sharing = SharingOf(*as_run.cpu_pools, RankDevices(cluster, plan, out.lowered));
+  }
+  if (as_run.stage_fit != nullptr) {
+    out.tail_seconds =
+        TailSeconds(*as_run.stage_fit, param_bytes, sched.stage_to_rank, out.sharing);
   }
   out.boundary_bytes = BoundaryBytes(cost, plan.node_stage, num_stages);
   for (int b = 0; b + 1 < num_stages; ++b) {

@@ -65,36 +65,6 @@ std::map<int, PerStage> MeasuredPerAction(std::span<const StepSample> samples) {
   return out;
 }
 
-// measured = fixed + scale x nominal over the points, by Siegel's repeated
-// median (each point's median slope to the others, then their median): one
-// straggler stage does not tilt the line. fixed 0 (scale through zero) when
-// the nominal values are too alike to separate the two, or the line would
-// have a negative part.
-std::pair<double, double> FitLine(const std::vector<double>& x, const std::vector<double>& y) {
-  std::vector<double> ratios;
-  double lo = INFINITY, hi = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] > 0) ratios.push_back(y[i] / x[i]);
-    lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
-  }
-  const std::pair<double, double> through_zero = {0, MedianOr(ratios, 1)};
-  if (x.size() < 2 || !(hi > 1.2 * lo)) return through_zero;
-  std::vector<double> slopes;
-  for (size_t i = 0; i < x.size(); ++i) {
-    std::vector<double> mine;
-    for (size_t j = 0; j < x.size(); ++j) {
-      if (j != i && x[j] != x[i]) mine.push_back((y[j] - y[i]) / (x[j] - x[i]));
-    }
-    if (!mine.empty()) slopes.push_back(MedianOr(mine, 0));
-  }
-  const double scale = MedianOr(slopes, 0);
-  std::vector<double> fixed;
-  for (size_t i = 0; i < x.size(); ++i) fixed.push_back(y[i] - scale * x[i]);
-  const double intercept = MedianOr(fixed, 0);
-  if (scale < 0 || intercept < 0) return through_zero;
-  return {intercept, scale};
-}
-
 // Per step, the least EndStep time of any rank; median over steps.
 double EndStepSeconds(std::span<const StepSample> samples) {
   std::map<int64_t, double> least;
@@ -147,7 +117,7 @@ std::map<std::string, double> Residuals(const std::vector<MeasuredStage>& measur
   return out;
 }
 
-// As FitLine: stages modelled alike, holding alike parameter bytes, cannot
+// As RepeatedMedianLine: stages modelled alike, holding alike parameter bytes, cannot
 // tell a fixed cost (or one per node or byte) from the scale; the line's
 // fit through zero stands.
 bool StagesDiffer(const CostModel& cost, std::span<const int> node_stage,
@@ -188,8 +158,8 @@ StageTimeFit FitStageTimes(std::span<const StepSample> samples,
     counted.push_back(s);
   }
   if (counted.size() < 2) return fit;
-  std::tie(fit.forward_fixed, fit.forward_scale) = FitLine(nf, mf);
-  std::tie(fit.backward_fixed, fit.backward_scale) = FitLine(nb, mb);
+  std::tie(fit.forward_fixed, fit.forward_scale) = RepeatedMedianLine(nf, mf);
+  std::tie(fit.backward_fixed, fit.backward_scale) = RepeatedMedianLine(nb, mb);
   std::map<std::string, std::vector<double>> residual;
   for (size_t i = 0; i < counted.size(); ++i) {
     const double predicted = fit.forward_fixed + fit.forward_scale * nf[i] + fit.backward_fixed +

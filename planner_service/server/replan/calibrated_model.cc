@@ -105,7 +105,8 @@ std::vector<double> MeasuredExposed(const std::vector<StepSample>& samples, int 
 
 // The fits that price the version's own plan node by node on the
 // calibrated cluster: the stage times per operator kind (a split elsewhere
-// is priced from them) and the replicas' all-reduce ring scale. Left as
+// is priced from them), each rank's update by its parameter bytes and the
+// replicas' all-reduce ring scale. Left as
 // they are when the version cannot be priced (a device gone, an unreadable
 // plan, no node split).
 void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, CalibratedModel& model) {
@@ -118,6 +119,13 @@ void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, Calib
   if (!fixed.ok()) return;
   const CostModel cost(*in->graph, *in->cluster, AsRunCostOptions(*in->graph, *fixed));
   FitStageKinds(model.samples, cost, fixed->node_stage, fixed->stage_device, model.stage_fit);
+  absl::StatusOr<std::vector<StageCost>> stages =
+      cost.Evaluate(fixed->node_stage, fixed->stage_device);
+  if (stages.ok()) {
+    std::vector<double> bytes;
+    for (const StageCost& st : *stages) bytes.push_back(st.param_bytes);
+    model.stage_fit.update = FitUpdates(model.samples, bytes);
+  }
   const std::vector<double> exposed = MeasuredExposed(model.samples, plan.num_ranks);
   if (std::none_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) return;
   absl::StatusOr<double> scale = FitAllReduceScale(

@@ -42,6 +42,7 @@
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/node_corrections.h"
 #include "pipeplan/core/schedule/stage_costs.h"
+#include "pipeplan/core/update_fit.h"
 
 namespace pipeplan {
 
@@ -58,6 +59,10 @@ struct StageTimeFit {
   double cluster_default_factor = 1;
   // Seconds after the last compute of a step (EndStep), 0 if not measured.
   double end_step_seconds = 0;
+  // Each rank's optimizer update after the ranks agree (update_fit.h); when
+  // fitted, a plan's step ends with its longest update instead of
+  // end_step_seconds.
+  UpdateFit update;
   // Multiplies the modelled ring seconds of the replicas' gradient
   // all-reduce (runtime_model.h): measured exposed over modelled, 1 when the
   // fitted version had no replicas. Applies fitted or not.
