@@ -74,9 +74,8 @@ class Engine : private EventTimes {
       case ActionType::kBackwardInput:
       case ActionType::kBackwardWeight:
       case ActionType::kFullBackward:
-        return RunCompute(r, cur, a, work);
       case ActionType::kOverlapFB:
-        return RunOverlap(r, cur, a, work);
+        return RunCompute(r, cur, a, work);
       case ActionType::kSendF:
       case ActionType::kSendB:
         return RunSend(r, cur, a, work);
@@ -87,29 +86,16 @@ class Engine : private EventTimes {
     return true;
   }
 
+  // F, I, W, B, or an OVERLAP_F_B whose two halves finish together.
   bool RunCompute(int r, size_t cur, const Action& a, std::vector<int>& work) {
     double& clock = clock_[r];
-    const double ready = InputsReady(a);
+    const double ready = ComputeReady(a);
     if (ready < 0) return false;
     const double start = std::max(clock, ready);
     const double dur = Duration(a);
     clock = start + dur;
     busy_[r] += dur;
-    Finish(a, clock, work);
-    Record(r, cur, a, start, clock);
-    return true;
-  }
-
-  bool RunOverlap(int r, size_t cur, const Action& a, std::vector<int>& work) {
-    double& clock = clock_[r];
-    const double ready = OverlapReady(a);
-    if (ready < 0) return false;
-    const double start = std::max(clock, ready);
-    const double dur = Duration(a);
-    clock = start + dur;
-    busy_[r] += dur;
-    Finish(ForwardHalf(a), clock, work);
-    Finish(BackwardHalf(a), clock, work);
+    ForEachHalf(a, [&](const Action& half) { Finish(half, clock, work); });
     Record(r, cur, a, start, clock);
     return true;
   }

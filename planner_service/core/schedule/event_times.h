@@ -110,6 +110,11 @@ class EventTimes {
     return b < 0 ? -1 : std::max(f, b);
   }
 
+  // When compute action `a` (F, I, W, B or an overlap) can start, or -1.
+  double ComputeReady(const Action& a) {
+    return a.type == ActionType::kOverlapFB ? OverlapReady(a) : InputsReady(a);
+  }
+
   // Marks a compute half finished at `end`; returns the stage whose rank may
   // be waiting for it on the far side of the hop (possibly out of range), or
   // -1 when nobody waits (W).

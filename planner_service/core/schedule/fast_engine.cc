@@ -45,6 +45,31 @@ struct StageInfo {
   double act_bytes;
 };
 
+// One direction of a cross-rank hop between adjacent stages. SEND and RECV
+// of either direction run the same steps on these fields.
+struct Hop {
+  int index;                          // into the engine's per-direction counts
+  int to;                             // receiving stage - sending stage
+  bool StageInfo::*sender_crosses;    // the receiver is on another rank
+  bool StageInfo::*receiver_crosses;  // the sender is on another rank
+  uint8_t produced_bit;               // what the send carries
+  double Events::*produced;
+  uint8_t sent_bit;
+  double Events::*sent;
+  uint8_t recv_bit;
+  double Events::*recv;
+  double StageInfo::*xfer;  // kept by the boundary's lower stage
+};
+constexpr Hop kHops[] = {
+    // Forward: a stage's activations go to stage + 1.
+    {0, 1, &StageInfo::cross_next, &StageInfo::cross_prev, kHasF, &Events::fwd, kHasSendF,
+     &Events::sent_f, kHasRecvF, &Events::recv_f, &StageInfo::xfer_f},
+    // Backward: its input gradients go to stage - 1.
+    {1, -1, &StageInfo::cross_prev, &StageInfo::cross_next, kHasBwd, &Events::bwd, kHasSendB,
+     &Events::sent_b, kHasRecvB, &Events::recv_b, &StageInfo::xfer_b}};
+constexpr const Hop& kForwardHop = kHops[0];
+constexpr const Hop& kBackwardHop = kHops[1];
+
 // Per-thread scratch, reused so that repeated simulations (the planner's
 // search loop) neither page-fault nor allocate after the first.
 struct Scratch {
@@ -161,8 +186,8 @@ class FastEngine {
   bool EveryActionRan() const {
     const int64_t cells = int64_t{S_} * M_;
     const int64_t hops = comms_ ? int64_t{crossings_} * M_ : 0;
-    return n_f_ == cells && n_bwd_ == cells && n_i_ == n_w_ && n_send_f_ == hops &&
-           n_recv_f_ == hops && n_send_b_ == hops && n_recv_b_ == hops;
+    return n_f_ == cells && n_bwd_ == cells && n_i_ == n_w_ && n_send_[0] == hops &&
+           n_recv_[0] == hops && n_send_[1] == hops && n_recv_[1] == hops;
   }
 
   // Step time, idle time and bubble, peak memory per rank.
@@ -374,13 +399,13 @@ class FastEngine {
       case ActionType::kFullBackward:
         return RunCompute(a.type, st, mb, rc);
       case ActionType::kSendF:
-        return SendF(st, mb, rc.clock);
+        return Send(kForwardHop, st, mb, rc.clock);
       case ActionType::kSendB:
-        return SendB(st, mb, rc.clock);
+        return Send(kBackwardHop, st, mb, rc.clock);
       case ActionType::kRecvF:
-        return RecvF(st, mb, rc.clock);
+        return Recv(kForwardHop, st, mb, rc.clock);
       case ActionType::kRecvB:
-        return RecvB(st, mb, rc.clock);
+        return Recv(kBackwardHop, st, mb, rc.clock);
       case ActionType::kOverlapFB:
         break;  // handled above
     }
@@ -426,48 +451,28 @@ class FastEngine {
     return Step::kDone;
   }
 
-  Step SendF(int st, int mb, double clock) {
-    if (!stages_[st].cross_next) return Step::kBad;
+  // Posts the hop's data at `clock`, or when stage st produces it if later.
+  Step Send(const Hop& h, int st, int mb, double clock) {
+    if (!(stages_[st].*h.sender_crosses)) return Step::kBad;
     Events& e = At(st, mb);
-    if (!Has(st, mb, kHasF)) return Step::kBlocked;
-    if (!Claim(st, mb, kHasSendF)) return Step::kBad;
-    ++n_send_f_;
-    e.sent_f = std::max(clock, e.fwd);
-    Wake(st + 1, st, mb, kHasSendF);
+    if (!Has(st, mb, h.produced_bit)) return Step::kBlocked;
+    if (!Claim(st, mb, h.sent_bit)) return Step::kBad;
+    ++n_send_[h.index];
+    e.*h.sent = std::max(clock, e.*h.produced);
+    Wake(st + h.to, st, mb, h.sent_bit);
     return Step::kDone;
   }
 
-  Step SendB(int st, int mb, double clock) {
-    if (!stages_[st].cross_prev) return Step::kBad;
-    Events& e = At(st, mb);
-    if (!Has(st, mb, kHasBwd)) return Step::kBlocked;
-    if (!Claim(st, mb, kHasSendB)) return Step::kBad;
-    ++n_send_b_;
-    e.sent_b = std::max(clock, e.bwd);
-    Wake(st - 1, st, mb, kHasSendB);
-    return Step::kDone;
-  }
-
-  Step RecvF(int st, int mb, double clock) {
-    if (!stages_[st].cross_prev) return Step::kBad;
-    const double sent = Time(st - 1, mb, kHasSendF, &Events::sent_f);
+  // The data arrives one transfer after the later of its send and `clock`.
+  Step Recv(const Hop& h, int st, int mb, double clock) {
+    if (!(stages_[st].*h.receiver_crosses)) return Step::kBad;
+    const int from = st - h.to;
+    const double sent = Time(from, mb, h.sent_bit, h.sent);
     if (sent < 0) return Step::kBlocked;
-    if (!Claim(st, mb, kHasRecvF)) return Step::kBad;
-    ++n_recv_f_;
-    const double end = std::max(clock, sent) + stages_[st - 1].xfer_f;
-    At(st, mb).recv_f = end;
-    makespan_ = std::max(makespan_, end);
-    return Step::kDone;
-  }
-
-  Step RecvB(int st, int mb, double clock) {
-    if (!stages_[st].cross_next) return Step::kBad;
-    const double sent = Time(st + 1, mb, kHasSendB, &Events::sent_b);
-    if (sent < 0) return Step::kBlocked;
-    if (!Claim(st, mb, kHasRecvB)) return Step::kBad;
-    ++n_recv_b_;
-    const double end = std::max(clock, sent) + stages_[st].xfer_b;
-    At(st, mb).recv_b = end;
+    if (!Claim(st, mb, h.recv_bit)) return Step::kBad;
+    ++n_recv_[h.index];
+    const double end = std::max(clock, sent) + stages_[std::min(st, from)].*h.xfer;
+    At(st, mb).*h.recv = end;
     makespan_ = std::max(makespan_, end);
     return Step::kDone;
   }
@@ -487,7 +492,8 @@ class FastEngine {
   StageInfo* stages_ = nullptr;
   double makespan_ = 0;
   int64_t n_f_ = 0, n_bwd_ = 0, n_i_ = 0, n_w_ = 0;
-  int64_t n_send_f_ = 0, n_recv_f_ = 0, n_send_b_ = 0, n_recv_b_ = 0;
+  // Per hop direction (Hop::index): SENDs and RECVs run.
+  int64_t n_send_[2] = {}, n_recv_[2] = {};
 };
 
 }  // namespace

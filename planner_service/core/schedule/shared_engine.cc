@@ -143,7 +143,7 @@ class SharedEngine : private EventTimes {
         if (!RunMessage(r, cur, a)) break;
         continue;
       }
-      const double ready = a.type == ActionType::kOverlapFB ? OverlapReady(a) : InputsReady(a);
+      const double ready = ComputeReady(a);
       if (ready < 0) break;
       const double start = std::max({clock_[r], ready, now_});
       if (start > now_) {

@@ -16,10 +16,7 @@ namespace {
 class UnitTimeSimulator {
  public:
   explicit UnitTimeSimulator(const PipelineSchedule& s)
-      : s_(s),
-        S_(s.num_stages),
-        M_(s.num_microbatches),
-        placed_(static_cast<size_t>(kNumKinds) * S_ * M_, 0) {}
+      : s_(s), S_(s.num_stages), M_(s.num_microbatches), placed_(kNumTypes * S_ * M_, 0) {}
 
   absl::StatusOr<UnitTimeResult> Run() {
     const int p = s_.num_ranks;
@@ -80,10 +77,13 @@ class UnitTimeSimulator {
   }
 
  private:
-  enum Kind { kF, kBackward, kSentF, kSentB, kRecvedF, kRecvedB, kNumKinds };
+  static constexpr size_t kNumTypes = static_cast<size_t>(ActionType::kOverlapFB) + 1;
 
-  uint8_t& Placed(Kind k, int stage, int mb) {
-    return placed_[(static_cast<size_t>(k) * S_ + stage) * M_ + mb];
+  // Whether the action of this type and (stage, microbatch) has been placed.
+  // An I or a B is recorded as B: either is the backward a later action waits
+  // for. Nothing waits on a W, and an overlap is recorded as its halves.
+  uint8_t& Placed(ActionType type, int stage, int mb) {
+    return placed_[(static_cast<size_t>(type) * S_ + stage) * M_ + mb];
   }
   bool SameRank(int a, int b) const { return s_.stage_to_rank[a] == s_.stage_to_rank[b]; }
 
@@ -91,22 +91,22 @@ class UnitTimeSimulator {
     const int st = a.stage, mb = a.microbatch;
     switch (a.type) {
       case ActionType::kForward:
-        return st == 0 || Placed(kRecvedF, st, mb) ||
-               (SameRank(st - 1, st) && Placed(kF, st - 1, mb));
+        return st == 0 || Placed(ActionType::kRecvF, st, mb) ||
+               (SameRank(st - 1, st) && Placed(ActionType::kForward, st - 1, mb));
       case ActionType::kBackwardInput:
       case ActionType::kFullBackward:
-        return st == S_ - 1 || Placed(kRecvedB, st, mb) ||
-               (SameRank(st + 1, st) && Placed(kBackward, st + 1, mb));
+        return st == S_ - 1 || Placed(ActionType::kRecvB, st, mb) ||
+               (SameRank(st + 1, st) && Placed(ActionType::kFullBackward, st + 1, mb));
       case ActionType::kBackwardWeight:
         return true;
       case ActionType::kSendF:
-        return Placed(kF, st, mb);
+        return Placed(ActionType::kForward, st, mb);
       case ActionType::kSendB:
-        return Placed(kBackward, st, mb);
+        return Placed(ActionType::kFullBackward, st, mb);
       case ActionType::kRecvF:
-        return Placed(kSentF, st - 1, mb);
+        return Placed(ActionType::kSendF, st - 1, mb);
       case ActionType::kRecvB:
-        return Placed(kSentB, st + 1, mb);
+        return Placed(ActionType::kSendB, st + 1, mb);
       case ActionType::kOverlapFB:
         return Ready(ForwardHalf(a)) && Ready(BackwardHalf(a));
     }
@@ -114,33 +114,13 @@ class UnitTimeSimulator {
   }
 
   void Mark(const Action& a) {
-    const int st = a.stage, mb = a.microbatch;
-    switch (a.type) {
-      case ActionType::kForward:
-        Placed(kF, st, mb) = 1;
-        break;
-      case ActionType::kBackwardInput:
-      case ActionType::kFullBackward:
-        Placed(kBackward, st, mb) = 1;
-        break;
-      case ActionType::kBackwardWeight:
-        break;
-      case ActionType::kSendF:
-        Placed(kSentF, st, mb) = 1;
-        break;
-      case ActionType::kSendB:
-        Placed(kSentB, st, mb) = 1;
-        break;
-      case ActionType::kRecvF:
-        Placed(kRecvedF, st, mb) = 1;
-        break;
-      case ActionType::kRecvB:
-        Placed(kRecvedB, st, mb) = 1;
-        break;
-      case ActionType::kOverlapFB:
-        Mark(ForwardHalf(a));
-        Mark(BackwardHalf(a));
-        break;
+    if (a.type == ActionType::kOverlapFB) {
+      Mark(ForwardHalf(a));
+      Mark(BackwardHalf(a));
+    } else if (a.type == ActionType::kBackwardInput) {
+      Placed(ActionType::kFullBackward, a.stage, a.microbatch) = 1;
+    } else if (a.type != ActionType::kBackwardWeight) {
+      Placed(a.type, a.stage, a.microbatch) = 1;
     }
   }
 

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "pipeplan/core/json_string.h"
 
 namespace pipeplan::server {
 namespace {
@@ -32,33 +33,7 @@ void AppendValue(std::string* out, std::string_view v) {
     out->append(v);
     return;
   }
-  out->push_back('"');
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          absl::StrAppend(out, "\\x", absl::Hex(c, absl::kZeroPad2));
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
+  AppendQuoted(out, v, ControlEscape::kHex);
 }
 }  // namespace
 

@@ -152,6 +152,18 @@ class Stmt {
     auto r = Step();
     return r.ok() ? absl::OkStatus() : r.status();
   }
+  // REQUIRES: prepared(). Calls `row()` (absl::StatusOr<bool>: true to go
+  // on) on each row in turn; stops when the rows run out, when `row` answers
+  // false, or at the first error (the statement's or the one `row` returns).
+  template <typename F>
+  absl::Status ForEachRow(F row) {
+    while (true) {
+      PIPEPLAN_ASSIGN_OR_RETURN(bool more, Step());
+      if (!more) return absl::OkStatus();
+      PIPEPLAN_ASSIGN_OR_RETURN(bool go_on, row());
+      if (!go_on) return absl::OkStatus();
+    }
+  }
   std::string Text(int col) const {
     const unsigned char* t = sqlite3_column_text(s_, col);
     return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(s_, col))
@@ -324,14 +336,13 @@ class SqliteStore : public Store {
     q.Bind(1, job_id).Bind(2, int64_t{std::min(limit, options_.report_window)});
     std::vector<v1::ReportStepRequest> out;
     int64_t bytes = 0;
-    while (true) {
-      PIPEPLAN_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
+    PIPEPLAN_RETURN_IF_ERROR(q.ForEachRow([&]() -> absl::StatusOr<bool> {
       bytes += q.Size(0);
-      if (!out.empty() && bytes > max_bytes) break;
+      if (!out.empty() && bytes > max_bytes) return false;
       v1::ReportStepRequest r;
       if (r.ParseFromString(q.Blob(0))) out.push_back(std::move(r));
-    }
+      return true;
+    }));
     return out;
   }
 
@@ -344,9 +355,7 @@ class SqliteStore : public Store {
               "JOIN plans p ON p.job_id = j.id AND p.version = j.current_version "
               "LEFT JOIN job_training t ON t.job_id = j.id ORDER BY j.id");
     PIPEPLAN_RETURN_IF_ERROR(jobs.prepared());
-    while (true) {
-      PIPEPLAN_ASSIGN_OR_RETURN(bool row, jobs.Step());
-      if (!row) break;
+    PIPEPLAN_RETURN_IF_ERROR(jobs.ForEachRow([&]() -> absl::StatusOr<bool> {
       StoredJob sj;
       sj.job.id = jobs.Text(0);
       sj.job.name = jobs.Text(1);
@@ -363,17 +372,16 @@ class SqliteStore : public Store {
         sj.job.failure_message = jobs.Text(7);
       }
       out.push_back(std::move(sj));
-    }
+      return true;
+    }));
     Stmt workers(db_,
                  "SELECT job_id, info, rank, state, last_heartbeat_ms, last_step FROM workers "
                  "ORDER BY job_id, worker_id");
     PIPEPLAN_RETURN_IF_ERROR(workers.prepared());
-    while (true) {
-      PIPEPLAN_ASSIGN_OR_RETURN(bool row, workers.Step());
-      if (!row) break;
+    PIPEPLAN_RETURN_IF_ERROR(workers.ForEachRow([&]() -> absl::StatusOr<bool> {
       WorkerRecord w;
       w.job_id = workers.Text(0);
-      if (!w.info.ParseFromString(workers.Blob(1))) continue;
+      if (!w.info.ParseFromString(workers.Blob(1))) return true;
       w.rank = static_cast<int>(workers.Int(2));
       w.state = static_cast<v1::WorkerState>(workers.Int(3));
       w.last_heartbeat_unix_ms = workers.Int(4);
@@ -384,7 +392,8 @@ class SqliteStore : public Store {
           break;
         }
       }
-    }
+      return true;
+    }));
     return out;
   }
 
