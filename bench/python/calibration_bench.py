@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import train_bench  # noqa: E402
+from bench_common import require_built  # noqa: E402
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
 
 SCHEDULES = [("GPipe", "GPipe", 1), ("1F1B", "1F1B", 1),
@@ -89,9 +90,7 @@ def main():
     parser.add_argument("--model", choices=("gpt256", "gpt"), default="gpt256",
                         help="gpt: tests/models' tiny gpt (faster, step dominated by overhead)")
     args = parser.parse_args()
-    if not planner_binary():
-        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
-                 "pipeplan")
+    require_built()
     work = tempfile.mkdtemp(prefix="pipeplan-calibration-bench-")
     if args.model == "gpt256":
         fx = train_bench.gpt256_fixture(work)

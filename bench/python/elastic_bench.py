@@ -495,10 +495,17 @@ def write_inputs(work, devices=4):
                    "intra_host_bandwidth": 10e9, "inter_host_bandwidth": 10e9}, f)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+def arg_parser(doc):
+    """The parser of a benchmark that starts a Planner: its usage is its
+    docstring `doc`, --build the build tree the Planner's binary is in."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    return ap
+
+
+def main():
+    ap = arg_parser(__doc__)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--lease", type=float, default=2.0)
     ap.add_argument("--checkpoint-every", type=int, default=None)

@@ -17,7 +17,6 @@ than 1e-3. Usage:
   /usr/bin/python3 bench/python/exactness_bench.py --build build --steps 2200 [--ranks 3]
       [--replan-at 150 450 750]
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -91,9 +90,7 @@ def compare(name, losses, reference):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(eb.SRC, "build"))
+    ap = eb.arg_parser(__doc__)
     ap.add_argument("--steps", type=int, default=2200)
     ap.add_argument("--ranks", type=int, default=4, choices=(2, 3, 4))
     ap.add_argument("--replan-at", type=int, nargs="*", default=[])

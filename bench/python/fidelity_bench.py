@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import CLI, WORKER  # noqa: E402  (and the helpers' sys.path)
+from bench_common import CLI, WORKER, require_built  # noqa: E402  (and the helpers' sys.path)
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
 SCHEDULES = [("GPipe", "GPipe", 1), ("1F1B", "1F1B", 1),
              ("Interleaved1F1B", "Interleaved1F1B", 2),
@@ -113,9 +113,7 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--schedules", default=",".join(s[0] for s in SCHEDULES))
     args = parser.parse_args()
-    if not planner_binary() or not os.path.exists(CLI) or not os.path.exists(WORKER):
-        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
-                 "pipeplan")
+    require_built(CLI, WORKER)
     wanted = args.schedules.split(",")
     work = tempfile.mkdtemp(prefix="pipeplan-fidelity-bench-")
     rows = []

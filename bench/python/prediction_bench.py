@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "build", "python"))
 
 import fidelity_bench  # noqa: E402
 import train_bench  # noqa: E402
+from bench_common import require_built  # noqa: E402
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
 
 # Every plan names its microbatches: a replan keeps the options it does not
@@ -366,9 +367,7 @@ def main():
     parser.add_argument("--dump", metavar="DIR",
                         help="write each torch job's reports and plans to DIR/MODEL.json")
     args = parser.parse_args()
-    if not planner_binary():
-        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
-                 "pipeplan")
+    require_built()
     work = tempfile.mkdtemp(prefix="pipeplan-prediction-bench-")
     parts = args.parts.split(",")
     if "torch" in parts:

@@ -15,7 +15,6 @@ Usage:
   bench/python/state_move_bench.py --build build [--mb 1170] [--steps 110]
       [--skip-move-bench]
 """
-import argparse
 import json
 import os
 import shutil
@@ -55,9 +54,7 @@ def step_cost(args, work, planner, every):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap = eb.arg_parser(__doc__)
     ap.add_argument("--mb", type=float, default=1170)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=110)

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import CLI, WORKER  # noqa: E402  (and the helpers' sys.path)
+from bench_common import CLI, WORKER, require_built  # noqa: E402  (and the helpers' sys.path)
 from planner_process import PlannerProcess, planner_binary  # noqa: E402
 BATCH, MICROBATCHES = 4, 2
 
@@ -109,9 +109,7 @@ def main():
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--checkpoint-every", type=int, default=1)
     args = parser.parse_args()
-    if not planner_binary():
-        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
-                 "pipeplan")
+    require_built()
     work = tempfile.mkdtemp(prefix="pipeplan-switch-bench-")
     t = time.perf_counter()
     fx, params = export(work, args)

@@ -36,7 +36,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from bench_common import CLI, ROOT, WORKER  # noqa: E402  (and the helpers' sys.path)
+from bench_common import CLI, ROOT, WORKER, require_built  # noqa: E402  (and the helpers' sys.path)
 import make_fixtures  # noqa: E402
 import pipeplan_data  # noqa: E402
 import pipeplan_package  # noqa: E402
@@ -143,9 +143,7 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--model", action="append", default=[])
     args = parser.parse_args()
-    if not planner_binary() or not os.access(LOOP, os.X_OK):
-        sys.exit("build first: cmake --build build --target pipeplan-planner pipeplan-worker "
-                 "pipeplan pipeplan-libtorch-train-loop")
+    require_built(LOOP, targets=["pipeplan-libtorch-train-loop"])
     work = tempfile.mkdtemp(prefix="pipeplan-train-bench-")
     print("samples/s (batch %d, %d microbatches, AdamW, CPU; --steps %d)" % (
         BATCH, MICROBATCHES, args.steps))

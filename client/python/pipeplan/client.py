@@ -50,7 +50,19 @@ def _devices(plan):
     return ranks * max(1, len(plan.replicas))
 
 
-class PlanWatch:
+class _ClosedOnExit:
+    """`with` support for what holds a call or a channel: leaving the block
+    calls close(), and an exception in it propagates."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class PlanWatch(_ClosedOnExit):
     """The plan versions a worker should run, as the planner publishes them: an
     iterator of pipeplan.v1.PlanUpdate that blocks until the next one. cancel()
     (or leaving a `with` block) ends it; iteration then stops quietly. A planner
@@ -75,15 +87,10 @@ class PlanWatch:
         self._cancelled = True
         self._call.cancel()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.cancel()
-        return False
+    close = cancel
 
 
-class Client:
+class Client(_ClosedOnExit):
     """A connection to pipeplan-planner at `address` (host:port).
 
     token / token_file: the bearer token (`--auth-token-file` of the planner; the
@@ -118,13 +125,6 @@ class Client:
 
     def close(self):
         self._channel.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def _call(self, method, request, timeout):
         try:

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "pipeplan/common/status_macros.h"
 
 namespace pipeplan::worker {
 namespace {
@@ -282,14 +283,25 @@ absl::Status MlpExecutor::Compute(const Action& a) {
   }
 }
 
-absl::StatusOr<std::span<const std::byte>> MlpExecutor::SendBuffer(const Action& send) {
-  std::map<Key, Tensor>* source = send.type == ActionType::kSendF   ? &out_
-                                  : send.type == ActionType::kSendB ? &grad_in_
-                                                                    : nullptr;
-  if (source == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(schedule::ActionToString(send), " is not a SEND action"));
+absl::StatusOr<std::map<MlpExecutor::Key, MlpExecutor::Tensor>*> MlpExecutor::TransferMap(
+    const Action& a, bool send) {
+  std::map<Key, Tensor>* map = nullptr;
+  if (send) {
+    map = a.type == ActionType::kSendF ? &out_ : a.type == ActionType::kSendB ? &grad_in_ : nullptr;
+  } else {
+    map = a.type == ActionType::kRecvF   ? &recv_f_
+          : a.type == ActionType::kRecvB ? &recv_b_
+                                         : nullptr;
   }
+  if (map == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(schedule::ActionToString(a), " is not a ", send ? "SEND" : "RECV", " action"));
+  }
+  return map;
+}
+
+absl::StatusOr<std::span<const std::byte>> MlpExecutor::SendBuffer(const Action& send) {
+  PIPEPLAN_ASSIGN_OR_RETURN(auto* source, TransferMap(send, /*send=*/true));
   auto it = source->find({send.stage, send.microbatch});
   if (it == source->end()) {
     return absl::FailedPreconditionError(
@@ -299,13 +311,7 @@ absl::StatusOr<std::span<const std::byte>> MlpExecutor::SendBuffer(const Action&
 }
 
 absl::StatusOr<std::span<std::byte>> MlpExecutor::RecvBuffer(const Action& recv) {
-  std::map<Key, Tensor>* dest = recv.type == ActionType::kRecvF   ? &recv_f_
-                                : recv.type == ActionType::kRecvB ? &recv_b_
-                                                                  : nullptr;
-  if (dest == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(schedule::ActionToString(recv), " is not a RECV action"));
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(auto* dest, TransferMap(recv, /*send=*/false));
   Tensor& t = (*dest)[{recv.stage, recv.microbatch}];
   t.assign(elems_, 0.0f);
   Track();

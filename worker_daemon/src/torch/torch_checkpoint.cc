@@ -1,7 +1,6 @@
 // TorchExecutor: checkpoint shards. Format 2 writes each rank's shard as a
 // state pack of tensor records (one write, disk-bound); format 1 shards
 // (torch.save'd dicts, pickled) still load.
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <set>
 
@@ -72,14 +71,7 @@ absl::Status ImportLegacyEntry(TorchExecutor::Impl& impl, const std::string& nam
 
 absl::Status LoadLegacyShard(TorchExecutor::Impl& impl, const std::string& path,
                              const std::vector<std::string>& wanted) {
-  PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
-  torch::IValue shard;
-  try {
-    shard = torch::jit::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a torch.save'd file: ", e.what_without_backtrace()));
-  }
+  PIPEPLAN_ASSIGN_OR_RETURN(const torch::IValue shard, LoadTorchSaved(path, "file"));
   if (!shard.isGenericDict() || !shard.toGenericDict().contains("parameters")) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a ", kLegacyShardFormat, " shard"));

@@ -173,6 +173,12 @@ void EndGradientPass(TorchExecutor::Impl& impl);
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const OptimizerOptions& options, const std::map<std::string, torch::Tensor>& params);
 
+// The object torch.save wrote to `path` (torch_loading.cc): the package's
+// initial parameters and a format-1 checkpoint shard are read alike. A file
+// LibTorch cannot unpickle is INVALID_ARGUMENT "<path> is not a torch.save'd
+// <what>: <LibTorch's reason>".
+absl::StatusOr<torch::IValue> LoadTorchSaved(const std::string& path, const std::string& what);
+
 }  // namespace pipeplan::worker
 
 #endif  // PIPEPLAN_WORKER_SRC_TORCH_EXECUTOR_IMPL_H_

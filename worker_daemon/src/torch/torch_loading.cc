@@ -31,6 +31,16 @@ bool TorchExecutor::Impl::IsPrimaryOwner(const std::string& name) const {
   return it != owners.end() && it->second.front() == options.rank;
 }
 
+absl::StatusOr<torch::IValue> LoadTorchSaved(const std::string& path, const std::string& what) {
+  PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
+  try {
+    return torch::jit::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a torch.save'd ", what, ": ", e.what_without_backtrace()));
+  }
+}
+
 namespace {
 
 absl::Status CheckOptions(const TorchExecutorOptions& o) {
@@ -93,15 +103,8 @@ void ConvertToFloat64(CompiledStages& stages, std::map<std::string, torch::Tenso
 absl::StatusOr<std::map<std::string, torch::Tensor>> LoadInitialParameters(
     const ModelPackage& package) {
   const std::string path = package.ParamsPath();
-  PIPEPLAN_ASSIGN_OR_RETURN(const std::vector<char> bytes, ReadFileBytes(path));
+  PIPEPLAN_ASSIGN_OR_RETURN(const torch::IValue v, LoadTorchSaved(path, "dict of tensors"));
   std::map<std::string, torch::Tensor> out;
-  torch::IValue v;
-  try {
-    v = torch::jit::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a torch.save'd dict of tensors: ", e.what_without_backtrace()));
-  }
   if (!v.isGenericDict()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a torch.save'd dict of tensors: not a dict"));

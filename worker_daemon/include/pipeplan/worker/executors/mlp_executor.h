@@ -79,6 +79,9 @@ class MlpExecutor final : public Executor {
   void AddLoss(int stage, int mb, const Tensor& y);
   absl::Status BackwardInput(int stage, int mb);
   absl::Status BackwardWeight(int stage, int mb);
+  // The map a SEND (`send`) or RECV action's buffer lives in by its type;
+  // INVALID_ARGUMENT for an action of the other kind.
+  absl::StatusOr<std::map<Key, Tensor>*> TransferMap(const schedule::Action& a, bool send);
   void Track();
 
   MlpOptions options_;
