@@ -20,6 +20,16 @@ struct KindSetup {
       {"embed", 4}, {"norm", 3}, {"attn", 1.5}, {"mlp", 1}, {"head", 2}};
 };
 
+// Four devices of 1 TFLOP/s on one host.
+Cluster FourDevices() {
+  ClusterSpec c;
+  for (int d = 0; d < 4; ++d) {
+    c.devices.push_back(
+        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
+  }
+  return *Cluster::Build(c);
+}
+
 KindSetup MakeSetup() {
   GraphSpec g{.name = "gpt"};
   auto add = [&](const std::string& op, double flops, double params) {
@@ -35,12 +45,7 @@ KindSetup MakeSetup() {
     add("mlp", 2e9, 2e6);
   }
   add("head", 1e9, 4e6);
-  ClusterSpec c;
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  return {*Graph::Build(g), *Cluster::Build(c)};
+  return {*Graph::Build(g), FourDevices()};
 }
 
 // What the truth measures for `split` (optimizer: 1 ms + 1 ns per byte).
@@ -130,12 +135,7 @@ ConvSetup MakeConvChain() {
       }
     }
   }
-  ClusterSpec c;
-  for (int d = 0; d < 4; ++d) {
-    c.devices.push_back(
-        {.id = "c" + std::to_string(d), .host = "h", .flops = 1e12, .memory_bytes = 1e12});
-  }
-  return {*Graph::Build(g), *Cluster::Build(c)};
+  return {*Graph::Build(g), FourDevices()};
 }
 
 std::vector<MeasuredStage> MeasureConv(const ConvSetup& s, const CostModel& cost,
