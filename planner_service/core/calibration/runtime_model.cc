@@ -111,6 +111,7 @@ std::vector<double> AsRunAllReduce::Exposed(const schedule::StageCosts& costs,
       if (stage_rank[s] != static_cast<int>(r)) continue;
       w.seconds += costs.backward_weight[s] + (weight_grad_only ? 0 : costs.backward_input[s]);
     }
+    if (r < overlap_share.size()) w.seconds *= overlap_share[r];
     w.seconds = std::min(w.seconds, w.end);
     out[r] = BucketsEnd(rank_buckets[r], std::span<const GradientWindow>(&w, 1)) - w.end;
   }
@@ -142,6 +143,29 @@ double TailSeconds(const StageTimeFit& fit, const std::vector<double>& stage_par
   return UpdateTailSeconds(fit.update, rank_bytes, sharing);
 }
 
+double LoadOf(const schedule::ComputeSharing& sharing, size_t r) {
+  return r < sharing.rank_load.size() ? sharing.rank_load[r] : 1.0;
+}
+
+// Per rank, the share of its last backward its all-reduce can overlap: the
+// CPUs its pool has spare while every rank on it computes, over the rank's
+// load (1 for a rank with processors of its own). Empty: no rank shares.
+std::vector<double> OverlapShares(const schedule::ComputeSharing& sharing, int num_ranks) {
+  if (sharing.empty()) return {};
+  std::vector<double> pool_load(sharing.pool_capacity.size(), 0.0);
+  for (size_t r = 0; r < sharing.rank_pool.size(); ++r) {
+    if (sharing.rank_pool[r] >= 0) pool_load[sharing.rank_pool[r]] += LoadOf(sharing, r);
+  }
+  std::vector<double> out(std::max(0, num_ranks), 1.0);
+  for (size_t r = 0; r < out.size() && r < sharing.rank_pool.size(); ++r) {
+    const int p = sharing.rank_pool[r];
+    if (p < 0) continue;
+    const double spare = sharing.pool_capacity[p] - pool_load[p];
+    out[r] = std::clamp(spare / LoadOf(sharing, r), 0.0, 1.0);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cluster,
@@ -171,6 +195,7 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   if (as_run.cpu_pools != nullptr && !as_run.cpu_pools->empty()) {
     out.sharing = SharingOf(*as_run.cpu_pools, RankDevices(cluster, plan, out.lowered));
   }
+  out.allreduce.overlap_share = OverlapShares(out.sharing, out.lowered.num_ranks);
   if (as_run.stage_fit != nullptr) {
     out.tail_seconds =
         TailSeconds(*as_run.stage_fit, param_bytes, sched.stage_to_rank, out.sharing);

@@ -8,6 +8,7 @@
 #include "chain_model.h"
 #include "gtest/gtest.h"
 #include "pipeplan/core/allreduce.h"
+#include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/runtime_model.h"
 #include "pipeplan/core/step_spread.h"
@@ -61,6 +62,32 @@ TEST(AllReduceAsRun, SmallBucketsHideTheRingBehindTheBackward) {
   ASSERT_TRUE(one.ok() && many.ok() && alone.ok());
   EXPECT_LT(many->simulation.step_seconds, one->simulation.step_seconds);
   EXPECT_GT(many->simulation.step_seconds, alone->simulation.step_seconds);
+}
+
+// On CPU workers the ring's copies and sums are CPU work: small buckets hide
+// it behind the last backward only where the pool has CPUs to spare. Four
+// single-threaded workers on eight CPUs hide as much as workers with
+// processors of their own; on four (each computing worker holds one) every
+// bucket comes after the backward.
+TEST(AllReduceAsRun, ASaturatedCpuPoolCannotHideTheRing) {
+  const ChainModel m = MakeModel();
+  auto exposed = [&](double cpus) {
+    CpuPools pools;
+    pools.pools = {{"m:0-3", cpus}};
+    for (int d = 0; d < 4 && cpus > 0; ++d) {
+      pools.device_pool["d" + std::to_string(d)] = 0;
+      pools.device_threads["d" + std::to_string(d)] = 1;
+    }
+    absl::StatusOr<AsRunCosts> in =
+        BuildAsRunCosts(m.graph, m.cluster, TwoByTwo(true, 1e5), {.cpu_pools = &pools});
+    EXPECT_TRUE(in.ok()) << in.status();
+    absl::StatusOr<schedule::SimulationResult> sim = in->Simulate(in->costs);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    return in->allreduce.Exposed(in->costs, *sim)[0];
+  };
+  const double own = exposed(0);  // no pool
+  EXPECT_NEAR(exposed(8), own, 1e-12);
+  EXPECT_GT(exposed(4), own + 0.5 * OneBucketRing(m.graph));
 }
 
 TEST(AllReduceAsRun, EverySampledStepPaysIt) {

@@ -74,6 +74,10 @@ struct AsRunAllReduce {
   std::vector<int> stage_rank;
   // Gradients come from the last W (zero-bubble schedules), else the last B.
   bool weight_grad_only = false;
+  // Per rank: the share of its last backward the all-reduce overlaps; empty:
+  // all of it. On CPUs the ring's copies and sums are CPU work, so they
+  // overlap the backward only on CPUs the pool has spare (OverlapShares).
+  std::vector<double> overlap_share;
 
   bool empty() const { return rank_buckets.empty(); }
   // When the step's last all-reduce ends after the simulated `sim` of
