@@ -100,7 +100,7 @@ bool ActionSpread::empty() const {
   for (const std::vector<double>& p : pooled) {
     if (!p.empty()) return false;
   }
-  return true;
+  return step_ratios.empty();
 }
 
 double ActionSpread::NoiseRatio() const {
@@ -172,7 +172,11 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   for (int i = 0; i < options.samples; ++i) {
     const schedule::StageCosts scaled = Scaled(costs, stage_device, spread, rng);
     PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, simulate(scaled));
-    const double step = step_end(scaled, r);
+    double step = step_end(scaled, r);
+    if (!spread.step_ratios.empty()) {
+      std::uniform_int_distribution<size_t> pick(0, spread.step_ratios.size() - 1);
+      step *= spread.step_ratios[pick(rng)];
+    }
     steps.push_back(step);
     sum += step;
   }

@@ -10,6 +10,7 @@
 #include "pipeplan/convert/report_convert.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
+#include "pipeplan/server/replan/version_prediction.h"
 
 namespace pipeplan::server {
 
@@ -103,10 +104,46 @@ std::vector<double> MeasuredExposed(const std::vector<StepSample>& samples, int 
   return out;
 }
 
+// The per-action ratios miss what moves whole steps: the machine's load and
+// a worker's CPU share slow every rank of a step at once (measured on 2-core
+// CPU workers: steps +-10% with each device's actions +-2%). So the spread
+// also draws whole steps, from the version's own makespans over their
+// median, shrunk by s in [0, 1] so that the version's plan, sampled under
+// the whole spread, spreads its steps as much as they measured ((p90 - p50)
+// / p50): the per-action draws already carry part of it. Two rounds of
+// s <- s x measured / sampled from s = 1.
+constexpr size_t kMinSpreadSteps = 8;
+
+void FitSpreadToSteps(const PlanInputs& in, const FixedPlan& fixed, int num_ranks,
+                      CalibratedModel& model) {
+  const std::vector<double> steps = StepMakespans(model.samples, num_ranks);
+  if (steps.size() < kMinSpreadSteps) return;
+  const double p50 = QuantileOr(steps, 0.5, 0);
+  if (!(p50 > 0)) return;
+  const double measured = (QuantileOr(steps, 0.9, p50) - p50) / p50;
+  AsRunOptions as_run{.stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools};
+  as_run.host_overhead = model.host;
+  auto with_steps = [&](double s) {
+    ActionSpread spread = model.spread;
+    for (double x : steps) spread.step_ratios.push_back(std::max(0.05, 1 + s * (x / p50 - 1)));
+    return spread;
+  };
+  double s = 1;
+  for (int round = 0; round < 2 && measured > 0; ++round) {
+    absl::StatusOr<StepQuantiles> q =
+        SimulateSpread(*in.graph, *in.cluster, fixed, as_run, with_steps(s));
+    if (!q.ok() || !(q->p50_seconds > 0)) return;
+    const double sampled = (q->p90_seconds - q->p50_seconds) / q->p50_seconds;
+    if (!(sampled > 0)) break;
+    s = std::clamp(s * measured / sampled, 0.0, 1.0);
+  }
+  model.spread = with_steps(s);
+}
+
 // The fits that price the version's own plan node by node on the
 // calibrated cluster: the stage times per operator kind (a split elsewhere
-// is priced from them), each rank's update by its parameter bytes and the
-// replicas' all-reduce ring scale. Left as
+// is priced from them), each rank's update by its parameter bytes, the
+// replicas' all-reduce ring scale and the spread's width. Left as
 // they are when the version cannot be priced (a device gone, an unreadable
 // plan, no node split).
 void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, CalibratedModel& model) {
@@ -127,12 +164,15 @@ void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, Calib
     model.stage_fit.update = FitUpdates(model.samples, bytes);
   }
   const std::vector<double> exposed = MeasuredExposed(model.samples, plan.num_ranks);
-  if (std::none_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) return;
-  absl::StatusOr<double> scale = FitAllReduceScale(
-      *in->graph, *in->cluster, *fixed,
-      {.host_overhead = model.host, .stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools},
-      exposed);
-  if (scale.ok()) model.stage_fit.allreduce_ring_scale = *scale;
+  if (std::any_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) {
+    absl::StatusOr<double> scale = FitAllReduceScale(
+        *in->graph, *in->cluster, *fixed,
+        {.host_overhead = model.host, .stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools},
+        exposed);
+    if (scale.ok()) model.stage_fit.allreduce_ring_scale = *scale;
+  }
+  // Last: the spread is fitted on the plan as everything above prices it.
+  FitSpreadToSteps(*in, *fixed, plan.num_ranks, model);
 }
 
 }  // namespace

@@ -267,6 +267,23 @@ TEST_F(ReplanPolicyTest, StoresThePredictionAndScoresItOutOfSample) {
             std::string::npos);
 }
 
+// The per-action spread misses what moves whole steps (a worker's CPU
+// share, the update tail): steps that vary +-15% as a whole, on actions that
+// vary +-2%, give a prediction whose p90 stands that far above its p50, not
+// the 1-2% the actions alone would.
+TEST_F(ReplanPolicyTest, TheSpreadOfWholeStepsWidensThePredictedP90) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(12, {{"gpu2", 2.0}}, 0.02, {}, Pause(), /*step_noise=*/0.15);
+  EXPECT_EQ(TickAndWait(), 1);
+  const v1::VersionedPlan v2 = Current();
+  ASSERT_EQ(v2.version(), 2);
+  const v1::VersionPrediction& p = v2.prediction();
+  ASSERT_GT(p.p50_step_seconds(), 0);
+  const double predicted = (p.p90_step_seconds() - p.p50_step_seconds()) / p.p50_step_seconds();
+  EXPECT_GT(predicted, 0.5 * p.previous_noise_ratio()) << predicted;
+  EXPECT_GT(p.previous_noise_ratio(), 0.05);
+}
+
 // A gain the measured step noise could produce does not replan: a 1.5x
 // straggler gains ~17%, but steps that vary by +-60% cannot show it
 // (TheSameGainOnQuietStepsReplans: without the noise it does).

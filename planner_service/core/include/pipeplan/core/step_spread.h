@@ -16,7 +16,10 @@
 // stages on the device. SimulateSpread draws, per sampled step, one ratio per
 // device and kind (a device slowed by the machine's load is slow for the
 // whole step, so draws are per step, not per action), scales the plan's
-// as-run stage costs by them and simulates; from the makespans it reports
+// as-run stage costs by them and simulates, then multiplies the step by one
+// whole-step ratio (ActionSpread::step_ratios, where the calibration has
+// them: the machine slows every rank of a step at once); from the makespans
+// it reports
 // the mean (the expected step time, what candidates are compared by) and the
 // p50 and p90. Draws come from a seeded generator: the same seed gives the
 // same figures.
@@ -49,6 +52,11 @@ struct ActionSpread {
   // The ratios of a kind over every device: what a device without its own
   // draws from.
   std::vector<std::vector<double>> pooled = std::vector<std::vector<double>>(kNumSpreadKinds);
+  // Whole steps' ratios (median about 1): what slows every rank of a step
+  // at once (the machine's load, a worker's CPU share), which per-device
+  // draws do not carry. Each sampled step's time is multiplied by one draw;
+  // empty: none.
+  std::vector<double> step_ratios;
 
   bool empty() const;
   // (p90 - p50) / p50 of the pooled forward and backward ratios: one number
