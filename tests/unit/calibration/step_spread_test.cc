@@ -90,6 +90,25 @@ TEST(StepSpread, NoiseLengthensTheExpectedStepAndIsSeeded) {
   EXPECT_LE(a->p90_seconds, a->mean_duration_seconds * 1.2 + 1e-12);
 }
 
+// Whole-step ratios multiply each sampled step: steps 0.8-1.2x as a whole
+// put the p90 at 1.2x the deterministic step even with no per-device
+// spread, and the same seed gives the same figures.
+TEST(StepSpread, WholeStepRatiosSpreadTheSteps) {
+  const ChainModel m = MakeModel();
+  ActionSpread spread;
+  spread.step_ratios = {0.8, 0.9, 1.0, 1.1, 1.2};
+  ASSERT_FALSE(spread.empty());
+  absl::StatusOr<StepQuantiles> a =
+      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 400, .seed = 3});
+  absl::StatusOr<StepQuantiles> b =
+      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 400, .seed = 3});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->p90_seconds, b->p90_seconds);
+  EXPECT_NEAR(a->p50_seconds, a->mean_duration_seconds, 1e-9);
+  EXPECT_NEAR(a->p90_seconds / a->mean_duration_seconds, 1.2, 0.05);
+  EXPECT_NEAR(a->mean_seconds / a->mean_duration_seconds, 1.0, 0.02);
+}
+
 TEST(StepSpread, QuantileInterpolates) {
   EXPECT_DOUBLE_EQ(QuantileOr({}, 0.5, -1), -1);
   EXPECT_DOUBLE_EQ(QuantileOr({3, 1, 2}, 0.5, 0), 2);

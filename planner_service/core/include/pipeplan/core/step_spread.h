@@ -19,9 +19,8 @@
 // as-run stage costs by them and simulates, then multiplies the step by one
 // whole-step ratio (ActionSpread::step_ratios, where the calibration has
 // them: the machine slows every rank of a step at once); from the makespans
-// it reports
-// the mean (the expected step time, what candidates are compared by) and the
-// p50 and p90. Draws come from a seeded generator: the same seed gives the
+// it reports the mean (the expected step time, what candidates are compared
+// by) and the p50 and p90. Draws come from a seeded generator: the same seed gives the
 // same figures.
 //
 // Plain structs; reentrant; no I/O.
