@@ -22,6 +22,21 @@ FixedPlan FourStages() {
           .microbatches = 8};
 }
 
+// FourStages sampled twice under `spread` with the same options: the
+// figures must be the same (seeded). Returns them, or the first error.
+absl::StatusOr<StepQuantiles> SampledTwiceAlike(const ChainModel& m, const ActionSpread& spread,
+                                                const SpreadOptions& options) {
+  absl::StatusOr<StepQuantiles> a =
+      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, options);
+  absl::StatusOr<StepQuantiles> b =
+      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, options);
+  if (a.ok() && b.ok()) {
+    EXPECT_EQ(a->p90_seconds, b->p90_seconds);
+    EXPECT_EQ(a->mean_seconds, b->mean_seconds);
+  }
+  return a.ok() ? b : a;
+}
+
 // Reports of device `device` whose F and B take base x the step's factor.
 std::vector<StepSample> Reports(const std::string& device, const std::vector<double>& factors) {
   std::vector<StepSample> out;
@@ -78,13 +93,8 @@ TEST(StepSpread, NoiseLengthensTheExpectedStepAndIsSeeded) {
   }
   spread.pooled[0] = {0.8, 0.9, 1.0, 1.1, 1.2};
   spread.pooled[1] = {0.8, 1.0, 1.2};
-  absl::StatusOr<StepQuantiles> a =
-      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 200, .seed = 7});
-  absl::StatusOr<StepQuantiles> b =
-      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 200, .seed = 7});
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->p90_seconds, b->p90_seconds);
-  EXPECT_EQ(a->mean_seconds, b->mean_seconds);
+  absl::StatusOr<StepQuantiles> a = SampledTwiceAlike(m, spread, {.samples = 200, .seed = 7});
+  ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_GT(a->mean_seconds, a->mean_duration_seconds * 1.02);
   EXPECT_GT(a->p90_seconds, a->p50_seconds);
   EXPECT_LE(a->p90_seconds, a->mean_duration_seconds * 1.2 + 1e-12);
@@ -98,12 +108,8 @@ TEST(StepSpread, WholeStepRatiosSpreadTheSteps) {
   ActionSpread spread;
   spread.step_ratios = {0.8, 0.9, 1.0, 1.1, 1.2};
   ASSERT_FALSE(spread.empty());
-  absl::StatusOr<StepQuantiles> a =
-      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 400, .seed = 3});
-  absl::StatusOr<StepQuantiles> b =
-      SimulateSpread(m.graph, m.cluster, FourStages(), {}, spread, {.samples = 400, .seed = 3});
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->p90_seconds, b->p90_seconds);
+  absl::StatusOr<StepQuantiles> a = SampledTwiceAlike(m, spread, {.samples = 400, .seed = 3});
+  ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_NEAR(a->p50_seconds, a->mean_duration_seconds, 1e-9);
   EXPECT_NEAR(a->p90_seconds / a->mean_duration_seconds, 1.2, 0.05);
   EXPECT_NEAR(a->mean_seconds / a->mean_duration_seconds, 1.0, 0.02);
