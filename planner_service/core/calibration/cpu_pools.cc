@@ -11,9 +11,11 @@ namespace {
 
 // A compute's wall-clock interval and the sample timing it came from.
 struct Run {
-  double start = 0, end = 0, threads = 0;
+  PoolInterval interval;
   size_t sample = 0, timing = 0;
 };
+
+double Share(double load, double cpus) { return load > cpus ? cpus / load : 1.0; }
 
 bool IsCompute(const std::string& action) {
   absl::StatusOr<std::optional<schedule::Action>> a = schedule::ParseAction(action);
@@ -34,46 +36,38 @@ std::vector<Run> PoolRuns(const std::vector<StepSample>& samples, const CpuPools
       if (!IsCompute(t.action) || !(t.seconds > 0)) continue;
       double end = t.start_seconds + t.seconds;
       if (k + 1 < s.timings.size()) end = std::max(end, s.timings[k + 1].start_seconds);
-      out.push_back({t0 + end - t.seconds, t0 + end, threads, i, k});
+      out.push_back({{t0 + end - t.seconds, t0 + end, threads}, i, k});
     }
   }
   return out;
 }
 
-// The integral of the share min(1, cpus / load) over time, at each point
-// where the load changes: share(t) is then a lookup between two points.
-class ShareIntegral {
- public:
-  ShareIntegral(const std::vector<Run>& runs, double cpus) {
-    std::vector<std::pair<double, double>> steps;  // (time, load change)
-    for (const Run& r : runs) {
-      steps.emplace_back(r.start, r.threads);
-      steps.emplace_back(r.end, -r.threads);
-    }
-    std::sort(steps.begin(), steps.end());
-    double load = 0, area = 0, last = steps.empty() ? 0 : steps.front().first;
-    for (const auto& [t, change] : steps) {
-      area += (t - last) * Share(load, cpus);
-      last = t;
-      load = std::max(0.0, load + change);
-      times_.push_back(t);
-      areas_.push_back(area);
-      shares_.push_back(Share(load, cpus));
-    }
-  }
-  double At(double t) const {
-    auto it = std::upper_bound(times_.begin(), times_.end(), t);
-    if (it == times_.begin()) return 0;
-    const size_t i = static_cast<size_t>(it - times_.begin()) - 1;
-    return areas_[i] + (t - times_[i]) * shares_[i];
-  }
-
- private:
-  static double Share(double load, double cpus) { return load > cpus ? cpus / load : 1.0; }
-  std::vector<double> times_, areas_, shares_;
-};
-
 }  // namespace
+
+ShareIntegral::ShareIntegral(std::span<const PoolInterval> intervals, double cpus) {
+  std::vector<std::pair<double, double>> steps;  // (time, load change)
+  for (const PoolInterval& i : intervals) {
+    steps.emplace_back(i.start, i.threads);
+    steps.emplace_back(i.end, -i.threads);
+  }
+  std::sort(steps.begin(), steps.end());
+  double load = 0, area = 0, last = steps.empty() ? 0 : steps.front().first;
+  for (const auto& [t, change] : steps) {
+    area += (t - last) * Share(load, cpus);
+    last = t;
+    load = std::max(0.0, load + change);
+    times_.push_back(t);
+    areas_.push_back(area);
+    shares_.push_back(Share(load, cpus));
+  }
+}
+
+double ShareIntegral::At(double t) const {
+  auto it = std::upper_bound(times_.begin(), times_.end(), t);
+  if (it == times_.begin()) return 0;
+  const size_t i = static_cast<size_t>(it - times_.begin()) - 1;
+  return areas_[i] + (t - times_[i]) * shares_[i];
+}
 
 CpuPools CpuPoolsOf(std::span<const StepSample> samples) {
   std::map<std::string, const StepSample*> latest;
@@ -100,9 +94,11 @@ CpuPools CpuPoolsOf(std::span<const StepSample> samples) {
 std::vector<StepSample> SoloComputeTimes(std::vector<StepSample> samples, const CpuPools& pools) {
   for (int p = 0; p < static_cast<int>(pools.pools.size()); ++p) {
     const std::vector<Run> runs = PoolRuns(samples, pools, p);
-    const ShareIntegral share(runs, pools.pools[p].cpus);
+    std::vector<PoolInterval> intervals;
+    for (const Run& r : runs) intervals.push_back(r.interval);
+    const ShareIntegral share(intervals, pools.pools[p].cpus);
     for (const Run& r : runs) {
-      samples[r.sample].timings[r.timing].seconds = share.At(r.end) - share.At(r.start);
+      samples[r.sample].timings[r.timing].seconds = share.SoloSeconds(r.interval);
     }
   }
   return samples;

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
 
@@ -78,32 +79,26 @@ double Agreement(const std::vector<Update>& updates) {
 }
 
 // Each update's seconds alone: from the agreement to its end, weighted at
-// each instant by its share of its pool, min(1, cpus / threads updating).
+// each instant by its share of its pool (ShareIntegral over the pool's
+// updates); the wall time for one on CPUs of its own.
 std::vector<double> SoloUpdates(const std::vector<Update>& updates, double agreement) {
-  std::vector<double> out(updates.size(), 0.0);
-  for (size_t i = 0; i < updates.size(); ++i) {
-    const Update& u = updates[i];
-    if (u.pool.empty() || !(u.cpus > 0)) {
-      out[i] = std::max(0.0, u.end - agreement);
-      continue;
+  std::map<std::string, std::vector<PoolInterval>> pools;
+  std::map<std::string, double> cpus;
+  for (const Update& u : updates) {
+    if (!u.pool.empty() && u.cpus > 0) {
+      pools[u.pool].push_back({agreement, std::max(agreement, u.end), u.threads});
+      cpus[u.pool] = u.cpus;
     }
-    // Walk the pool's ends up to u's: between two ends, who is still updating.
-    std::vector<double> ends;
-    for (const Update& o : updates) {
-      if (o.pool == u.pool && o.end < u.end) ends.push_back(std::max(agreement, o.end));
-    }
-    ends.push_back(u.end);
-    std::sort(ends.begin(), ends.end());
-    double t = agreement;
-    for (double e : ends) {
-      if (e <= t) continue;
-      double load = 0;
-      for (const Update& o : updates) {
-        if (o.pool == u.pool && o.end >= e) load += o.threads;
-      }
-      out[i] += (e - t) * std::min(1.0, u.cpus / std::max(load, 1e-300));
-      t = e;
-    }
+  }
+  std::map<std::string, ShareIntegral> shares;
+  for (const auto& [pool, intervals] : pools) {
+    shares.emplace(pool, ShareIntegral(intervals, cpus[pool]));
+  }
+  std::vector<double> out;
+  for (const Update& u : updates) {
+    const PoolInterval mine{agreement, std::max(agreement, u.end), u.threads};
+    auto it = u.pool.empty() || !(u.cpus > 0) ? shares.end() : shares.find(u.pool);
+    out.push_back(it == shares.end() ? mine.end - mine.start : it->second.SoloSeconds(mine));
   }
   return out;
 }

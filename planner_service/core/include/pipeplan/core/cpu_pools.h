@@ -51,6 +51,25 @@ CpuPools CpuPoolsOf(std::span<const StepSample> samples);
 // devices outside any pool, or without a wall-clock start, are unchanged.
 std::vector<StepSample> SoloComputeTimes(std::vector<StepSample> samples, const CpuPools& pools);
 
+// A pool's work over time: what each interval (wall-clock start, end, and
+// the threads it keeps busy) would have taken alone on the pool's `cpus`.
+struct PoolInterval {
+  double start = 0, end = 0, threads = 1;
+};
+
+// The integral of the share min(1, cpus / threads running) over time, for
+// intervals on one pool: SoloSeconds(i) is interval i's seconds alone.
+class ShareIntegral {
+ public:
+  ShareIntegral(std::span<const PoolInterval> intervals, double cpus);
+  // The integral from the first change of load up to `t`.
+  double At(double t) const;
+  double SoloSeconds(const PoolInterval& i) const { return At(i.end) - At(i.start); }
+
+ private:
+  std::vector<double> times_, areas_, shares_;
+};
+
 // How the ranks of `lowered` load the pools: rank r's stages run on
 // `rank_devices[r]` (the rank's device in every replica; the first is the
 // simulated replica's), and every replica's copy of the rank on the same
