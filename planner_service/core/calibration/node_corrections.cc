@@ -15,8 +15,9 @@ namespace {
 struct KindMatrix {
   std::vector<std::string> kinds;
   std::vector<std::vector<double>> rows;
-  std::vector<double> nodes;  // per stage: nodes that run an op (CountedNode)
-  std::vector<double> bytes;  // per stage: parameter bytes, in the rows' device units
+  std::vector<double> nodes;   // per stage: nodes that run an op (CountedNode)
+  std::vector<double> bytes;   // per stage: parameter bytes, in the rows' device units
+  std::vector<double> totals;  // per stage: the sum of its row
 };
 
 // An op the executor runs per action (a graph input is not).
@@ -62,6 +63,7 @@ KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
   }
   m.rows.assign(stage_device.size(), std::vector<double>(m.kinds.size(), 0.0));
   m.nodes.assign(stage_device.size(), 0.0);
+  m.totals.assign(stage_device.size(), 0.0);
   m.bytes.assign(stage_device.size(), 0.0);
   for (int v = 0; v < g.num_nodes(); ++v) {
     const int s = node_stage[v];
@@ -70,6 +72,7 @@ KindMatrix Modelled(const CostModel& cost, std::span<const int> node_stage,
     const double unit = s < static_cast<int>(units.size()) && units[s] > 0 ? units[s] : 1;
     const double slow = cost.slowdown(stage_device[s]) / unit;
     m.rows[s][index[g.node(v).op]] += ref * slow;
+    m.totals[s] += ref * slow;
     m.bytes[s] += g.node(v).param_bytes * slow;
   }
   return m;
@@ -130,8 +133,7 @@ CommonFit FitCommon(const KindMatrix& m, const std::vector<double>& measured, co
   std::vector<double> b(cols, 0.0);
   for (size_t s = 0; s < m.rows.size(); ++s) {
     if (s == skip || !(measured[s] > 0)) continue;
-    std::vector<double> row = {0.0};
-    for (double x : m.rows[s]) row[0] += x;
+    std::vector<double> row = {m.totals[s]};
     for (int e : extras) row.push_back(ExtraColumn(m, s, e));
     AddEquation(row, measured[s], a, b);
   }
@@ -221,10 +223,8 @@ KindFit FitKindsWith(const KindMatrix& m, const std::vector<double>& measured,
 bool ToldFromScale(const KindMatrix& m, const std::vector<double>& measured, int e) {
   double lo = INFINITY, hi = 0;
   for (size_t s = 0; s < m.rows.size(); ++s) {
-    double total = 0;
-    for (double x : m.rows[s]) total += x;
-    if (!(measured[s] > 0) || !(total > 0)) continue;
-    const double per_second = ExtraColumn(m, s, e) / total;
+    if (!(measured[s] > 0) || !(m.totals[s] > 0)) continue;
+    const double per_second = ExtraColumn(m, s, e) / m.totals[s];
     lo = std::min(lo, per_second), hi = std::max(hi, per_second);
   }
   return hi > 1.2 * lo;
