@@ -26,12 +26,13 @@ per step (--noise 0.1). Does it replan, and how does the predicted gain of
 the switch compare with the measured one (`jobs versions`)?
 
   /usr/bin/python3 bench/python/prediction_bench.py [--models gpt,cnn] [--steps 40]
-      [--parts torch,straggler] [--dump DIR]
+      [--parts torch,straggler] [--dump DIR] [--profile N]
 
 --models takes tests/models' tiny "gpt" and "cnn" (microsecond actions:
 per-message overheads dominate their steps) and "modelled:gpt",
 "modelled:resnet18" (tests/models/modelled_models.py: milliseconds of
-compute per action).
+compute per action). The modelled models are exported with measured node
+times (--profile, 5 timings per node; 0 keeps the flop-derived costs).
 
 Besides the table it prints plan A's measured step in each of its runs (the
 noise floor the errors are read against) and, per plan, the per-action
@@ -245,24 +246,25 @@ def print_stages(rows):
                                                ",".join("%.1f" % x for x in exposed) or "-"))
 
 
-def fixture(name, work):
+def fixture(name, work, profile=0):
     """Graph, package and data of `name`: a tiny model of tests/models'
     make_fixtures ("gpt", "cnn") or, as "modelled:NAME", one of
     modelled_models.py (its gpt at width 128, torchvision's resnet18), whose
-    actions take milliseconds on a core rather than microseconds."""
+    actions take milliseconds on a core rather than microseconds; exported with
+    measured node times when `profile` (timings per node) is above 0."""
     if not name.startswith("modelled:"):
         return dict(train_bench.make_fixtures.make_fixture(name, work, rows=64),
                     loss=train_bench.make_fixtures.LOSS[name])
     import modelled_models  # tests/models, on the path through train_bench
     model = name.split(":", 1)[1]
-    modelled_models.main([model, work, "2", "64"])  # microbatches of 2 rows
+    modelled_models.main([model, work, "2", "64", str(profile)])  # microbatches of 2 rows
     return {"graph": os.path.join(work, model + ".json"),
             "package": os.path.join(work, model + ".ptpkg"),
             "data": os.path.join(work, model + "_data.pt")}
 
 
-def torch_rows(planner, name, work, steps, dump=None):
-    fx = fixture(name, work)
+def torch_rows(planner, name, work, steps, dump=None, profile=0):
+    fx = fixture(name, work, profile)
     cluster = os.path.join(work, "cluster4.json")
     train_bench.cluster(cluster, 4)
     job = cli(planner, "jobs", "create", "--graph", fx["graph"], "--cluster", cluster,
@@ -366,6 +368,9 @@ def main():
     parser.add_argument("--parts", default="torch,straggler")
     parser.add_argument("--dump", metavar="DIR",
                         help="write each torch job's reports and plans to DIR/MODEL.json")
+    parser.add_argument("--profile", type=int, default=5, metavar="N",
+                        help="export the modelled models with each node timed N times "
+                             "(pipeplan_export.py --profile; 0: flop-derived costs)")
     args = parser.parse_args()
     require_built()
     work = tempfile.mkdtemp(prefix="pipeplan-prediction-bench-")
@@ -374,7 +379,7 @@ def main():
         rows = []
         with PlannerProcess(planner_binary(), ["--replan=off", "--replan-warmup-steps=2"]) as p:
             for name in args.models.split(","):
-                rows += torch_rows(p, name, work, args.steps, args.dump)
+                rows += torch_rows(p, name, work, args.steps, args.dump, args.profile)
         print("torch executor, 4 workers on CPU, batch 8 in 4 microbatches; every plan "
               "predicted under plan A's calibration")
         print_torch(rows)

@@ -3,7 +3,7 @@
 (graph JSON + model package) at one microbatch's size, with a `tensors:` data
 file, for tests/unit/worker/torch_modelled_test.cc.
 
-  /usr/bin/python3 tests/models/modelled_models.py MODEL OUT_DIR MICROBATCH ROWS
+  /usr/bin/python3 tests/models/modelled_models.py MODEL OUT_DIR MICROBATCH ROWS [PROFILE]
 
 writes OUT_DIR/MODEL.json, OUT_DIR/MODEL.ptpkg/ and OUT_DIR/MODEL_data.pt.
 Models (sized so activations weigh as much as parameters and Adam state, so an
@@ -14,7 +14,8 @@ error in either shows):
             next-token cross_entropy
   resnet18  torchvision's ResNet-18 (random weights, BatchNorm in training
             mode) on 3x64x64 images, 10 classes, cross_entropy
-Random weights and data from fixed seeds; nothing is downloaded.
+Random weights and data from fixed seeds; nothing is downloaded. PROFILE > 0 times
+every node that many times (pipeplan_export.py --profile).
 """
 
 import os
@@ -79,10 +80,12 @@ MODELS = {"wide": wide, "gpt": gpt, "resnet18": resnet18}
 
 def main(argv):
     name, out, mb, rows = argv[0], argv[1], int(argv[2]), int(argv[3])
+    profile = int(argv[4]) if len(argv) > 4 else 0
     torch.manual_seed(0)
     model, example, loss, data = MODELS[name](mb, rows, torch.Generator().manual_seed(1))
     graph = pipeplan_export.export(model, (example,), name=name,
-                                   package=os.path.join(out, name + ".ptpkg"), loss=loss)
+                                   package=os.path.join(out, name + ".ptpkg"), loss=loss,
+                                   profile=profile)
     pipeplan_export.write_graph(graph, os.path.join(out, name + ".json"))
     torch.save(data, os.path.join(out, name + "_data.pt"))
     return 0

@@ -93,6 +93,11 @@ def _parser():
     parser.add_argument("--real-forward", action="store_true",
                         help="get shapes by running the model on the example inputs "
                              "(slow, memory of a real forward) instead of fake tensors")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="time every node N times on the example inputs (median) and "
+                             "write its measured forward/backward seconds and weight-"
+                             "gradient share (0: off; run where and with the threads the "
+                             "workers use)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress on stderr (by default each phase prints a line; "
                              "on a terminal one live line with nodes done and seconds)")
@@ -115,7 +120,8 @@ def main(argv=None):
                            default_leaves=not args.no_default_leaves,
                            transformer_layers_as_leaves=args.transformer_layers_as_leaves,
                            package=args.package, loss=args.loss,
-                           real_forward=args.real_forward, progress=progress)
+                           real_forward=args.real_forward, progress=progress,
+                           profile=args.profile)
     except (ExportError, ValueError) as e:  # package.PackageError is a ValueError
         print("pipeplan_export: %s" % e, file=sys.stderr)
         return 2

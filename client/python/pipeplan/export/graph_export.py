@@ -25,6 +25,8 @@ Per node:
                     because the format reads 0 as output_bytes.
   weight_grad_fraction  1e-6 for parameter-free nodes (the format reads 0 as 0.5),
                     1.0 for embeddings, 0.2 for norms, default (0.5) otherwise.
+  forward_seconds, backward_seconds  only with `profile`: measured (profile.py), and
+                    the measured weight-gradient share replaces the fraction above.
 
 Edges carry the bytes the consumer reads: one element of a tuple output when the
 consumer is a getitem on it, 1 byte (nothing) into a shape query (`x.shape`,
@@ -40,6 +42,7 @@ import torch.nn as nn
 from pipeplan.export.cost_model import function_flops, module_flops, needs_counting
 from pipeplan.export.op_tables import op_kind
 from pipeplan.export.package import get_attr, write_package
+from pipeplan.export.profile import profile_nodes
 from pipeplan.export.propagation import propagate
 from pipeplan.export.tensor_meta import node_meta, tensor_args, tensor_bytes
 from pipeplan.export.tracer import trace
@@ -51,7 +54,7 @@ WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would me
 
 def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
            leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
-           package=None, loss=None, real_forward=False, progress=None):
+           package=None, loss=None, real_forward=False, progress=None, profile=0):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
@@ -64,6 +67,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     Shapes come from fake tensors (see propagate); `real_forward` runs the model on
     the example inputs instead. Only the inputs' shapes and dtypes matter.
     `progress` (pipeplan.progress.Progress) reports each phase; default silent.
+    `profile` (a count of timings per node, 0: off) measures each node's forward and
+    backward seconds and weight-gradient share on the example inputs (profile.py).
     """
     progress = progress or quiet()
     if isinstance(example_inputs, torch.Tensor):
@@ -81,6 +86,11 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     fx_nodes = [n for n in gm.graph.nodes if n.op != "output"]
     with progress.phase("costs", total=len(fx_nodes)) as phase:
         info, charged = _node_costs(gm, fx_nodes, _param_names(module), phase)
+    if profile:
+        with progress.phase("profile", total=len(gm.graph.nodes)) as phase:
+            measured = profile_nodes(gm, example_inputs, profile, phase)
+        for node in fx_nodes:
+            info[node]["measured"] = measured.get(node.name)
     nodes, edges = _nodes_and_edges(fx_nodes, info, charged)
     graph = {"name": name, "batch_size": float(batch_size), "nodes": nodes, "edges": edges}
     # Bytes per element of the model's floating-point parameters: the memory
@@ -197,7 +207,19 @@ def _node_entry(node, d, charged):
             entry["weight_grad_fraction"] = 1.0
         elif "norm" in d["kind"]:
             entry["weight_grad_fraction"] = 0.2
+    if d.get("measured"):
+        _add_measured(entry, *d["measured"])
     return entry
+
+
+def _add_measured(entry, forward, backward, weight_share):
+    """A profiled node's times replace its flop-derived ones (docs/graph-format.md)."""
+    entry["forward_seconds"] = forward
+    entry["backward_seconds"] = backward
+    if weight_share is not None:
+        entry["weight_grad_fraction"] = min(1.0, max(WGF_NONE, weight_share))
+    elif backward > 0:
+        entry["weight_grad_fraction"] = WGF_NONE
 
 
 _SHAPE_QUERIES = {"shape", "size", "dim", "dtype", "device", "ndim", "numel"}
