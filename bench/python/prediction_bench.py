@@ -283,6 +283,8 @@ def torch_rows(planner, name, work, steps, dump=None, profile=0):
         measured = {r["version"]: r["measured_step_seconds"]
                     for r in cli(planner, "jobs", "versions", job)}
         A_RUNS[name] = [measured.get(v, 0) for v in a_versions]
+        for i, (_, _, row) in enumerate(rows):  # A just before and just after each X
+            row["a_around"] = A_RUNS[name][i:i + 2]
         STAGE_ROWS.extend(stage_rows(planner, job, name, [r[2]["version"] for r in rows]))
         if dump:
             os.makedirs(dump, exist_ok=True)
@@ -322,15 +324,19 @@ def last_skip(planner, job):
 
 
 def print_torch(rows):
-    print("| model | plan | predicted s | p50 s | p90 s | measured s | error | steps under p90 |")
-    print("|---|---|---|---|---|---|---|---|")
+    # "A around": plan A's measured step just before X (what X is predicted
+    # from) and just after it; where they differ, the machine's load moved
+    # while X ran and X's error carries that drift.
+    print("| model | plan | predicted s | p50 s | p90 s | measured s | error | steps under p90 "
+          "| A around, ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, label, r in rows:
         err = r["prediction_error_ratio"]
-        print("| %s | %s | %.4f | %.4f | %.4f | %.4f | %s | %.0f%% of %d |" % (
+        print("| %s | %s | %.4f | %.4f | %.4f | %.4f | %s | %.0f%% of %d | %s |" % (
             name, label, r["predicted_step_seconds"], r["predicted_p50_step_seconds"],
             r["predicted_p90_step_seconds"], r["measured_step_seconds"],
             "%.1f%%" % (100 * err) if err is not None else "-", 100 * r["under_p90"],
-            r["counted"]))
+            r["counted"], " / ".join("%.0f" % (1e3 * x) for x in r.get("a_around", []))))
     for name, runs in A_RUNS.items():
         ok = [x for x in runs if x > 0]
         if ok:
