@@ -52,6 +52,18 @@ class ReadsItsWeight(nn.Module):
         return F.linear(self.first(x), self.weight)
 
 
+class SplitsAProjection(nn.Module):
+    """Attention's shape: one projection split into parts that meet in a matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.qk = nn.Linear(32, 64)
+
+    def forward(self, x):
+        q, k = self.qk(x).split(32, dim=-1)
+        return torch.matmul(q, k.transpose(-2, -1))
+
+
 def by_id(graph):
     return {n["id"]: n for n in graph["nodes"]}
 
@@ -88,6 +100,14 @@ class ProfileTest(unittest.TestCase):
         self.assertIsNotNone(share)
         self.assertGreater(share, 0.0)
         self.assertLess(share, 1.0)
+
+    def test_gradients_flow_through_tuple_outputs(self):
+        nodes = by_id(pe.export(SplitsAProjection(), (torch.randn(4, 16, 32),), profile=2))
+        # split -> getitem -> transpose -> matmul: each passes the gradient back.
+        for name in ("split", "getitem", "transpose", "matmul"):
+            self.assertGreater(nodes[name]["backward_seconds"], 0, name)
+        share = nodes["qk"]["weight_grad_fraction"]
+        self.assertEqual(share, 1.0)  # its input is data
 
     def test_profiling_leaves_the_model_and_the_generators_as_they_were(self):
         torch.manual_seed(0)

@@ -118,7 +118,8 @@ class _NodeCall:
         self.graph_out, self.grads = [], []
 
     def _copy(self, value, arg):
-        """`value` with its tensors copied; `arg` is the fx argument it came from."""
+        """`value` with its tensors copied; `arg` is the fx argument it came from (a
+        node whose value is a tuple, e.g. `split`'s, passes its node to each element)."""
         if isinstance(value, torch.Tensor):
             self.devices.add(value.device)
             copied = value.detach().clone()
@@ -127,10 +128,12 @@ class _NodeCall:
                 copied.requires_grad_(True)
                 (self.params if arg.op == "get_attr" else self.leaves).append(copied)
             return copied
-        if isinstance(value, (list, tuple)) and isinstance(arg, (list, tuple)):
-            return type(value)(self._copy(v, a) for v, a in zip(value, arg))
-        if isinstance(value, dict) and isinstance(arg, dict):
-            return {k: self._copy(v, arg.get(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            args = arg if isinstance(arg, (list, tuple)) else [arg] * len(value)
+            return type(value)(self._copy(v, a) for v, a in zip(value, args))
+        if isinstance(value, dict):
+            args = arg if isinstance(arg, dict) else {k: arg for k in value}
+            return {k: self._copy(v, args.get(k)) for k, v in value.items()}
         return value
 
     def call(self):
