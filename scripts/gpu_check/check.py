@@ -11,7 +11,8 @@ not (a timeout, a crash).
       AdamW); the losses of `jobs reports` against
       pipeplan_reference_train.py --device D (one process), 1e-3 relative.
   check.py export  --work W --results R --model gpt2:small --batch 8 --seq 1024
-      the benchmark model exported once (graph, package, random token data).
+      the benchmark model exported once (graph, package, random token data),
+      its nodes timed on cuda:0 where CUDA is available (--profile 5).
   check.py eager   ...  bench/gpu_eager_bench.py on the same model and device.
   check.py one     ...  one worker holding the whole model; its median step
                         time against the eager loop's (the ratio).
@@ -172,8 +173,10 @@ def run_quiet(argv, log, timeout, env=None):
             argv[1] if argv[0] == PY else argv[0]), rc, " | ".join(tail)))
 
 
-def export(module_spec, out_dir, name, batch, seq, timeout):
-    """pipeplan_export.py of a builder at (batch, seq): graph and package."""
+def export(module_spec, out_dir, name, batch, seq, timeout, profile_device=None):
+    """pipeplan_export.py of a builder at (batch, seq): graph and package. With
+    `profile_device` the nodes are timed there (pipeplan_export.py --profile 5); where
+    that fails the log says why and the graph keeps flop-derived costs."""
     graph = os.path.join(out_dir, name + ".json")
     package = os.path.join(out_dir, name + ".ptpkg")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "models"))
@@ -184,10 +187,16 @@ def export(module_spec, out_dir, name, batch, seq, timeout):
             "b = getattr(importlib.import_module(mod), fn)\n"
             "try:\n  m, x = b(batch=%d, seq=%d)\n"
             "except TypeError:\n  m, x = b(batch=%d)\n"
-            "g = pipeplan_export.export(m, x, name=%r, package=%r, loss='cross_entropy')\n"
+            "kw = dict(name=%r, package=%r, loss='cross_entropy')\n"
+            "dev = %r\n"
+            "try:\n"
+            "  g = pipeplan_export.export(m, x, profile=5 if dev else 0, profile_device=dev, **kw)\n"
+            "except pipeplan_export.ExportError as e:\n"
+            "  print('profiling on %%s failed (%%s): flop-derived costs' %% (dev, e))\n"
+            "  g = pipeplan_export.export(m, x, **kw)\n"
             "pipeplan_export.write_graph(g, %r)\n"
             % (os.path.join(ROOT, "client", "python"), module_spec, batch, seq, batch, name,
-               package, graph))
+               package, profile_device, graph))
     run_quiet([PY, "-c", code], os.path.join(out_dir, name + "-export.log"), timeout, env)
     return graph, package
 
@@ -294,8 +303,9 @@ def cmd_export(args):
     os.makedirs(args.work, exist_ok=True)
     paths = bench_paths(args)
     name = args.model.replace(":", "_")
-    export(args.model, os.path.abspath(args.work), name, args.batch, args.seq, args.timeout)
     import torch
+    export(args.model, os.path.abspath(args.work), name, args.batch, args.seq, args.timeout,
+           "cuda:0" if torch.cuda.is_available() else None)
     with open(paths["graph"]) as f:
         graph = json.load(f)
     vocab = None

@@ -139,11 +139,20 @@ class ProfileTest(unittest.TestCase):
         with self.assertRaises(ExportError):
             profile_nodes(gm, (torch.randn(4, 1024),), repeats=0)
 
+    def test_a_device_that_does_not_exist_is_an_error(self):
+        gm = trace(Uneven(), (), (), True, False)
+        with self.assertRaises(ExportError) as e:
+            profile_nodes(gm, (torch.randn(4, 1024),), repeats=1, device="cuda:99")
+        self.assertIn("cuda:99", str(e.exception))
+        costs = profile_nodes(gm, (torch.randn(4, 1024),), repeats=1, device="cpu")
+        self.assertGreater(costs["wide"][0], 0)
+
     def test_cli_writes_measured_times(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "g.json")
             self.assertEqual(pe.main(["--model", "test_export:ConvNet", "--out", path,
                                       "--input-shape", "2,3,16,16", "--profile", "2",
+                                      "--profile-device", "cpu",
                                       "--quiet"]), 0)
             with open(path) as f:
                 graph = json.load(f)

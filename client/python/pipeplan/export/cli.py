@@ -98,6 +98,9 @@ def _parser():
                              "write its measured forward/backward seconds and weight-"
                              "gradient share (0: off; run where and with the threads the "
                              "workers use)")
+    parser.add_argument("--profile-device", metavar="DEVICE",
+                        help="with --profile: time on this torch device (e.g. cuda:0; "
+                             "default cpu, where the example inputs are)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress on stderr (by default each phase prints a line; "
                              "on a terminal one live line with nodes done and seconds)")
@@ -121,7 +124,7 @@ def main(argv=None):
                            transformer_layers_as_leaves=args.transformer_layers_as_leaves,
                            package=args.package, loss=args.loss,
                            real_forward=args.real_forward, progress=progress,
-                           profile=args.profile)
+                           profile=args.profile, profile_device=args.profile_device)
     except (ExportError, ValueError) as e:  # package.PackageError is a ValueError
         print("pipeplan_export: %s" % e, file=sys.stderr)
         return 2

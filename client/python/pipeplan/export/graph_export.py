@@ -54,7 +54,8 @@ WGF_NONE = 1e-6  # weight_grad_fraction meaning "no weight gradient" (0 would me
 
 def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(),
            leaf_names=(), default_leaves=True, transformer_layers_as_leaves=False,
-           package=None, loss=None, real_forward=False, progress=None, profile=0):
+           package=None, loss=None, real_forward=False, progress=None, profile=0,
+           profile_device=None):
     """Traces `module` on `example_inputs` and returns the graph as a dict.
 
     `example_inputs` is a tuple (or a single tensor) of positional inputs. The dict is
@@ -68,7 +69,8 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     the example inputs instead. Only the inputs' shapes and dtypes matter.
     `progress` (pipeplan.progress.Progress) reports each phase; default silent.
     `profile` (a count of timings per node, 0: off) measures each node's forward and
-    backward seconds and weight-gradient share on the example inputs (profile.py).
+    backward seconds and weight-gradient share on the example inputs (profile.py), on
+    `profile_device` ("cuda:0"; default: the inputs' device).
     """
     progress = progress or quiet()
     if isinstance(example_inputs, torch.Tensor):
@@ -88,7 +90,7 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
         info, charged = _node_costs(gm, fx_nodes, _param_names(module), phase)
     if profile:
         with progress.phase("profile", total=len(gm.graph.nodes)) as phase:
-            measured = profile_nodes(gm, example_inputs, profile, phase)
+            measured = profile_nodes(gm, example_inputs, profile, phase, profile_device)
         for node in fx_nodes:
             info[node]["measured"] = measured.get(node.name)
     nodes, edges = _nodes_and_edges(fx_nodes, info, charged)

@@ -16,8 +16,9 @@ each node is reached, times it on the very tensors it receives:
 Each figure is the median of `repeats` timings after one warm-up call. The model is
 copied first, and the random generators are restored after, so the export (and the
 package's parameters and buffers, e.g. BatchNorm's running statistics) is the same
-with or without profiling. Times are on the inputs' device with torch's current
-thread count: profile where, and with the threads with which, the workers run.
+with or without profiling. Times are on the inputs' device (or `device`) with
+torch's current thread count: profile where, and with the threads with which, the
+workers run.
 """
 
 import copy
@@ -31,14 +32,22 @@ from torch.fx.node import map_aggregate
 from pipeplan.export.errors import ExportError
 
 
-def profile_nodes(gm, example_inputs, repeats=5, phase=None):
+def profile_nodes(gm, example_inputs, repeats=5, phase=None, device=None):
     """{fx node name: (forward_seconds, backward_seconds, weight_grad_fraction or None)}
     for every call_module / call_function / call_method node; the fraction is None
-    where the node has no parameter gradient to time. Raises ExportError naming the
-    node that failed."""
+    where the node has no parameter gradient to time. With `device` ("cuda:0"), a copy
+    of the model and the inputs are timed there; else where the inputs are. Raises
+    ExportError naming the node that failed."""
     if repeats < 1:
         raise ExportError("profile repeats must be at least 1, got %d" % repeats)
     copied = copy.deepcopy(gm)
+    if device is not None:
+        try:
+            copied.to(device)
+            example_inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x
+                                   for x in example_inputs)
+        except (RuntimeError, AssertionError) as e:  # no such device, no CUDA build
+            raise ExportError("profile device %s: %s" % (device, e)) from e
     with torch.random.fork_rng(devices=_cuda_devices(example_inputs)):
         runner = _Profiler(copied, repeats, phase)
         runner.run(*example_inputs)
