@@ -30,6 +30,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -383,20 +384,14 @@ absl::Status ReadArgs(const pipeplan::common::ParsedFlags& f, Options* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = HostileFlags();
-  absl::StatusOr<pipeplan::common::ParsedFlags> parsed =
-      flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (parsed.ok() && parsed->help_requested()) {
-    std::cout << "usage: pipeplan-hostile --planner-binary PATH [flags] [-- planner flags]\n\n"
-              << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<pipeplan::common::ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      HostileFlags(), "--planner-binary PATH [flags] [-- planner flags]", {argv + 1, argv + argc},
+      &exit_code);
+  if (!parsed) return exit_code;
   Options o;
-  absl::Status read = parsed.ok() ? ReadArgs(*parsed, &o) : parsed.status();
-  if (!read.ok()) {
-    std::cerr << "pipeplan-hostile: " << read.message()
-              << "\nrun `pipeplan-hostile --help` for usage\n";
-    return pipeplan::common::kExitUsage;
+  if (absl::Status s = ReadArgs(*parsed, &o); !s.ok()) {
+    return pipeplan::common::UsageFailure("pipeplan-hostile", s.message());
   }
   Planner planner;
   if (!planner.Start(o)) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/version.h"
 
 namespace pipeplan::common {
 namespace {
@@ -309,6 +310,32 @@ void AddPlannerCredentialFlags(FlagSet* flags) {
       .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
       .Value("tls-key", "FILE", "its private key")
       .Value("token-file", "FILE", "bearer token for the planner (first line of FILE)");
+}
+
+std::optional<ParsedFlags> ParseMainFlags(const FlagSet& flags, absl::string_view synopsis,
+                                          const std::vector<std::string>& args, int* exit_code) {
+  absl::StatusOr<ParsedFlags> parsed = flags.Parse(args);
+  if (!parsed.ok()) {
+    *exit_code = UsageFailure(flags.program(), parsed.status().message());
+    return std::nullopt;
+  }
+  if (parsed->help_requested()) {
+    std::cout << "usage: " << flags.program() << " " << synopsis << "\n\n" << flags.Help();
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  if (parsed->Has("version")) {
+    std::cout << VersionLine(flags.program());
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
+
+int UsageFailure(absl::string_view program, absl::string_view message, absl::string_view command) {
+  std::cerr << program << ": " << message << "\nrun `" << program << " " << command
+            << (command.empty() ? "" : " ") << "--help` for usage\n";
+  return kExitUsage;
 }
 
 }  // namespace pipeplan::common

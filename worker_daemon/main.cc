@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,6 @@
 #include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/torch_device.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/worker/control/worker.h"
 #include "pipeplan/worker/transport/nccl_transport.h"
 
@@ -221,27 +221,17 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
 }
 
 int UsageFailure(const absl::Status& status) {
-  std::cerr << "pipeplan-worker: " << status.message()
-            << "\nrun `pipeplan-worker --help` for usage\n";
-  return pipeplan::common::kExitUsage;
+  return pipeplan::common::UsageFailure("pipeplan-worker", status.message());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = WorkerFlags();
-  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (!parsed.ok()) return UsageFailure(parsed.status());
-  if (parsed->help_requested()) {
-    std::cout << "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device "
-                 "DEVICE_ID [flags]\n\n"
-              << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
-  if (parsed->Has("version")) {
-    std::cout << pipeplan::common::VersionLine("pipeplan-worker");
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      WorkerFlags(), "--planner ADDR --job JOB --worker-id ID --device DEVICE_ID [flags]",
+      {argv + 1, argv + argc}, &exit_code);
+  if (!parsed) return exit_code;
   pipeplan::worker::WorkerOptions o;
   o.planner.timeout = absl::Seconds(10);
   if (absl::Status s = ReadFlags(*parsed, &o); !s.ok()) return UsageFailure(s);

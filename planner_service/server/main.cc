@@ -12,6 +12,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +23,6 @@
 #include "pipeplan/common/flag_set.h"
 #include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/server/base/release_memory.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/rpc/server.h"
@@ -267,23 +267,14 @@ int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = PlannerFlags();
-  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (parsed.ok() && parsed->help_requested()) {
-    std::cout << "usage: pipeplan-planner [flags]\n\n" << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
-  if (parsed.ok() && parsed->Has("version")) {
-    std::cout << pipeplan::common::VersionLine("pipeplan-planner");
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      PlannerFlags(), "[flags]", {argv + 1, argv + argc}, &exit_code);
+  if (!parsed) return exit_code;
   pipeplan::server::ServerConfig config;
   double drain_seconds = 1;
-  absl::Status read = parsed.ok() ? ReadFlags(*parsed, &config, &drain_seconds) : parsed.status();
-  if (!read.ok()) {
-    std::cerr << "pipeplan-planner: " << read.message()
-              << "\nrun `pipeplan-planner --help` for usage\n";
-    return pipeplan::common::kExitUsage;
+  if (absl::Status s = ReadFlags(*parsed, &config, &drain_seconds); !s.ok()) {
+    return pipeplan::common::UsageFailure("pipeplan-planner", s.message());
   }
   return Serve(config, drain_seconds);
 }

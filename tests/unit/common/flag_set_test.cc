@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/version.h"
@@ -86,6 +90,73 @@ TEST(FlagSet, UntilPositionalStopsAtTheCommand) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->consumed(), 2u);
   EXPECT_TRUE(f->positionals().empty());
+}
+
+// What a binary's main() gets back: the flags, or the exit code after
+// --help, --version or a bad flag, with what it printed.
+struct MainRun {
+  std::optional<ParsedFlags> flags;
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+MainRun RunMain(const FlagSet& flags, const std::vector<std::string>& args) {
+  MainRun run;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  run.flags = ParseMainFlags(flags, "--graph FILE [flags]", args, &run.exit_code);
+  run.out = testing::internal::GetCapturedStdout();
+  run.err = testing::internal::GetCapturedStderr();
+  return run;
+}
+
+TEST(ParseMainFlags, AnswersHelpVersionAndBadFlags) {
+  FlagSet flags = Example();
+  flags.Switch("version", "print the version and exit");
+
+  MainRun run = RunMain(flags, {"--graph", "g.json", "--help"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitOk);
+  EXPECT_TRUE(absl::StartsWith(run.out, "usage: test --graph FILE [flags]\n\n")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "-o, --output FMT")) << run.out;
+
+  run = RunMain(flags, {"--version"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitOk);
+  EXPECT_EQ(run.out, VersionLine("test"));
+
+  run = RunMain(flags, {"--no-such"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitUsage);
+  EXPECT_TRUE(absl::StartsWith(run.err, "test: ")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "--no-such")) << run.err;
+  EXPECT_TRUE(absl::EndsWith(run.err, "\nrun `test --help` for usage\n")) << run.err;
+  EXPECT_EQ(run.out, "");
+
+  run = RunMain(flags, {"--graph", "g.json", "JOB"});
+  ASSERT_TRUE(run.flags.has_value());
+  EXPECT_EQ(*run.flags->Get("graph"), "g.json");
+  EXPECT_EQ(run.flags->positionals(), std::vector<std::string>{"JOB"});
+  EXPECT_EQ(run.out + run.err, "");
+}
+
+TEST(ParseMainFlags, VersionIsAFlagOnlyWhereDeclared) {
+  MainRun run = RunMain(Example(), {"--version"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitUsage);
+  EXPECT_EQ(run.out, "");
+}
+
+TEST(UsageFailure, PointsToTheCommandsHelp) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(UsageFailure("pipeplan", "--ranks wants an integer", "jobs create"), kExitUsage);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pipeplan: --ranks wants an integer\nrun `pipeplan jobs create --help` for usage\n");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(UsageFailure("pipeplan-worker", "unexpected argument \"x\""), kExitUsage);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pipeplan-worker: unexpected argument \"x\"\nrun `pipeplan-worker --help` for usage\n");
 }
 
 TEST(ExitCode, SharedTable) {

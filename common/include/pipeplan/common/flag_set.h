@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pipeplan::common {
 
@@ -72,6 +73,8 @@ class FlagSet {
   // `program` prefixes the deprecation notes Parse prints on stderr.
   explicit FlagSet(std::string program);
 
+  const std::string& program() const { return program_; }
+
   // Starts a help section ("global flags"); flags before any have "flags".
   FlagSet& Section(std::string title);
   FlagSet& Value(std::string name, std::string value_name, std::string help);
@@ -115,6 +118,23 @@ class FlagSet {
 // CLI, a worker) reaches a planner that wants TLS or a bearer token. Declared
 // once, so every client spells and explains them alike.
 void AddPlannerCredentialFlags(FlagSet* flags);
+
+// The first thing every binary's main() does with its flags, so --help,
+// --version and a bad flag look and exit alike in all of them. Parses `args`
+// (argv without argv[0]) and returns them, or std::nullopt with *exit_code
+// set for main to return:
+//   --help      "usage: PROGRAM SYNOPSIS", a blank line and the flags' help
+//               on stdout; 0
+//   --version   (when `flags` declares it) VersionLine(PROGRAM) on stdout; 0
+//   a bad flag  UsageFailure(PROGRAM, why); 2
+// PROGRAM is flags.program().
+std::optional<ParsedFlags> ParseMainFlags(const FlagSet& flags, absl::string_view synopsis,
+                                          const std::vector<std::string>& args, int* exit_code);
+
+// "PROGRAM: MESSAGE" and "run `PROGRAM [COMMAND ]--help` for usage" on
+// stderr; returns kExitUsage (2) for main to exit with.
+int UsageFailure(absl::string_view program, absl::string_view message,
+                 absl::string_view command = "");
 
 // The candidate closest to a mistyped `name` (at most two edits away, and
 // fewer edits than the candidate has letters), or "" when none is: the
