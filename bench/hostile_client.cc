@@ -369,13 +369,7 @@ absl::Status ReadArgs(const pipeplan::common::ParsedFlags& f, Options* o) {
                                                      {"auto-options", &o->auto_options},
                                                      {"hold-seconds", &o->hold_seconds}};
   for (const auto& [name, out] : counts) {
-    absl::StatusOr<int64_t> v = f.GetInt64(name, *out);
-    if (!v.ok()) return v.status();
-    *out = *v;
-    if (*out < 0) {
-      return pipeplan::common::UsageError(
-          absl::StrCat("--", name, " wants a non-negative integer, got ", *out));
-    }
+    if (absl::Status s = f.ReadInteger(name, 0, out); !s.ok()) return s;
   }
   o->planner_args = f.positionals();
   return absl::OkStatus();

@@ -1,7 +1,9 @@
 #include "pipeplan/common/flag_set.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -102,6 +104,42 @@ absl::StatusOr<int64_t> ParsedFlags::GetInt64(const std::string& name, int64_t f
 
 absl::StatusOr<double> ParsedFlags::GetDouble(const std::string& name, double fallback) const {
   return ParseNumber(name, Get(name), fallback);
+}
+
+absl::Status ParsedFlags::ReadIntegerIn(const std::string& name, int64_t least, int64_t most,
+                                        int64_t* out) const {
+  absl::StatusOr<int64_t> v = GetInt64(name, 0);
+  if (!v.ok()) return v.status();
+  if (*v < least || *v > most) {
+    return UsageError(most == std::numeric_limits<int64_t>::max()
+                          ? absl::StrCat("--", name, " wants an integer >= ", least, ", got ", *v)
+                          : absl::StrCat("--", name, " wants an integer from ", least, " to ", most,
+                                         ", got ", *v));
+  }
+  *out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ParsedFlags::ReadNumber(const std::string& name, bool allow_zero, double* out) const {
+  if (!Has(name)) return absl::OkStatus();
+  absl::StatusOr<double> v = GetDouble(name, 0);
+  if (!v.ok()) return v.status();
+  if (!(allow_zero ? *v >= 0 : *v > 0) || !std::isfinite(*v)) {
+    return UsageError(absl::StrCat("--", name, " wants a ",
+                                   allow_zero ? "non-negative" : "positive", " number, got \"",
+                                   values_.at(name), "\""));
+  }
+  *out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ParsedFlags::ReadSeconds(const std::string& name, bool allow_zero,
+                                      absl::Duration* out) const {
+  if (!Has(name)) return absl::OkStatus();
+  double seconds = 0;
+  absl::Status s = ReadNumber(name, allow_zero, &seconds);
+  if (s.ok()) *out = absl::Seconds(seconds);
+  return s;
 }
 
 absl::StatusOr<std::string> ParsedFlags::GetChoice(const std::string& name,

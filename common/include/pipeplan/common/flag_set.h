@@ -21,14 +21,17 @@
 #define PIPEPLAN_COMMON_FLAG_SET_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace pipeplan::common {
 
@@ -60,13 +63,43 @@ class ParsedFlags {
   // Arguments Parse read (all of them unless it stopped at a positional).
   size_t consumed() const { return consumed_; }
 
+  // Range-checked reads into a program's settings, so every binary checks
+  // and words a bad value alike. Each leaves *out as it is when the flag is
+  // absent, and is a UsageError naming the flag and the range when the value
+  // is outside it.
+  //
+  // An integer from `least` to T's largest: one past T's range is refused,
+  // not wrapped (a limit of 2^32 must not become 0).
+  template <typename T>
+  absl::Status ReadInteger(const std::string& name, int64_t least, T* out) const;
+  // A finite number above 0 or, with allow_zero, from 0.
+  absl::Status ReadNumber(const std::string& name, bool allow_zero, double* out) const;
+  // ReadNumber's number, as seconds.
+  absl::Status ReadSeconds(const std::string& name, bool allow_zero, absl::Duration* out) const;
+
  private:
   friend class FlagSet;
+  // ReadInteger of a given flag, in [least, most].
+  absl::Status ReadIntegerIn(const std::string& name, int64_t least, int64_t most,
+                             int64_t* out) const;
+
   std::map<std::string, std::string> values_;  // canonical name -> value ("true" for switches)
   std::vector<std::string> positionals_;
   size_t consumed_ = 0;
   bool help_requested_ = false;
 };
+
+template <typename T>
+absl::Status ParsedFlags::ReadInteger(const std::string& name, int64_t least, T* out) const {
+  constexpr int64_t kMost = std::in_range<int64_t>(std::numeric_limits<T>::max())
+                                ? static_cast<int64_t>(std::numeric_limits<T>::max())
+                                : std::numeric_limits<int64_t>::max();
+  if (!Has(name)) return absl::OkStatus();
+  int64_t v = 0;
+  absl::Status s = ReadIntegerIn(name, least, kMost, &v);
+  if (s.ok()) *out = static_cast<T>(v);
+  return s;
+}
 
 class FlagSet {
  public:
