@@ -30,6 +30,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -368,13 +369,7 @@ absl::Status ReadArgs(const pipeplan::common::ParsedFlags& f, Options* o) {
                                                      {"auto-options", &o->auto_options},
                                                      {"hold-seconds", &o->hold_seconds}};
   for (const auto& [name, out] : counts) {
-    absl::StatusOr<int64_t> v = f.GetInt64(name, *out);
-    if (!v.ok()) return v.status();
-    *out = *v;
-    if (*out < 0) {
-      return pipeplan::common::UsageError(
-          absl::StrCat("--", name, " wants a non-negative integer, got ", *out));
-    }
+    if (absl::Status s = f.ReadInteger(name, 0, out); !s.ok()) return s;
   }
   o->planner_args = f.positionals();
   return absl::OkStatus();
@@ -383,20 +378,14 @@ absl::Status ReadArgs(const pipeplan::common::ParsedFlags& f, Options* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = HostileFlags();
-  absl::StatusOr<pipeplan::common::ParsedFlags> parsed =
-      flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (parsed.ok() && parsed->help_requested()) {
-    std::cout << "usage: pipeplan-hostile --planner-binary PATH [flags] [-- planner flags]\n\n"
-              << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<pipeplan::common::ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      HostileFlags(), "--planner-binary PATH [flags] [-- planner flags]", {argv + 1, argv + argc},
+      &exit_code);
+  if (!parsed) return exit_code;
   Options o;
-  absl::Status read = parsed.ok() ? ReadArgs(*parsed, &o) : parsed.status();
-  if (!read.ok()) {
-    std::cerr << "pipeplan-hostile: " << read.message()
-              << "\nrun `pipeplan-hostile --help` for usage\n";
-    return pipeplan::common::kExitUsage;
+  if (absl::Status s = ReadArgs(*parsed, &o); !s.ok()) {
+    return pipeplan::common::UsageFailure("pipeplan-hostile", s.message());
   }
   Planner planner;
   if (!planner.Start(o)) {

@@ -1,7 +1,9 @@
 #include "pipeplan/common/flag_set.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -10,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/version.h"
 
 namespace pipeplan::common {
 namespace {
@@ -101,6 +104,42 @@ absl::StatusOr<int64_t> ParsedFlags::GetInt64(const std::string& name, int64_t f
 
 absl::StatusOr<double> ParsedFlags::GetDouble(const std::string& name, double fallback) const {
   return ParseNumber(name, Get(name), fallback);
+}
+
+absl::Status ParsedFlags::ReadIntegerIn(const std::string& name, int64_t least, int64_t most,
+                                        int64_t* out) const {
+  absl::StatusOr<int64_t> v = GetInt64(name, 0);
+  if (!v.ok()) return v.status();
+  if (*v < least || *v > most) {
+    return UsageError(most == std::numeric_limits<int64_t>::max()
+                          ? absl::StrCat("--", name, " wants an integer >= ", least, ", got ", *v)
+                          : absl::StrCat("--", name, " wants an integer from ", least, " to ", most,
+                                         ", got ", *v));
+  }
+  *out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ParsedFlags::ReadNumber(const std::string& name, bool allow_zero, double* out) const {
+  if (!Has(name)) return absl::OkStatus();
+  absl::StatusOr<double> v = GetDouble(name, 0);
+  if (!v.ok()) return v.status();
+  if (!(allow_zero ? *v >= 0 : *v > 0) || !std::isfinite(*v)) {
+    return UsageError(absl::StrCat("--", name, " wants a ",
+                                   allow_zero ? "non-negative" : "positive", " number, got \"",
+                                   values_.at(name), "\""));
+  }
+  *out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ParsedFlags::ReadSeconds(const std::string& name, bool allow_zero,
+                                      absl::Duration* out) const {
+  if (!Has(name)) return absl::OkStatus();
+  double seconds = 0;
+  absl::Status s = ReadNumber(name, allow_zero, &seconds);
+  if (s.ok()) *out = absl::Seconds(seconds);
+  return s;
 }
 
 absl::StatusOr<std::string> ParsedFlags::GetChoice(const std::string& name,
@@ -309,6 +348,32 @@ void AddPlannerCredentialFlags(FlagSet* flags) {
       .Value("tls-cert", "FILE", "client certificate for mutual TLS (with --tls-key)")
       .Value("tls-key", "FILE", "its private key")
       .Value("token-file", "FILE", "bearer token for the planner (first line of FILE)");
+}
+
+std::optional<ParsedFlags> ParseMainFlags(const FlagSet& flags, absl::string_view synopsis,
+                                          const std::vector<std::string>& args, int* exit_code) {
+  absl::StatusOr<ParsedFlags> parsed = flags.Parse(args);
+  if (!parsed.ok()) {
+    *exit_code = UsageFailure(flags.program(), parsed.status().message());
+    return std::nullopt;
+  }
+  if (parsed->help_requested()) {
+    std::cout << "usage: " << flags.program() << " " << synopsis << "\n\n" << flags.Help();
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  if (parsed->Has("version")) {
+    std::cout << VersionLine(flags.program());
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
+
+int UsageFailure(absl::string_view program, absl::string_view message, absl::string_view command) {
+  std::cerr << program << ": " << message << "\nrun `" << program << " " << command
+            << (command.empty() ? "" : " ") << "--help` for usage\n";
+  return kExitUsage;
 }
 
 }  // namespace pipeplan::common

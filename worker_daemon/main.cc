@@ -6,12 +6,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +21,6 @@
 #include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/common/torch_device.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/worker/control/worker.h"
 #include "pipeplan/worker/transport/nccl_transport.h"
 
@@ -113,39 +112,6 @@ const pipeplan::common::FlagSet& WorkerFlags() {
   return *flags;
 }
 
-// A positive (or, with allow_zero, non-negative) number into *out, when given.
-template <typename T>
-absl::Status Number(const ParsedFlags& flags, const std::string& name, bool allow_zero, T* out) {
-  if (!flags.Has(name)) return absl::OkStatus();
-  PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
-  if (!(allow_zero ? v >= 0 : v > 0) || !std::isfinite(v)) {
-    return UsageError(absl::StrCat("--", name, " wants a ",
-                                   allow_zero ? "non-negative" : "positive", " number, got \"",
-                                   *flags.Get(name), "\""));
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
-// An integer of at least `least` into *out, when given.
-template <typename T>
-absl::Status Integer(const ParsedFlags& flags, const std::string& name, int64_t least, T* out) {
-  if (!flags.Has(name)) return absl::OkStatus();
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
-  if (v < least) {
-    return UsageError(absl::StrCat("--", name, " wants an integer >= ", least, ", got ", v));
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
-absl::Status Seconds(const ParsedFlags& flags, const std::string& name, absl::Duration* out) {
-  double seconds = absl::ToDoubleSeconds(*out);
-  PIPEPLAN_RETURN_IF_ERROR(Number(flags, name, /*allow_zero=*/false, &seconds));
-  *out = absl::Seconds(seconds);
-  return absl::OkStatus();
-}
-
 bool GpuVisible() {
 #ifdef PIPEPLAN_HAVE_NCCL
   int count = 0;
@@ -197,21 +163,24 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   o->planner.tls_ca_file = f.Get("tls-ca").value_or("");
   o->planner.tls_cert_file = f.Get("tls-cert").value_or("");
   o->planner.tls_key_file = f.Get("tls-key").value_or("");
-  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "steps", 0, &o->steps));
-  PIPEPLAN_RETURN_IF_ERROR(Number(f, "time-scale", /*allow_zero=*/true, &o->time_scale));
-  PIPEPLAN_RETURN_IF_ERROR(Number(f, "slowdown", /*allow_zero=*/false, &o->slowdown));
-  PIPEPLAN_RETURN_IF_ERROR(Number(f, "noise", /*allow_zero=*/true, &o->noise));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("steps", 0, &o->steps));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadNumber("time-scale", /*allow_zero=*/true, &o->time_scale));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadNumber("slowdown", /*allow_zero=*/false, &o->slowdown));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadNumber("noise", /*allow_zero=*/true, &o->noise));
   if (o->noise >= 1) return UsageError("--noise must be below 1");
-  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "max-message-bytes", 1, &o->max_message_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Number(f, "memory-bytes", /*allow_zero=*/true, &o->memory_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "comm-timeout-seconds", &o->comm_timeout));
-  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "connect-timeout-seconds", &o->connect_timeout));
-  PIPEPLAN_RETURN_IF_ERROR(Seconds(f, "rpc-timeout-seconds", &o->planner.timeout));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-message-bytes", 1, &o->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadNumber("memory-bytes", /*allow_zero=*/true, &o->memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadSeconds("comm-timeout-seconds", /*allow_zero=*/false, &o->comm_timeout));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadSeconds("connect-timeout-seconds", /*allow_zero=*/false, &o->connect_timeout));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadSeconds("rpc-timeout-seconds", /*allow_zero=*/false, &o->planner.timeout));
   int64_t snapshot_mb = static_cast<int64_t>(o->snapshot_memory_limit_bytes / 1000000);
-  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "snapshot-memory-limit-mb", 0, &snapshot_mb));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("snapshot-memory-limit-mb", 0, &snapshot_mb));
   o->snapshot_memory_limit_bytes = static_cast<size_t>(snapshot_mb) * 1000000;
-  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-width", 1, &o->mlp_width));
-  PIPEPLAN_RETURN_IF_ERROR(Integer(f, "mlp-rows", 1, &o->mlp_rows));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("mlp-width", 1, &o->mlp_width));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("mlp-rows", 1, &o->mlp_rows));
   PIPEPLAN_ASSIGN_OR_RETURN(double lr, f.GetDouble("mlp-learning-rate", o->mlp_learning_rate));
   o->mlp_learning_rate = static_cast<float>(lr);
   PIPEPLAN_ASSIGN_OR_RETURN(std::string transport,
@@ -221,27 +190,17 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
 }
 
 int UsageFailure(const absl::Status& status) {
-  std::cerr << "pipeplan-worker: " << status.message()
-            << "\nrun `pipeplan-worker --help` for usage\n";
-  return pipeplan::common::kExitUsage;
+  return pipeplan::common::UsageFailure("pipeplan-worker", status.message());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = WorkerFlags();
-  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (!parsed.ok()) return UsageFailure(parsed.status());
-  if (parsed->help_requested()) {
-    std::cout << "usage: pipeplan-worker --planner ADDR --job JOB --worker-id ID --device "
-                 "DEVICE_ID [flags]\n\n"
-              << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
-  if (parsed->Has("version")) {
-    std::cout << pipeplan::common::VersionLine("pipeplan-worker");
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      WorkerFlags(), "--planner ADDR --job JOB --worker-id ID --device DEVICE_ID [flags]",
+      {argv + 1, argv + argc}, &exit_code);
+  if (!parsed) return exit_code;
   pipeplan::worker::WorkerOptions o;
   o.planner.timeout = absl::Seconds(10);
   if (absl::Status s = ReadFlags(*parsed, &o); !s.ok()) return UsageFailure(s);

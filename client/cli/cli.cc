@@ -10,6 +10,7 @@
 #include "command.h"
 #include "global_flags.h"
 #include "pipeplan/common/exit_code.h"
+#include "pipeplan/common/flag_set.h"
 #include "pipeplan/common/version.h"
 
 namespace pipeplan::cli {
@@ -95,9 +96,9 @@ std::string UnknownCommand(const std::string& words) {
                       best.empty() ? "" : absl::StrCat("; did you mean \"", best, "\"?"));
 }
 
-int Usage(absl::string_view message, absl::string_view help_hint) {
-  std::cerr << "pipeplan: " << message << "\nrun `pipeplan " << help_hint << "--help` for usage\n";
-  return common::kExitUsage;
+// `command`: the words whose --help the message points to ("" for pipeplan's).
+int Usage(absl::string_view message, absl::string_view command) {
+  return common::UsageFailure("pipeplan", message, command);
 }
 
 // `pipeplan help [command words]`.
@@ -116,9 +117,8 @@ int RunHelp(const std::vector<std::string>& words) {
 }
 
 int RunCommand(const Command& c, std::vector<std::string> args) {
-  const std::string hint = absl::StrCat(c.words, " ");
   absl::StatusOr<common::ParsedFlags> flags = FullFlags(c).Parse(args);
-  if (!flags.ok()) return Usage(flags.status().message(), hint);
+  if (!flags.ok()) return Usage(flags.status().message(), c.words);
   if (flags->help_requested()) {
     std::cout << CommandHelp(c);
     return common::kExitOk;
@@ -132,16 +132,17 @@ int RunCommand(const Command& c, std::vector<std::string> args) {
   }
   const std::vector<std::string>& positionals = flags->positionals();
   if (static_cast<int>(positionals.size()) > c.num_arguments) {
-    return Usage(absl::StrCat("unexpected argument \"", positionals[c.num_arguments], "\""), hint);
+    return Usage(absl::StrCat("unexpected argument \"", positionals[c.num_arguments], "\""),
+                 c.words);
   }
   if (static_cast<int>(positionals.size()) < c.num_arguments) {
-    return Usage(absl::StrCat(c.words, " wants ", c.arguments), hint);
+    return Usage(absl::StrCat(c.words, " wants ", c.arguments), c.words);
   }
   absl::StatusOr<GlobalFlags> global = GlobalFlagsFrom(*flags);
-  if (!global.ok()) return Usage(global.status().message(), hint);
+  if (!global.ok()) return Usage(global.status().message(), c.words);
   const absl::Status status =
       WithEveryReplicasError(*global, c.run(CommandContext{*flags, *global, positionals}));
-  if (common::IsUsageError(status)) return Usage(status.message(), hint);
+  if (common::IsUsageError(status)) return Usage(status.message(), c.words);
   if (!status.ok()) {
     std::cerr << "pipeplan: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
               << "\n";
@@ -180,7 +181,7 @@ int RunCli(const std::vector<std::string>& args) {
   }
   const Command* command = FindCommand(words);
   if (command == nullptr) {
-    return Usage(UnknownCommand(words), IsGroup(GroupOf(words)) ? GroupOf(words) + " " : "");
+    return Usage(UnknownCommand(words), IsGroup(GroupOf(words)) ? GroupOf(words) : "");
   }
   // Global flags given before the command are parsed again with the
   // command's, so both places work.

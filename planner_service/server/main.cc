@@ -9,11 +9,9 @@
 // pipeplan/cmdline (docs/cli.md).
 #include <signal.h>
 
-#include <cmath>
 #include <iostream>
-#include <limits>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +20,6 @@
 #include "pipeplan/common/flag_set.h"
 #include "pipeplan/common/host_port.h"
 #include "pipeplan/common/status_macros.h"
-#include "pipeplan/common/version.h"
 #include "pipeplan/server/base/release_memory.h"
 #include "pipeplan/server/obs/log.h"
 #include "pipeplan/server/rpc/server.h"
@@ -118,70 +115,39 @@ const pipeplan::common::FlagSet& PlannerFlags() {
   return *flags;
 }
 
-// A non-negative integer flag into *out, when given; one past T's range is
-// refused rather than wrapped (a limit of 2^32 must not become 0).
-template <typename T>
-absl::Status Count(const ParsedFlags& flags, const std::string& name, T* out) {
-  if (!flags.Has(name)) return absl::OkStatus();
-  PIPEPLAN_ASSIGN_OR_RETURN(int64_t v, flags.GetInt64(name, 0));
-  if (v < 0 || !std::in_range<T>(v)) {
-    return pipeplan::common::UsageError(absl::StrCat("--", name, " wants an integer from 0 to ",
-                                                     std::numeric_limits<T>::max(), ", got ", v));
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
-// A non-negative number (seconds, a ratio) into *out, when given.
-absl::Status NonNegative(const ParsedFlags& flags, const std::string& name, double* out) {
-  if (!flags.Has(name)) return absl::OkStatus();
-  PIPEPLAN_ASSIGN_OR_RETURN(double v, flags.GetDouble(name, 0));
-  if (!(v >= 0) || std::isinf(v)) {
-    return pipeplan::common::UsageError(
-        absl::StrCat("--", name, " wants a non-negative number, got ", *flags.Get(name)));
-  }
-  *out = v;
-  return absl::OkStatus();
-}
-
-absl::Status Duration(const ParsedFlags& flags, const std::string& name, absl::Duration* out) {
-  double seconds = absl::ToDoubleSeconds(*out);
-  PIPEPLAN_RETURN_IF_ERROR(NonNegative(flags, name, &seconds));
-  *out = absl::Seconds(seconds);
-  return absl::OkStatus();
-}
-
 // The "limits" section of PlannerFlags.
 absl::Status ReadLimits(const ParsedFlags& f, pipeplan::server::ServerConfig* c) {
   pipeplan::server::HandlerOptions& h = c->handlers;
   pipeplan::server::JobRegistry::Options& r = h.registry;
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-message-bytes", &c->max_message_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-memory-bytes", &c->grpc_memory_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "grpc-max-threads", &c->grpc_max_threads));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-message-bytes", 0, &c->max_message_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("grpc-memory-bytes", 0, &c->grpc_memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("grpc-max-threads", 0, &c->grpc_max_threads));
   if (c->grpc_memory_bytes > 0 && c->grpc_memory_bytes < 2 * int64_t{c->max_message_bytes}) {
     // Below that, gRPC would cancel a single largest message while it arrives.
     return pipeplan::common::UsageError(absl::StrCat("--grpc-memory-bytes=", c->grpc_memory_bytes,
                                                      " must be 0 or at least twice ",
                                                      "--max-message-bytes=", c->max_message_bytes));
   }
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-nodes", &h.limits.max_nodes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-edges", &h.limits.max_edges));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-devices", &h.max_cluster_devices));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-concurrent-solves", &h.max_concurrent_solves));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "solve-memory-bytes", &h.solve_memory_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "cache-max-bytes", &h.cache.max_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "cache-max-entries", &h.cache.max_entries));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-jobs", &r.max_jobs));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-workers-per-job", &r.max_workers_per_job));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-value-bytes", &r.rendezvous_max_value_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-keys-per-job", &r.rendezvous_max_keys_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-nodes", 0, &h.limits.max_nodes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-edges", 0, &h.limits.max_edges));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-devices", 0, &h.max_cluster_devices));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-concurrent-solves", 0, &h.max_concurrent_solves));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("solve-memory-bytes", 0, &h.solve_memory_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("cache-max-bytes", 0, &h.cache.max_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("cache-max-entries", 0, &h.cache.max_entries));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-jobs", 0, &r.max_jobs));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-workers-per-job", 0, &r.max_workers_per_job));
   PIPEPLAN_RETURN_IF_ERROR(
-      Count(f, "rendezvous-max-bytes-per-job", &r.rendezvous_max_bytes_per_job));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "rendezvous-max-bytes", &r.rendezvous_max_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-report-bytes", &r.max_report_bytes));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "max-report-timings", &r.max_report_timings));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "report-retention", &c->report_retention));
-  return Duration(f, "report-retention-seconds", &c->report_max_age);
+      f.ReadInteger("rendezvous-max-value-bytes", 0, &r.rendezvous_max_value_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadInteger("rendezvous-max-keys-per-job", 0, &r.rendezvous_max_keys_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadInteger("rendezvous-max-bytes-per-job", 0, &r.rendezvous_max_bytes_per_job));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("rendezvous-max-bytes", 0, &r.rendezvous_max_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-report-bytes", 0, &r.max_report_bytes));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("max-report-timings", 0, &r.max_report_timings));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("report-retention", 0, &c->report_retention));
+  return f.ReadSeconds("report-retention-seconds", /*allow_zero=*/true, &c->report_max_age);
 }
 
 absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, double* drain) {
@@ -204,27 +170,32 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::server::ServerConfig* c, 
   c->auth_token_file = f.Get("auth-token-file").value_or("");
   pipeplan::server::HandlerOptions& h = c->handlers;
   PIPEPLAN_RETURN_IF_ERROR(ReadLimits(f, c));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "solver-threads", &h.solver_threads));
-  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "lease-seconds", &h.registry.lease));
-  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "job-gauge-seconds", &c->job_gauge_period));
-  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "job-lease-seconds", &c->job_lease));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("solver-threads", 0, &h.solver_threads));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadSeconds("lease-seconds", /*allow_zero=*/true, &h.registry.lease));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadSeconds("job-gauge-seconds", /*allow_zero=*/true, &c->job_gauge_period));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadSeconds("job-lease-seconds", /*allow_zero=*/true, &c->job_lease));
   c->advertise_address = f.Get("advertise-address").value_or("");
-  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "cache-ttl-seconds", &h.cache.ttl));
-  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "drain-seconds", drain));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadSeconds("cache-ttl-seconds", /*allow_zero=*/true, &h.cache.ttl));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadNumber("drain-seconds", /*allow_zero=*/true, drain));
   PIPEPLAN_ASSIGN_OR_RETURN(std::string replan,
                             f.GetChoice("replan", {"on", "off", "membership"}, "on"));
   h.replan.enabled = replan != "off";
   h.replan.calibrate = replan == "on";
-  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-min-gain", &h.replan.min_gain));
-  PIPEPLAN_RETURN_IF_ERROR(Duration(f, "replan-min-interval-seconds", &h.replan.min_interval));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-min-steps", &h.replan.min_steps));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-warmup-steps", &h.replan.warmup_steps));
-  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-min-gain-seconds", &h.replan.min_gain_seconds));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "replan-horizon-steps", &h.replan.horizon_steps));
   PIPEPLAN_RETURN_IF_ERROR(
-      NonNegative(f, "replan-switch-seconds", &h.replan.assumed_switch_seconds));
-  PIPEPLAN_RETURN_IF_ERROR(NonNegative(f, "replan-noise-factor", &h.replan.noise_factor));
-  PIPEPLAN_RETURN_IF_ERROR(Count(f, "contingency-plans", &h.replan.max_contingencies));
+      f.ReadNumber("replan-min-gain", /*allow_zero=*/true, &h.replan.min_gain));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadSeconds("replan-min-interval-seconds", /*allow_zero=*/true, &h.replan.min_interval));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("replan-min-steps", 0, &h.replan.min_steps));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("replan-warmup-steps", 0, &h.replan.warmup_steps));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadNumber("replan-min-gain-seconds", /*allow_zero=*/true, &h.replan.min_gain_seconds));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("replan-horizon-steps", 0, &h.replan.horizon_steps));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadNumber("replan-switch-seconds", /*allow_zero=*/true, &h.replan.assumed_switch_seconds));
+  PIPEPLAN_RETURN_IF_ERROR(
+      f.ReadNumber("replan-noise-factor", /*allow_zero=*/true, &h.replan.noise_factor));
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("contingency-plans", 0, &h.replan.max_contingencies));
   return absl::OkStatus();
 }
 
@@ -267,23 +238,14 @@ int Serve(const pipeplan::server::ServerConfig& config, double drain_seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const pipeplan::common::FlagSet& flags = PlannerFlags();
-  absl::StatusOr<ParsedFlags> parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (parsed.ok() && parsed->help_requested()) {
-    std::cout << "usage: pipeplan-planner [flags]\n\n" << flags.Help();
-    return pipeplan::common::kExitOk;
-  }
-  if (parsed.ok() && parsed->Has("version")) {
-    std::cout << pipeplan::common::VersionLine("pipeplan-planner");
-    return pipeplan::common::kExitOk;
-  }
+  int exit_code = 0;
+  std::optional<ParsedFlags> parsed = pipeplan::common::ParseMainFlags(
+      PlannerFlags(), "[flags]", {argv + 1, argv + argc}, &exit_code);
+  if (!parsed) return exit_code;
   pipeplan::server::ServerConfig config;
   double drain_seconds = 1;
-  absl::Status read = parsed.ok() ? ReadFlags(*parsed, &config, &drain_seconds) : parsed.status();
-  if (!read.ok()) {
-    std::cerr << "pipeplan-planner: " << read.message()
-              << "\nrun `pipeplan-planner --help` for usage\n";
-    return pipeplan::common::kExitUsage;
+  if (absl::Status s = ReadFlags(*parsed, &config, &drain_seconds); !s.ok()) {
+    return pipeplan::common::UsageFailure("pipeplan-planner", s.message());
   }
   return Serve(config, drain_seconds);
 }

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "pipeplan/common/exit_code.h"
 #include "pipeplan/common/version.h"
@@ -86,6 +91,121 @@ TEST(FlagSet, UntilPositionalStopsAtTheCommand) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->consumed(), 2u);
   EXPECT_TRUE(f->positionals().empty());
+}
+
+TEST(ParsedFlags, ReadIntegerChecksTheRangeOfItsType) {
+  FlagSet flags("test");
+  flags.Value("n", "N", "").Value("m", "N", "").Value("k", "N", "");
+  auto f = flags.Parse({"--n", "4294967296", "--m", "7", "--k", "-1"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  uint32_t narrow = 5;
+  absl::Status s = f->ReadInteger("n", 0, &narrow);
+  EXPECT_TRUE(IsUsageError(s));
+  EXPECT_EQ(s.message(), "--n wants an integer from 0 to 4294967295, got 4294967296");
+  EXPECT_EQ(narrow, 5u);  // refused, not wrapped to 0
+  int64_t wide = 0;
+  ASSERT_TRUE(f->ReadInteger("n", 0, &wide).ok());
+  EXPECT_EQ(wide, int64_t{1} << 32);
+  s = f->ReadInteger("k", 0, &wide);
+  EXPECT_EQ(s.message(), "--k wants an integer >= 0, got -1");
+  int small = 0;
+  EXPECT_EQ(f->ReadInteger("m", 8, &small).message(),
+            "--m wants an integer from 8 to 2147483647, got 7");
+  ASSERT_TRUE(f->ReadInteger("m", 7, &small).ok());
+  EXPECT_EQ(small, 7);
+  int absent = 3;
+  ASSERT_TRUE(f->ReadInteger("absent", 1, &absent).ok());
+  EXPECT_EQ(absent, 3);
+}
+
+TEST(ParsedFlags, ReadNumberAndSecondsWantFiniteNumbersInRange) {
+  FlagSet flags("test");
+  flags.Value("zero", "X", "").Value("inf", "X", "").Value("half", "S", "");
+  auto f = flags.Parse({"--zero", "0", "--inf", "inf", "--half", "0.5"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  double x = 2;
+  ASSERT_TRUE(f->ReadNumber("zero", /*allow_zero=*/true, &x).ok());
+  EXPECT_EQ(x, 0);
+  x = 2;
+  EXPECT_EQ(f->ReadNumber("zero", /*allow_zero=*/false, &x).message(),
+            "--zero wants a positive number, got \"0\"");
+  EXPECT_EQ(x, 2);
+  EXPECT_EQ(f->ReadNumber("inf", /*allow_zero=*/true, &x).message(),
+            "--inf wants a non-negative number, got \"inf\"");
+  absl::Duration d = absl::Seconds(9);
+  ASSERT_TRUE(f->ReadSeconds("half", /*allow_zero=*/false, &d).ok());
+  EXPECT_EQ(d, absl::Milliseconds(500));
+  EXPECT_TRUE(IsUsageError(f->ReadSeconds("zero", /*allow_zero=*/false, &d)));
+  EXPECT_EQ(d, absl::Milliseconds(500));
+  ASSERT_TRUE(f->ReadSeconds("absent", /*allow_zero=*/false, &d).ok());
+  EXPECT_EQ(d, absl::Milliseconds(500));
+}
+
+// What a binary's main() gets back: the flags, or the exit code after
+// --help, --version or a bad flag, with what it printed.
+struct MainRun {
+  std::optional<ParsedFlags> flags;
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+MainRun RunMain(const FlagSet& flags, const std::vector<std::string>& args) {
+  MainRun run;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  run.flags = ParseMainFlags(flags, "--graph FILE [flags]", args, &run.exit_code);
+  run.out = testing::internal::GetCapturedStdout();
+  run.err = testing::internal::GetCapturedStderr();
+  return run;
+}
+
+TEST(ParseMainFlags, AnswersHelpVersionAndBadFlags) {
+  FlagSet flags = Example();
+  flags.Switch("version", "print the version and exit");
+
+  MainRun run = RunMain(flags, {"--graph", "g.json", "--help"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitOk);
+  EXPECT_TRUE(absl::StartsWith(run.out, "usage: test --graph FILE [flags]\n\n")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "-o, --output FMT")) << run.out;
+
+  run = RunMain(flags, {"--version"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitOk);
+  EXPECT_EQ(run.out, VersionLine("test"));
+
+  run = RunMain(flags, {"--no-such"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitUsage);
+  EXPECT_TRUE(absl::StartsWith(run.err, "test: ")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "--no-such")) << run.err;
+  EXPECT_TRUE(absl::EndsWith(run.err, "\nrun `test --help` for usage\n")) << run.err;
+  EXPECT_EQ(run.out, "");
+
+  run = RunMain(flags, {"--graph", "g.json", "JOB"});
+  ASSERT_TRUE(run.flags.has_value());
+  EXPECT_EQ(*run.flags->Get("graph"), "g.json");
+  EXPECT_EQ(run.flags->positionals(), std::vector<std::string>{"JOB"});
+  EXPECT_EQ(run.out + run.err, "");
+}
+
+TEST(ParseMainFlags, VersionIsAFlagOnlyWhereDeclared) {
+  MainRun run = RunMain(Example(), {"--version"});
+  EXPECT_FALSE(run.flags.has_value());
+  EXPECT_EQ(run.exit_code, kExitUsage);
+  EXPECT_EQ(run.out, "");
+}
+
+TEST(UsageFailure, PointsToTheCommandsHelp) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(UsageFailure("pipeplan", "--ranks wants an integer", "jobs create"), kExitUsage);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pipeplan: --ranks wants an integer\nrun `pipeplan jobs create --help` for usage\n");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(UsageFailure("pipeplan-worker", "unexpected argument \"x\""), kExitUsage);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "pipeplan-worker: unexpected argument \"x\"\nrun `pipeplan-worker --help` for usage\n");
 }
 
 TEST(ExitCode, SharedTable) {

@@ -21,13 +21,17 @@
 #define PIPEPLAN_COMMON_FLAG_SET_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace pipeplan::common {
 
@@ -59,18 +63,50 @@ class ParsedFlags {
   // Arguments Parse read (all of them unless it stopped at a positional).
   size_t consumed() const { return consumed_; }
 
+  // Range-checked reads into a program's settings, so every binary checks
+  // and words a bad value alike. Each leaves *out as it is when the flag is
+  // absent, and is a UsageError naming the flag and the range when the value
+  // is outside it.
+  //
+  // An integer from `least` to T's largest: one past T's range is refused,
+  // not wrapped (a limit of 2^32 must not become 0).
+  template <typename T>
+  absl::Status ReadInteger(const std::string& name, int64_t least, T* out) const;
+  // A finite number above 0 or, with allow_zero, from 0.
+  absl::Status ReadNumber(const std::string& name, bool allow_zero, double* out) const;
+  // ReadNumber's number, as seconds.
+  absl::Status ReadSeconds(const std::string& name, bool allow_zero, absl::Duration* out) const;
+
  private:
   friend class FlagSet;
+  // ReadInteger of a given flag, in [least, most].
+  absl::Status ReadIntegerIn(const std::string& name, int64_t least, int64_t most,
+                             int64_t* out) const;
+
   std::map<std::string, std::string> values_;  // canonical name -> value ("true" for switches)
   std::vector<std::string> positionals_;
   size_t consumed_ = 0;
   bool help_requested_ = false;
 };
 
+template <typename T>
+absl::Status ParsedFlags::ReadInteger(const std::string& name, int64_t least, T* out) const {
+  constexpr int64_t kMost = std::in_range<int64_t>(std::numeric_limits<T>::max())
+                                ? static_cast<int64_t>(std::numeric_limits<T>::max())
+                                : std::numeric_limits<int64_t>::max();
+  if (!Has(name)) return absl::OkStatus();
+  int64_t v = 0;
+  absl::Status s = ReadIntegerIn(name, least, kMost, &v);
+  if (s.ok()) *out = static_cast<T>(v);
+  return s;
+}
+
 class FlagSet {
  public:
   // `program` prefixes the deprecation notes Parse prints on stderr.
   explicit FlagSet(std::string program);
+
+  const std::string& program() const { return program_; }
 
   // Starts a help section ("global flags"); flags before any have "flags".
   FlagSet& Section(std::string title);
@@ -115,6 +151,23 @@ class FlagSet {
 // CLI, a worker) reaches a planner that wants TLS or a bearer token. Declared
 // once, so every client spells and explains them alike.
 void AddPlannerCredentialFlags(FlagSet* flags);
+
+// The first thing every binary's main() does with its flags, so --help,
+// --version and a bad flag look and exit alike in all of them. Parses `args`
+// (argv without argv[0]) and returns them, or std::nullopt with *exit_code
+// set for main to return:
+//   --help      "usage: PROGRAM SYNOPSIS", a blank line and the flags' help
+//               on stdout; 0
+//   --version   (when `flags` declares it) VersionLine(PROGRAM) on stdout; 0
+//   a bad flag  UsageFailure(PROGRAM, why); 2
+// PROGRAM is flags.program().
+std::optional<ParsedFlags> ParseMainFlags(const FlagSet& flags, absl::string_view synopsis,
+                                          const std::vector<std::string>& args, int* exit_code);
+
+// "PROGRAM: MESSAGE" and "run `PROGRAM [COMMAND ]--help` for usage" on
+// stderr; returns kExitUsage (2) for main to exit with.
+int UsageFailure(absl::string_view program, absl::string_view message,
+                 absl::string_view command = "");
 
 // The candidate closest to a mistyped `name` (at most two edits away, and
 // fewer edits than the candidate has letters), or "" when none is: the
