@@ -147,6 +147,13 @@ class ProfileTest(unittest.TestCase):
         costs = profile_nodes(gm, (torch.randn(4, 1024),), repeats=1, device="cpu")
         self.assertGreater(costs["wide"][0], 0)
 
+    def test_cli_refuses_a_profile_device_without_profiling(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(SystemExit) as e:
+                pe.main(["--model", "mlp", "--out", os.path.join(d, "g.json"),
+                         "--profile-device", "cpu", "--quiet"])
+            self.assertEqual(e.exception.code, 2)  # argparse's usage error
+
     def test_cli_writes_measured_times(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "g.json")

@@ -108,7 +108,10 @@ def _parser():
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.profile_device and args.profile <= 0:
+        parser.error("--profile-device needs --profile N (N >= 1)")
     torch.manual_seed(0)
     if args.model in BUILTINS:
         module, inputs = builtin(args.model)
