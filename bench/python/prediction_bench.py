@@ -176,7 +176,9 @@ def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
 
 def predicted_costs(planner):
     """Each `version_predicted_costs` line of the planner's log, in order:
-    per stage (F ms, full B ms), tail ms, exposed all-reduce ms per rank."""
+    per stage (F ms, full B ms), tail ms, exposed all-reduce ms per rank, and
+    the kind fit's extra costs (forward;backward: fixed ms, ms per node, ms
+    per MB of parameters)."""
     out = []
     for line in planner.stderr_text().splitlines():
         if "event=version_predicted_costs" not in line:
@@ -187,7 +189,8 @@ def predicted_costs(planner):
             return [float(x) for x in fields.get(key, "").split(",") if x]
         out.append(dict(stages=list(zip(nums("stage_forward_ms"), nums("stage_backward_ms"))),
                         tail=float(fields.get("tail_ms") or 0),
-                        exposed=nums("allreduce_exposed_ms")))
+                        exposed=nums("allreduce_exposed_ms"),
+                        extras=fields.get("kind_extras", "-")))
     return out
 
 
@@ -225,7 +228,7 @@ def stage_rows(planner, job, name, versions):
         if 0 <= i < len(logged):
             p = logged[i]
             out.append((name, label, p["stages"], measured_stages(reports, int(version)),
-                        p["tail"], p["exposed"]))
+                        p["tail"], p["exposed"], p["extras"]))
     return out
 
 
@@ -234,16 +237,19 @@ def print_stages(rows):
           "the predicted EndStep tail and exposed all-reduce per rank; with workers "
           "sharing CPUs the predicted figure is the action's time alone on its pool "
           "(the simulation stretches it while others compute), the measured one its "
-          "wall time")
-    print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms |")
-    print("|---|---|---|---|---|")
-    for name, label, pred, meas, tail, exposed in rows:
+          "wall time; the kind fit's extras: forward;backward fixed ms per action, ms "
+          "per node, ms per MB of the stage's parameters")
+    print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms | "
+          "extras |")
+    print("|---|---|---|---|---|---|")
+    for name, label, pred, meas, tail, exposed, extras in rows:
         cells = []
         for s, (pf, pb) in enumerate(pred):
             mf, mb = meas[s] if s < len(meas) else (0, 0)
             cells.append("s%d %.2f/%.2f, %.2f/%.2f" % (s, pf, 1e3 * mf, pb, 1e3 * mb))
-        print("| %s | %s | %s | %.1f | %s |" % (name, label, "; ".join(cells), tail,
-                                               ",".join("%.1f" % x for x in exposed) or "-"))
+        print("| %s | %s | %s | %.1f | %s | %s |" % (
+            name, label, "; ".join(cells), tail, ",".join("%.1f" % x for x in exposed) or "-",
+            extras))
 
 
 def fixture(name, work, profile=0):

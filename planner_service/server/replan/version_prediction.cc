@@ -30,6 +30,18 @@ absl::StatusOr<StepQuantiles> Quantiles(const DecodedPlan& plan, const PlanInput
   return SimulateSpread(*in.graph, *in.cluster, fixed, as_run, basis.spread);
 }
 
+// The kind fit's extra costs (node_corrections.h), forward;backward, each
+// fixed ms per action, ms per node, ms per MB of the stage's parameters:
+// which of them leave-one-out chose shows as the nonzero ones.
+std::string KindExtras(const StageTimeFit* fit) {
+  if (fit == nullptr || !fit->kinds) return "-";
+  const KindCorrections& k = *fit->kinds;
+  return absl::StrFormat("%.3f,%.4f,%.4f;%.3f,%.4f,%.4f", 1e3 * k.forward_fixed_seconds,
+                         1e3 * k.forward_per_node_seconds, 1e9 * k.forward_seconds_per_param_byte,
+                         1e3 * k.backward_fixed_seconds, 1e3 * k.backward_per_node_seconds,
+                         1e9 * k.backward_seconds_per_param_byte);
+}
+
 // Logs the per-action costs the prediction simulated (F and full B per
 // stage, the step's tail, each rank's exposed all-reduce at mean
 // durations): what prediction_bench compares with the measured actions.
@@ -57,7 +69,8 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
            {"stage_forward_ms", absl::StrJoin(f, ",")},
            {"stage_backward_ms", absl::StrJoin(b, ",")},
            {"tail_ms", absl::StrFormat("%.3f", 1e3 * c->tail_seconds)},
-           {"allreduce_exposed_ms", absl::StrJoin(exposed, ",")}});
+           {"allreduce_exposed_ms", absl::StrJoin(exposed, ",")},
+           {"kind_extras", KindExtras(basis.stage_fit)}});
 }
 
 // The replaced version's side: its measured steps and its prediction under
