@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
   if (!parsed) return exit_code;
   Options o;
   if (absl::Status s = ReadArgs(*parsed, &o); !s.ok()) {
-    return pipeplan::common::UsageFailure("pipeplan-hostile", s.message());
+    return pipeplan::common::UsageFailure(HostileFlags().program(), s.message());
   }
   Planner planner;
   if (!planner.Start(o)) {

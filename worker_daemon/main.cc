@@ -190,7 +190,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
 }
 
 int UsageFailure(const absl::Status& status) {
-  return pipeplan::common::UsageFailure("pipeplan-worker", status.message());
+  return pipeplan::common::UsageFailure(WorkerFlags().program(), status.message());
 }
 
 }  // namespace

@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   pipeplan::server::ServerConfig config;
   double drain_seconds = 1;
   if (absl::Status s = ReadFlags(*parsed, &config, &drain_seconds); !s.ok()) {
-    return pipeplan::common::UsageFailure("pipeplan-planner", s.message());
+    return pipeplan::common::UsageFailure(PlannerFlags().program(), s.message());
   }
   return Serve(config, drain_seconds);
 }
