@@ -38,12 +38,14 @@ Besides the table it prints plan A's measured step in each of its runs (the
 noise floor the errors are read against) and, per plan, the per-action
 costs the prediction simulated (the planner's `version_predicted_costs` log
 line) beside the measured per-stage F and backward; --dump writes each
-torch job's reports and plans as JSON.
+torch job's reports and plans as JSON, and the graph it planned with
+(MODEL_graph.json, with its measured node times).
 
 Timings depend on the machine's load: four workers share its cores.
 """
 
 import os
+import shutil
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before torch: one intra-op thread per worker
 
@@ -294,7 +296,9 @@ def torch_rows(planner, name, work, steps, dump=None, profile=0):
         STAGE_ROWS.extend(stage_rows(planner, job, name, [r[2]["version"] for r in rows]))
         if dump:
             os.makedirs(dump, exist_ok=True)
-            dump_job(planner, job, os.path.join(dump, name.replace(":", "_") + ".json"))
+            base = os.path.join(dump, name.replace(":", "_"))
+            dump_job(planner, job, base + ".json")
+            shutil.copyfile(fx["graph"], base + "_graph.json")  # the costs it planned with
     finally:
         stop(workers)
         subprocess.run([train_bench.CLI, "--planner", planner.address, "jobs", "cancel", job],

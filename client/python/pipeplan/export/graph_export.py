@@ -89,7 +89,7 @@ def export(module, example_inputs, name="model", batch_size=None, leaf_modules=(
     with progress.phase("costs", total=len(fx_nodes)) as phase:
         info, charged = _node_costs(gm, fx_nodes, _param_names(module), phase)
     if profile:
-        with progress.phase("profile", total=len(gm.graph.nodes)) as phase:
+        with progress.phase("profile", total=(profile + 1) * len(gm.graph.nodes)) as phase:
             measured = profile_nodes(gm, example_inputs, profile, phase, profile_device)
         for node in fx_nodes:
             info[node]["measured"] = measured.get(node.name)

@@ -13,7 +13,14 @@ each node is reached, times it on the very tensors it receives:
   weight_grad_fraction  the parameters' gradient alone over input + parameter
                         gradients timed apart (the W of zero-bubble schedules)
 
-Each figure is the median of `repeats` timings after one warm-up call. The model is
+Each figure is the median over `repeats` passes of the whole graph, after one
+warm-up pass: a node is timed once per pass, between the other nodes' timings, as a
+training step runs it (its weights and inputs no longer hot in the caches from its
+own previous call), and a disturbance that lasts a few milliseconds (another
+process, the allocator growing, a frequency step) spoils one pass of a node, not
+every timing of it. Timing `repeats` calls in a row instead gave the same export
+two answers up to 1.6x apart for one node on this project's 2-core machine
+(docs/observability.md). The model is
 copied first, and the random generators are restored after, so the export (and the
 package's parameters and buffers, e.g. BatchNorm's running statistics) is the same
 with or without profiling. Times are on the inputs' device (or `device`) with
@@ -36,8 +43,9 @@ def profile_nodes(gm, example_inputs, repeats=5, phase=None, device=None):
     """{fx node name: (forward_seconds, backward_seconds, weight_grad_fraction or None)}
     for every call_module / call_function / call_method node; the fraction is None
     where the node has no parameter gradient to time. With `device` ("cuda:0"), a copy
-    of the model and the inputs are timed there; else where the inputs are. Raises
-    ExportError naming the node that failed."""
+    of the model and the inputs are timed there; else where the inputs are. `phase`
+    advances once per node per pass (repeats + 1 passes). Raises ExportError naming
+    the node that failed."""
     if repeats < 1:
         raise ExportError("profile repeats must be at least 1, got %d" % repeats)
     copied = copy.deepcopy(gm)
@@ -48,10 +56,12 @@ def profile_nodes(gm, example_inputs, repeats=5, phase=None, device=None):
                                    for x in example_inputs)
         except (RuntimeError, AssertionError) as e:  # no such device, no CUDA build
             raise ExportError("profile device %s: %s" % (device, e)) from e
+    samples = {}
     with torch.random.fork_rng(devices=_cuda_devices(example_inputs)):
-        runner = _Profiler(copied, repeats, phase)
-        runner.run(*example_inputs)
-    return runner.costs
+        for index in range(repeats + 1):  # pass 0 warms up: its timings are dropped
+            runner = _Profiler(copied, phase, {} if index == 0 else samples)
+            runner.run(*example_inputs)
+    return {name: _summary(timings) for name, timings in samples.items()}
 
 
 def _cuda_devices(example_inputs):
@@ -59,14 +69,27 @@ def _cuda_devices(example_inputs):
                    if isinstance(x, torch.Tensor) and x.is_cuda})
 
 
-class _Profiler(torch.fx.Interpreter):
-    """Runs the graph without gradients and times each callable node on its inputs."""
+def _summary(timings):
+    """(forward, backward, weight fraction or None) from one node's per-pass
+    (forward, backward, weight, data) timings: medians of each."""
+    forward, backward, weight, data = (
+        statistics.median(t[i] for t in timings) if timings[0][i] is not None else None
+        for i in range(4))
+    if weight is None:
+        return forward, backward, None
+    data = data or 0.0
+    return forward, backward, weight / (weight + data) if weight + data > 0 else None
 
-    def __init__(self, gm, repeats, phase):
+
+class _Profiler(torch.fx.Interpreter):
+    """One pass: runs the graph without gradients and times each callable node once
+    on its inputs, appending (forward, backward, weight, data) seconds to
+    `samples[node name]` (None where a part does not exist)."""
+
+    def __init__(self, gm, phase, samples):
         super().__init__(gm)
-        self.repeats = repeats
         self.phase = phase
-        self.costs = {}
+        self.samples = samples
         self.differentiable = set()  # nodes whose output carries a gradient in training
 
     def run_node(self, n):
@@ -75,9 +98,10 @@ class _Profiler(torch.fx.Interpreter):
             result = getattr(self, n.op)(n.target, args, kwargs)
         if n.op in ("call_module", "call_function", "call_method"):
             try:
-                self.costs[n.name] = self._time_node(n, args, kwargs)
+                timing = self._time_node(n, args, kwargs)
             except Exception as e:  # the model's own code, named by its node
                 raise ExportError("profiling %s failed: %s" % (n.format_node(), e)) from e
+            self.samples.setdefault(n.name, []).append(timing)
         if self.phase is not None:
             self.phase.advance()
         return result
@@ -87,17 +111,17 @@ class _Profiler(torch.fx.Interpreter):
                     or (a.op == "get_attr" and _is_trained(self.fetch_attr(a.target)))}
         call = _NodeCall(self, n, args, kwargs, grads_in)
         outputs = call.outputs()
-        forward = _median(call.forward, self.repeats, call.sync)
+        forward = _seconds(call.forward, call.sync)
         inputs, params = call.input_leaves(), call.param_leaves() + self._params(n)
         if not outputs or not (inputs or params):
-            return forward, 0.0, None
+            return forward, 0.0, None, None
         self.differentiable.add(n)
-        backward = _median(lambda: call.backward(inputs + params), self.repeats, call.sync)
+        backward = _seconds(lambda: call.backward(inputs + params), call.sync)
         if not params:
-            return forward, backward, None
-        weight = _median(lambda: call.backward(params), self.repeats, call.sync)
-        data = _median(lambda: call.backward(inputs), self.repeats, call.sync) if inputs else 0.0
-        return forward, backward, weight / (weight + data) if weight + data > 0 else None
+            return forward, backward, None, None
+        weight = _seconds(lambda: call.backward(params), call.sync)
+        data = _seconds(lambda: call.backward(inputs), call.sync) if inputs else None
+        return forward, backward, weight, data
 
     def _params(self, n):
         if n.op == "call_module":
@@ -196,14 +220,10 @@ def _tensors(result):
     return [t for t in found if t.is_floating_point()]
 
 
-def _median(fn, repeats, sync):
-    """Median seconds of `repeats` calls after one warm-up call."""
+def _seconds(fn, sync):
+    """Seconds of one call of `fn`, the device idle before and after."""
+    sync()
+    start = time.perf_counter()
     fn()
     sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return time.perf_counter() - start
