@@ -139,14 +139,40 @@ absl::StatusOr<ActionSpread> MeasureActionSpread(std::span<const StepSample> sam
   return out;
 }
 
+namespace {
+
+// Each replica's device per stage but the simulated replica's (empty
+// without replicas): rank r's devices in plan.replica_groups[r] beside the
+// one plan.stage_device names, in group order.
+std::vector<std::vector<std::string>> OtherReplicas(const Cluster& cluster, const FixedPlan& plan,
+                                                    const std::vector<int>& stage_rank) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t s = 0; s < plan.stage_device.size() && s < stage_rank.size(); ++s) {
+    const size_t r = stage_rank[s];
+    if (r >= plan.replica_groups.size()) return {};
+    int k = 0;
+    for (int d : plan.replica_groups[r]) {
+      if (d == plan.stage_device[s]) continue;
+      if (out.size() <= static_cast<size_t>(k)) out.emplace_back(plan.stage_device.size());
+      out[k++][s] = cluster.device(d).id;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
                                           const schedule::StageCosts& costs,
                                           const std::vector<std::string>& stage_device,
                                           const ActionSpread& spread, const SpreadOptions& options,
                                           const AsRunAllReduce* allreduce,
-                                          const schedule::ComputeSharing* sharing) {
+                                          const schedule::ComputeSharing* sharing,
+                                          const std::vector<std::vector<std::string>>& replicas) {
   if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
-  if (stage_device.size() != costs.forward.size()) {
+  if (stage_device.size() != costs.forward.size() ||
+      std::any_of(replicas.begin(), replicas.end(),
+                  [&](const auto& r) { return r.size() != stage_device.size(); })) {
     return absl::InvalidArgumentError("spread: one device per stage is needed");
   }
   // The replicas' all-reduce ends a sampled step after its own timing.
@@ -167,12 +193,22 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
     return out;
   }
   std::mt19937_64 rng(options.seed);
-  std::vector<double> steps;
-  double sum = 0;
-  for (int i = 0; i < options.samples; ++i) {
-    const schedule::StageCosts scaled = Scaled(costs, stage_device, spread, rng);
+  // One replica's sampled step: its devices' own draws.
+  auto replica_step = [&](const std::vector<std::string>& devices) -> absl::StatusOr<double> {
+    const schedule::StageCosts scaled = Scaled(costs, devices, spread, rng);
     PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, simulate(scaled));
-    double step = step_end(scaled, r);
+    return step_end(scaled, r);
+  };
+  std::vector<double> steps;
+  double sum = 0, wait = 0;
+  for (int i = 0; i < options.samples; ++i) {
+    PIPEPLAN_ASSIGN_OR_RETURN(const double own, replica_step(stage_device));
+    double step = own;
+    for (const std::vector<std::string>& devices : replicas) {
+      PIPEPLAN_ASSIGN_OR_RETURN(const double other, replica_step(devices));
+      step = std::max(step, other);
+    }
+    wait += step - own;
     if (!spread.step_ratios.empty()) {
       std::uniform_int_distribution<size_t> pick(0, spread.step_ratios.size() - 1);
       step *= spread.step_ratios[pick(rng)];
@@ -182,6 +218,7 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   }
   out.samples = options.samples;
   out.mean_seconds = sum / options.samples;
+  out.replica_wait_seconds = wait / options.samples;
   out.p50_seconds = QuantileOr(steps, 0.5, at_mean.step_seconds);
   out.p90_seconds = QuantileOr(steps, 0.9, at_mean.step_seconds);
   return out;
@@ -194,9 +231,10 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
   std::vector<std::string> dev;
   for (int d : plan.stage_device) dev.push_back(cluster.device(d).id);
-  PIPEPLAN_ASSIGN_OR_RETURN(
-      StepQuantiles q, SampleSteps(in.lowered, in.costs, dev, spread, options,
-                                   in.allreduce.empty() ? nullptr : &in.allreduce, &in.sharing));
+  PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
+                            SampleSteps(in.lowered, in.costs, dev, spread, options,
+                                        in.allreduce.empty() ? nullptr : &in.allreduce, &in.sharing,
+                                        OtherReplicas(cluster, plan, in.lowered.stage_to_rank)));
   for (double* s : {&q.mean_seconds, &q.p50_seconds, &q.p90_seconds, &q.mean_duration_seconds}) {
     *s += in.tail_seconds;
   }

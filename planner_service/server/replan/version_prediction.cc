@@ -86,7 +86,7 @@ void AddPrevious(const PlanInputs& in, const PredictionBasis& basis, v1::Version
     if (p50 > 0) out.set_previous_noise_ratio((QuantileOr(steps, 0.9, p50) - p50) / p50);
   }
   absl::StatusOr<StepQuantiles> cur = Quantiles(*basis.current, in, basis);
-  if (cur.ok()) out.set_previous_predicted_step_seconds(cur->mean_duration_seconds);
+  if (cur.ok()) out.set_previous_predicted_step_seconds(cur->PointSeconds());
 }
 
 }  // namespace
@@ -122,7 +122,7 @@ absl::StatusOr<v1::VersionPrediction> PredictVersion(const v1::Plan& next, const
   PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q, Quantiles(decoded, in, basis));
   LogStageCosts(decoded, in, basis);
   v1::VersionPrediction out;
-  out.set_step_seconds(q.mean_duration_seconds);
+  out.set_step_seconds(q.PointSeconds());
   if (!basis.spread.empty()) {
     out.set_p50_step_seconds(q.p50_seconds);
     out.set_p90_step_seconds(q.p90_seconds);

@@ -103,6 +103,42 @@ TEST(AllReduceAsRun, EverySampledStepPaysIt) {
   EXPECT_GT(dp->p90_seconds, alone->p90_seconds + 0.9 * ring);
 }
 
+// Every device always at `ratio_0` (replica 0: d0, d1) or `ratio_1` (the
+// other replica: d2, d3) of its mean, forward and backward.
+ActionSpread FixedRatios(double ratio_0, double ratio_1) {
+  ActionSpread spread;
+  for (int d = 0; d < 4; ++d) {
+    const double r = d < 2 ? ratio_0 : ratio_1;
+    spread.ratios["d" + std::to_string(d)] = {{r}, {r}, {}, {}};
+  }
+  spread.pooled[0] = spread.pooled[1] = {1.0};
+  return spread;
+}
+
+TEST(AllReduceAsRun, ASampledStepWaitsForTheSlowestReplica) {
+  const ChainModel m = MakeModel();
+  absl::StatusOr<StepQuantiles> even =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(true), {}, FixedRatios(1, 1));
+  absl::StatusOr<StepQuantiles> slow_other =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(true), {}, FixedRatios(1, 2));
+  absl::StatusOr<StepQuantiles> both_slow =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(true), {}, FixedRatios(2, 2));
+  ASSERT_TRUE(even.ok() && slow_other.ok() && both_slow.ok());
+  EXPECT_NEAR(even->mean_seconds, even->mean_duration_seconds, 1e-9);
+  EXPECT_EQ(even->replica_wait_seconds, 0);
+  // Replica 0 ran at its means; the step still lasted as long as the other
+  // replica's, twice as slow: the all-reduce waits for it.
+  EXPECT_NEAR(slow_other->mean_seconds, both_slow->mean_seconds, 1e-9);
+  EXPECT_NEAR(slow_other->replica_wait_seconds, both_slow->mean_seconds - even->mean_seconds, 1e-9);
+  EXPECT_GT(slow_other->replica_wait_seconds, 0.01);
+  EXPECT_NEAR(slow_other->mean_duration_seconds, even->mean_duration_seconds, 1e-12);
+  // Without replicas nobody is waited for.
+  absl::StatusOr<StepQuantiles> alone =
+      SimulateSpread(m.graph, m.cluster, TwoByTwo(false), {}, FixedRatios(1, 2));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->replica_wait_seconds, 0);
+}
+
 TEST(AllReduceAsRun, MeasuredExposedSecondsScaleTheRing) {
   const ChainModel m = MakeModel();
   const double ring = OneBucketRing(m.graph);

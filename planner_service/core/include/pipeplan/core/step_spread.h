@@ -23,6 +23,15 @@
 // by) and the p50 and p90. Draws come from a seeded generator: the same seed gives the
 // same figures.
 //
+// Data-parallel replicas meet at every step's gradient all-reduce, so a step
+// ends with its slowest replica: the expected step exceeds one replica's by
+// the expected maximum of their independent slowdowns. Each sampled step
+// simulates every replica with its own devices' draws and ends at the
+// latest (the whole-step ratio, common to all, after). On the bench's four
+// CPU workers (2 ranks x 2 replicas of a small GPT, two cores) replicas
+// that started a step within 4 ms finished their backward up to 150 ms
+// apart on a 500 ms step, either one first (docs/observability.md).
+//
 // Plain structs; reentrant; no I/O.
 #ifndef PIPEPLAN_CORE_STEP_SPREAD_H_
 #define PIPEPLAN_CORE_STEP_SPREAD_H_
@@ -81,7 +90,14 @@ struct StepQuantiles {
   double p50_seconds = 0;
   double p90_seconds = 0;
   double mean_duration_seconds = 0;  // the deterministic step at median durations
+  // With replicas: the expected time a sampled step waits past the simulated
+  // replica's own end for the slowest other replica (0 without replicas).
+  double replica_wait_seconds = 0;
   int samples = 0;
+
+  // The one step to predict: at median durations, plus the wait for the
+  // slowest replica (a deterministic simulation of one replica cannot have it).
+  double PointSeconds() const { return mean_duration_seconds + replica_wait_seconds; }
 };
 
 // The step time of `plan` under `spread` (as SimulateAsRun under the same
@@ -98,15 +114,17 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
 // from the pooled ratios). For callers without a graph (`pipeplan
 // simulate`). With `allreduce`, each step ends with the replicas' gradient
 // all-reduce (runtime_model.h); with `sharing`, ranks share CPU pools
-// (schedule/shared_compute.h). Errors: as Simulate; INVALID_ARGUMENT for
-// samples < 1 or a device per stage missing.
-absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
-                                          const schedule::StageCosts& costs,
-                                          const std::vector<std::string>& stage_device,
-                                          const ActionSpread& spread,
-                                          const SpreadOptions& options = {},
-                                          const AsRunAllReduce* allreduce = nullptr,
-                                          const schedule::ComputeSharing* sharing = nullptr);
+// (schedule/shared_compute.h). `replicas` holds, per replica but the
+// simulated one, its device per stage: each replica draws its own ratios and
+// a sampled step ends with the slowest (the all-reduce waits for it).
+// Errors: as Simulate; INVALID_ARGUMENT for samples < 1 or a device per
+// stage missing.
+absl::StatusOr<StepQuantiles> SampleSteps(
+    const schedule::PipelineSchedule& lowered, const schedule::StageCosts& costs,
+    const std::vector<std::string>& stage_device, const ActionSpread& spread,
+    const SpreadOptions& options = {}, const AsRunAllReduce* allreduce = nullptr,
+    const schedule::ComputeSharing* sharing = nullptr,
+    const std::vector<std::vector<std::string>>& replicas = {});
 
 // A spread of relative noise `r` on every action kind: ratios evenly over
 // [1 - r, 1 + r] (what `pipeplan simulate --noise` asks about).
