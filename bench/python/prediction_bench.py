@@ -180,7 +180,7 @@ def predicted_costs(planner):
     """Each `version_predicted_costs` line of the planner's log, in order:
     per stage (F ms, full B ms), tail ms, exposed all-reduce ms per rank, and
     the kind fit's extra costs (forward;backward: fixed ms, ms per node, ms
-    per MB of parameters)."""
+    per MB of parameters), and the expected wait for the slowest replica."""
     out = []
     for line in planner.stderr_text().splitlines():
         if "event=version_predicted_costs" not in line:
@@ -192,6 +192,7 @@ def predicted_costs(planner):
         out.append(dict(stages=list(zip(nums("stage_forward_ms"), nums("stage_backward_ms"))),
                         tail=float(fields.get("tail_ms") or 0),
                         exposed=nums("allreduce_exposed_ms"),
+                        wait=float(fields.get("replica_wait_ms") or 0),
                         extras=fields.get("kind_extras", "-")))
     return out
 
@@ -212,7 +213,8 @@ def dump_job(planner, job, path):
 
 # Model name -> plan A's measured step (seconds) in each of its runs.
 A_RUNS = {}
-# (model, plan, predicted per stage, measured per stage, tail ms, exposed ms).
+# (model, plan, predicted per stage, measured per stage, tail ms, (exposed ms per
+# rank, replica wait ms), extras).
 STAGE_ROWS = []
 
 
@@ -230,7 +232,7 @@ def stage_rows(planner, job, name, versions):
         if 0 <= i < len(logged):
             p = logged[i]
             out.append((name, label, p["stages"], measured_stages(reports, int(version)),
-                        p["tail"], p["exposed"], p["extras"]))
+                        p["tail"], (p["exposed"], p["wait"]), p["extras"]))
     return out
 
 
@@ -239,7 +241,8 @@ def print_stages(rows):
           "the predicted EndStep tail and exposed all-reduce per rank; with workers "
           "sharing CPUs the predicted figure is the action's time alone on its pool "
           "(the simulation stretches it while others compute), the measured one its "
-          "wall time; the kind fit's extras: forward;backward fixed ms per action, ms "
+          "wall time; with replicas, + the expected wait for the slowest one; the kind "
+          "fit's extras: forward;backward fixed ms per action, ms "
           "per node, ms per MB of the stage's parameters")
     print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms | "
           "extras |")
@@ -249,8 +252,10 @@ def print_stages(rows):
         for s, (pf, pb) in enumerate(pred):
             mf, mb = meas[s] if s < len(meas) else (0, 0)
             cells.append("s%d %.2f/%.2f, %.2f/%.2f" % (s, pf, 1e3 * mf, pb, 1e3 * mb))
+        ring, wait = exposed
+        ring = ",".join("%.1f" % x for x in ring) or "-"
         print("| %s | %s | %s | %.1f | %s | %s |" % (
-            name, label, "; ".join(cells), tail, ",".join("%.1f" % x for x in exposed) or "-",
+            name, label, "; ".join(cells), tail, ring + (" + wait %.1f" % wait if wait else ""),
             extras))
 
 

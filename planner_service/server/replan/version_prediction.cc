@@ -45,7 +45,8 @@ std::string KindExtras(const StageTimeFit* fit) {
 // Logs the per-action costs the prediction simulated (F and full B per
 // stage, the step's tail, each rank's exposed all-reduce at mean
 // durations): what prediction_bench compares with the measured actions.
-void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis) {
+void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis,
+                   double replica_wait_seconds) {
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
   if (!fixed.ok()) return;
   AsRunOptions as_run{.stage_fit = basis.stage_fit, .cpu_pools = basis.cpu_pools};
@@ -70,6 +71,7 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
            {"stage_backward_ms", absl::StrJoin(b, ",")},
            {"tail_ms", absl::StrFormat("%.3f", 1e3 * c->tail_seconds)},
            {"allreduce_exposed_ms", absl::StrJoin(exposed, ",")},
+           {"replica_wait_ms", absl::StrFormat("%.3f", 1e3 * replica_wait_seconds)},
            {"kind_extras", KindExtras(basis.stage_fit)}});
 }
 
@@ -120,7 +122,7 @@ absl::StatusOr<v1::VersionPrediction> PredictVersion(const v1::Plan& next, const
                                                      const PredictionBasis& basis) {
   PIPEPLAN_ASSIGN_OR_RETURN(DecodedPlan decoded, DecodePlan(next));
   PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q, Quantiles(decoded, in, basis));
-  LogStageCosts(decoded, in, basis);
+  LogStageCosts(decoded, in, basis, q.replica_wait_seconds);
   v1::VersionPrediction out;
   out.set_step_seconds(q.PointSeconds());
   if (!basis.spread.empty()) {
