@@ -94,7 +94,8 @@ def _parser():
                         help="get shapes by running the model on the example inputs "
                              "(slow, memory of a real forward) instead of fake tensors")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="time every node N times on the example inputs (median) and "
+                        help="time every node on the example inputs in N passes over the "
+                             "graph (median per node) and "
                              "write its measured forward/backward seconds and weight-"
                              "gradient share (0: off; run where and with the threads the "
                              "workers use)")
