@@ -253,7 +253,7 @@ double LeaveOneOutError(const KindMatrix& m, const std::vector<double>& measured
 // from the scale. More extras must do better by kBetterBy: a cost that only
 // explains one stage's noise stays out.
 KindFit FitKinds(const KindMatrix& m, const std::vector<double>& measured,
-                 const KindFitOptions& options) {
+                 const KindFitOptions& options, const ExtraSet& allowed) {
   ExtraSet best = {};
   if (options.fit_fixed) {
     double best_error = INFINITY;
@@ -264,7 +264,7 @@ KindFit FitKinds(const KindMatrix& m, const std::vector<double>& measured,
         bool told = true;
         for (int e = 0; e < kExtras; ++e) {
           used[e] = (mask >> e) & 1;
-          if (used[e]) told = told && ToldFromScale(m, measured, e);
+          if (used[e]) told = told && allowed[e] && ToldFromScale(m, measured, e);
         }
         if (!told) continue;
         const double error = LeaveOneOutError(m, measured, options, used);
@@ -273,6 +273,17 @@ KindFit FitKinds(const KindMatrix& m, const std::vector<double>& measured,
     }
   }
   return FitKindsWith(m, measured, options, best, kKeepAll);
+}
+
+// The extras a fit may use: on a graph with measured node times (the
+// exporter's --profile times every op it calls), each node's dispatch and
+// its weights' cost are in its own time, so only the fixed cost per action
+// (the executor's call of the stage) is left to fit.
+ExtraSet AllowedExtras(const Graph& g) {
+  for (int v = 0; v < g.num_nodes(); ++v) {
+    if (g.node(v).forward_seconds && g.node(v).backward_seconds) return {true, false, false};
+  }
+  return {true, true, true};
 }
 
 // Optimizer seconds = fixed + rate x param bytes, least squares over stages.
@@ -337,10 +348,11 @@ absl::StatusOr<KindCorrections> FitKindCorrections(const CostModel& cost,
     return absl::InvalidArgumentError("kind fit: no stage has a measured forward");
   }
   KindCorrections out;
+  const ExtraSet allowed = AllowedExtras(cost.graph());
   const KindFit f =
-      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options);
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, false), fwd, options, allowed);
   const KindFit b =
-      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options);
+      FitKinds(Modelled(cost, node_stage, stage_device, stage_units, true), bwd, options, allowed);
   out.forward = f.factors, out.backward = b.factors;
   out.forward_common = f.common, out.backward_common = b.common;
   out.forward_fixed_seconds = f.extra[kFixed], out.backward_fixed_seconds = b.extra[kFixed];

@@ -121,7 +121,7 @@ struct ConvSetup {
   Cluster cluster;
 };
 
-ConvSetup MakeConvChain() {
+ConvSetup MakeConvChain(bool measured_times = false) {
   GraphSpec g{.name = "cnn"};
   for (int group = 0; group < 4; ++group) {
     for (int i = 0; i < 3; ++i) {
@@ -130,6 +130,10 @@ ConvSetup MakeConvChain() {
                          .op = i == 2 ? "relu" : "conv2d",
                          .forward_flops = i == 2 ? 1e6 : 5e8,
                          .param_bytes = i == 2 ? 0 : 1e5 * std::pow(4.0, group)});
+      if (measured_times) {  // as the exporter's --profile writes them
+        g.nodes.back().forward_seconds = i == 2 ? 1e-6 : 5e-4;
+        g.nodes.back().backward_seconds = i == 2 ? 2e-6 : 1e-3;
+      }
       if (g.nodes.size() > 1) {
         g.edges.push_back({.src = g.nodes[g.nodes.size() - 2].id, .dst = id});
       }
@@ -190,6 +194,32 @@ TEST(NodeCorrections, NoByteCostWhereTheFlopsExplainTheStages) {
   EXPECT_EQ(fit->forward_fixed_seconds, 0);
   EXPECT_EQ(fit->forward_per_node_seconds, 0);
   EXPECT_NEAR(fit->forward_common, 1, 0.02);
+}
+
+// On a graph with measured node times a node's dispatch and its weights'
+// cost are in its own time: neither a per-byte nor a per-node cost is
+// fitted, even where the stages would tell one apart (the bytes' cost of
+// the test above then shows as the convolutions' factor, not as a rate).
+TEST(NodeCorrections, MeasuredNodeTimesLeaveOnlyAFixedCost) {
+  const ConvSetup s = MakeConvChain(/*measured_times=*/true);
+  const CostModel cost(s.graph, s.cluster, {});
+  const std::vector<int> a = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3};
+  const std::vector<int> dev4 = {0, 1, 2, 3};
+  absl::StatusOr<KindCorrections> fit =
+      FitKindCorrections(cost, a, dev4, MeasureConv(s, cost, a, 4, 1e-10), {.fit_fixed = true});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->forward_seconds_per_param_byte, 0);
+  EXPECT_EQ(fit->backward_seconds_per_param_byte, 0);
+  EXPECT_EQ(fit->forward_per_node_seconds, 0);
+  EXPECT_EQ(fit->backward_per_node_seconds, 0);
+  EXPECT_GT(fit->ForwardFactor("conv2d"), 1.05);
+  // The same stages on flop-derived costs do get the per-byte cost.
+  const ConvSetup flops = MakeConvChain();
+  const CostModel flop_cost(flops.graph, flops.cluster, {});
+  absl::StatusOr<KindCorrections> by_flops = FitKindCorrections(
+      flop_cost, a, dev4, MeasureConv(flops, flop_cost, a, 4, 1e-10), {.fit_fixed = true});
+  ASSERT_TRUE(by_flops.ok()) << by_flops.status();
+  EXPECT_GT(by_flops->forward_seconds_per_param_byte, 0);
 }
 
 TEST(NodeCorrections, RejectsMismatchedSizes) {

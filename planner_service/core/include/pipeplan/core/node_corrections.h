@@ -24,7 +24,11 @@
 // (so a cost that only explains one stage's noise stays out; four stages cannot carry four free
 // costs). The kinds' factors are then fitted with it and pulled towards the common scale, each by
 // its relative departure (`ridge` x ((k - c) / c)^2): with four stages and twenty kinds a kind seen
-// in one stage only must not take that stage's whole error.
+// in one stage only must not take that stage's whole error. On a graph with measured node times
+// (pipeplan_export.py --profile) only the fixed cost is a candidate: each node's dispatch and its
+// weights' cost are in its measured time, and a cost per node fitted on four GPT stages took
+// 0.2-0.6 ms a node from the linear layers' factor, so an interleaved plan's five-node MLP chunks
+// were priced at a quarter of their measured backward (docs/observability.md).
 //
 // The optimizer step is fitted the same way: seconds per parameter byte of
 // the stage (with a per-stage constant), from the executor's measured
