@@ -197,10 +197,10 @@ TEST(NodeCorrections, NoByteCostWhereTheFlopsExplainTheStages) {
 }
 
 // On a graph with measured node times a node's dispatch and its weights'
-// cost are in its own time: neither a per-byte nor a per-node cost is
-// fitted, even where the stages would tell one apart (the bytes' cost of
-// the test above then shows as the convolutions' factor, not as a rate).
-TEST(NodeCorrections, MeasuredNodeTimesLeaveOnlyAFixedCost) {
+// cost are in its own time: no extra cost is fitted, even where the stages
+// would tell one apart (the bytes' cost of the test above then shows as
+// the convolutions' factor, not as a rate).
+TEST(NodeCorrections, MeasuredNodeTimesTakeNoExtraCost) {
   const ConvSetup s = MakeConvChain(/*measured_times=*/true);
   const CostModel cost(s.graph, s.cluster, {});
   const std::vector<int> a = {0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3};
@@ -212,6 +212,8 @@ TEST(NodeCorrections, MeasuredNodeTimesLeaveOnlyAFixedCost) {
   EXPECT_EQ(fit->backward_seconds_per_param_byte, 0);
   EXPECT_EQ(fit->forward_per_node_seconds, 0);
   EXPECT_EQ(fit->backward_per_node_seconds, 0);
+  EXPECT_EQ(fit->forward_fixed_seconds, 0);
+  EXPECT_EQ(fit->backward_fixed_seconds, 0);
   EXPECT_GT(fit->ForwardFactor("conv2d"), 1.05);
   // The same stages on flop-derived costs do get the per-byte cost.
   const ConvSetup flops = MakeConvChain();
