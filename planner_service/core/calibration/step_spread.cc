@@ -160,6 +160,19 @@ std::vector<std::vector<std::string>> OtherReplicas(const Cluster& cluster, cons
   return out;
 }
 
+absl::Status CheckSampling(const schedule::StageCosts& costs,
+                           const std::vector<std::string>& stage_device,
+                           const SpreadOptions& options,
+                           const std::vector<std::vector<std::string>>& replicas) {
+  if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
+  if (stage_device.size() != costs.forward.size() ||
+      std::any_of(replicas.begin(), replicas.end(),
+                  [&](const auto& r) { return r.size() != stage_device.size(); })) {
+    return absl::InvalidArgumentError("spread: one device per stage is needed");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
@@ -169,12 +182,7 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
                                           const AsRunAllReduce* allreduce,
                                           const schedule::ComputeSharing* sharing,
                                           const std::vector<std::vector<std::string>>& replicas) {
-  if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
-  if (stage_device.size() != costs.forward.size() ||
-      std::any_of(replicas.begin(), replicas.end(),
-                  [&](const auto& r) { return r.size() != stage_device.size(); })) {
-    return absl::InvalidArgumentError("spread: one device per stage is needed");
-  }
+  PIPEPLAN_RETURN_IF_ERROR(CheckSampling(costs, stage_device, options, replicas));
   // The replicas' all-reduce ends a sampled step after its own timing.
   auto step_end = [&](const schedule::StageCosts& c, const schedule::SimulationResult& r) {
     return allreduce == nullptr ? r.step_seconds : allreduce->StepEnd(c, r);
