@@ -26,11 +26,11 @@
 // Data-parallel replicas meet at every step's gradient all-reduce, so a step
 // ends with its slowest replica: the expected step exceeds one replica's by
 // the expected maximum of their independent slowdowns. Each sampled step
-// simulates every replica with its own devices' draws and ends at the
-// latest (the whole-step ratio, common to all, after). On the bench's four
-// CPU workers (2 ranks x 2 replicas of a small GPT, two cores) replicas
-// that started a step within 4 ms finished their backward up to 150 ms
-// apart on a 500 ms step, either one first (docs/observability.md).
+// simulates every replica (the first 16) with its own devices' draws and
+// ends at the latest (the whole-step ratio, common to all, after). On the
+// bench's four CPU workers (2 ranks x 2 replicas of a small GPT, two cores)
+// replicas that started a step within 4 ms finished their backward up to
+// 150 ms apart on a 500 ms step, either one first (docs/observability.md).
 //
 // Plain structs; reentrant; no I/O.
 #ifndef PIPEPLAN_CORE_STEP_SPREAD_H_
