@@ -192,8 +192,9 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
       }
     }
   }
+  out.rank_devices = RankDevices(cluster, plan, out.lowered);
   if (as_run.cpu_pools != nullptr && !as_run.cpu_pools->empty()) {
-    out.sharing = SharingOf(*as_run.cpu_pools, RankDevices(cluster, plan, out.lowered));
+    out.sharing = SharingOf(*as_run.cpu_pools, out.rank_devices);
   }
   out.allreduce.overlap_share = OverlapShares(out.sharing, out.lowered.num_ranks);
   if (as_run.stage_fit != nullptr) {

@@ -94,6 +94,42 @@ schedule::StageCosts Scaled(const schedule::StageCosts& base, const std::vector<
   return c;
 }
 
+// Replicas simulated beside the first, at most: each sampled step simulates
+// every one, and a replan scores several candidates. The expected maximum
+// of n draws grows as sqrt(2 ln n): 16 replicas' wait is about 0.76 of 128's.
+constexpr size_t kMaxOtherReplicas = 15;
+
+// Each replica's device per stage but the simulated replica's (empty
+// without replicas), the first kMaxOtherReplicas, from `rank_devices`
+// (AsRunCosts: per rank, its device in every replica, the simulated one's
+// first).
+std::vector<std::vector<std::string>> OtherReplicas(
+    const std::vector<std::vector<std::string>>& rank_devices, const std::vector<int>& stage_rank) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t s = 0; s < stage_rank.size(); ++s) {
+    if (static_cast<size_t>(stage_rank[s]) >= rank_devices.size()) return {};
+    const std::vector<std::string>& devices = rank_devices[stage_rank[s]];
+    for (size_t k = 1; k < devices.size() && k <= kMaxOtherReplicas; ++k) {
+      if (out.size() < k) out.emplace_back(stage_rank.size());
+      out[k - 1][s] = devices[k];
+    }
+  }
+  return out;
+}
+
+absl::Status CheckSampling(const schedule::StageCosts& costs,
+                           const std::vector<std::string>& stage_device,
+                           const SpreadOptions& options,
+                           const std::vector<std::vector<std::string>>& replicas) {
+  if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
+  if (stage_device.size() != costs.forward.size() ||
+      std::any_of(replicas.begin(), replicas.end(),
+                  [&](const auto& r) { return r.size() != stage_device.size(); })) {
+    return absl::InvalidArgumentError("spread: one device per stage is needed");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool ActionSpread::empty() const {
@@ -138,47 +174,6 @@ absl::StatusOr<ActionSpread> MeasureActionSpread(std::span<const StepSample> sam
   }
   return out;
 }
-
-namespace {
-
-// Replicas simulated beside the first, at most: each sampled step simulates
-// every one, and a replan scores several candidates. The expected maximum
-// of n draws grows as sqrt(2 ln n): 16 replicas' wait is about 0.76 of 128's.
-constexpr int kMaxOtherReplicas = 15;
-
-// Each replica's device per stage but the simulated replica's (empty
-// without replicas): rank r's devices in plan.replica_groups[r] beside the
-// one plan.stage_device names, in group order, the first kMaxOtherReplicas.
-std::vector<std::vector<std::string>> OtherReplicas(const Cluster& cluster, const FixedPlan& plan,
-                                                    const std::vector<int>& stage_rank) {
-  std::vector<std::vector<std::string>> out;
-  for (size_t s = 0; s < plan.stage_device.size() && s < stage_rank.size(); ++s) {
-    const size_t r = stage_rank[s];
-    if (r >= plan.replica_groups.size()) return {};
-    int k = 0;
-    for (int d : plan.replica_groups[r]) {
-      if (d == plan.stage_device[s] || k == kMaxOtherReplicas) continue;
-      if (out.size() <= static_cast<size_t>(k)) out.emplace_back(plan.stage_device.size());
-      out[k++][s] = cluster.device(d).id;
-    }
-  }
-  return out;
-}
-
-absl::Status CheckSampling(const schedule::StageCosts& costs,
-                           const std::vector<std::string>& stage_device,
-                           const SpreadOptions& options,
-                           const std::vector<std::vector<std::string>>& replicas) {
-  if (options.samples < 1) return absl::InvalidArgumentError("spread samples must be at least 1");
-  if (stage_device.size() != costs.forward.size() ||
-      std::any_of(replicas.begin(), replicas.end(),
-                  [&](const auto& r) { return r.size() != stage_device.size(); })) {
-    return absl::InvalidArgumentError("spread: one device per stage is needed");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowered,
                                           const schedule::StageCosts& costs,
@@ -247,7 +242,7 @@ absl::StatusOr<StepQuantiles> SimulateSpread(const Graph& graph, const Cluster& 
   PIPEPLAN_ASSIGN_OR_RETURN(StepQuantiles q,
                             SampleSteps(in.lowered, in.costs, dev, spread, options,
                                         in.allreduce.empty() ? nullptr : &in.allreduce, &in.sharing,
-                                        OtherReplicas(cluster, plan, in.lowered.stage_to_rank)));
+                                        OtherReplicas(in.rank_devices, in.lowered.stage_to_rank)));
   for (double* s : {&q.mean_seconds, &q.p50_seconds, &q.p90_seconds, &q.mean_duration_seconds}) {
     *s += in.tail_seconds;
   }

@@ -24,6 +24,7 @@
 #ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_
 #define PIPEPLAN_CORE_RUNTIME_MODEL_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -100,6 +101,8 @@ struct AsRunCosts {
   AsRunAllReduce allreduce;
   // How the ranks load shared CPU pools; empty: they do not share.
   schedule::ComputeSharing sharing;
+  // Per rank, its device id in every replica, the simulated replica's first.
+  std::vector<std::vector<std::string>> rank_devices;
 
   // Simulates `lowered` under `costs` (which a caller may have scaled) and
   // the sharing.
