@@ -3,7 +3,10 @@
 // each action gets a timing.
 #include "pipeplan/worker/runtime/runtime.h"
 
+#include <time.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <set>
@@ -238,6 +241,27 @@ TEST(SyntheticExecutor, NoiseIsOneSeededDrawPerStep) {
   SyntheticExecutor quiet(o);
   ASSERT_TRUE(quiet.BeginStep(3).ok());
   EXPECT_DOUBLE_EQ(quiet.ComputeSeconds(f), 0.01);
+}
+
+// The synthetic executor stands in for an accelerator: a compute lasts its
+// time on the wall clock but leaves the host CPU to the transport threads
+// (busy-waiting a whole millisecond per action, four workers on two cores
+// delayed each other's messages). Ten 5 ms computes hold the thread's CPU
+// for well under the 10 ms that a 1 ms spin each would.
+TEST(SyntheticExecutor, AComputeWaitsWithoutHoldingTheCpu) {
+  auto thread_cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu();
+  for (int i = 0; i < 10; ++i) SpinFor(0.005);
+  const double cpu = thread_cpu() - cpu0;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  EXPECT_GE(wall, 0.05);
+  EXPECT_LT(cpu, 0.006) << "CPU seconds held by ten 5 ms computes";
 }
 
 TEST(StageRuntime, RejectsActionsOfAnotherRank) {

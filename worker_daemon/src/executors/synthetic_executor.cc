@@ -13,11 +13,20 @@ namespace pipeplan::worker {
 using schedule::Action;
 using schedule::ActionType;
 
+// The synthetic executor stands in for an accelerator, which leaves the host
+// CPU to the worker's transport threads while it computes. So it sleeps, and
+// busy-waits only the last kSpinSeconds, a margin for the timer's lateness
+// (p99 about 0.2 ms here). A longer spin holds a core per worker: four
+// workers on two cores then delay each other's messages, by an amount that
+// depends on which ranks compute at once, which no device model describes.
 void SpinFor(double seconds) {
   if (seconds <= 0) return;
+  constexpr double kSpinSeconds = 0.0003;
   using Clock = std::chrono::steady_clock;
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  if (seconds > 0.002) std::this_thread::sleep_for(std::chrono::duration<double>(seconds - 0.001));
+  if (seconds > kSpinSeconds) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds - kSpinSeconds));
+  }
   while (Clock::now() < end) {
   }
 }
