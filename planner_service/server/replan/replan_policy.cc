@@ -175,12 +175,28 @@ double PredictedGain(const ReplanOutcome& o) {
   return std::isinf(cur) ? 1.0 : (cur - o.new_step_seconds) / cur;
 }
 
-// Why an evaluation has nothing to do: the lost or joined worker it was
-// for is gone, or every worker is away (e.g. the planner was down longer
-// than a lease: keep the plan, they reconnect to it). nullopt: go on.
+// A worker with a rank in the current version that finished training
+// (WORKER_DONE): the job is ending. Its peers finish the same step a moment
+// later; until then its device is not live, and a replan over the rest
+// would publish a smaller plan nobody trains on.
+const v1::WorkerStatus* FinishedRankWorker(const v1::Job& job) {
+  for (const v1::WorkerStatus& w : job.workers()) {
+    if (w.rank() >= 0 && w.state() == v1::WORKER_DONE) return &w;
+  }
+  return nullptr;
+}
+
+// Why an evaluation has nothing to do: the job is ending, the lost or
+// joined worker it was for is gone, or every worker is away (e.g. the
+// planner was down longer than a lease: keep the plan, they reconnect to
+// it). nullopt: go on.
 std::optional<std::string> NothingToReplan(ReplanTrigger trigger, const v1::Job& job,
                                            const v1::VersionedPlan& vp, const LostDevices& lost,
                                            const std::set<std::string>& joined) {
+  if (const v1::WorkerStatus* done = FinishedRankWorker(job)) {
+    return absl::StrCat("worker ", done->info().worker_id(), " finished training at step ",
+                        done->last_step() + 1, ": the job is ending");
+  }
   // A worker the current version already left out (lost before it was
   // published) is no reason for another version. Otherwise a survivor that
   // misses a lease and is back before this evaluation turns it into a

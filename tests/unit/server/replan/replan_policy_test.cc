@@ -304,6 +304,29 @@ TEST_F(ReplanPolicyTest, TheSameGainOnQuietStepsReplans) {
   EXPECT_TRUE(quiet->published) << quiet->reason;
 }
 
+// Workers that train to the job's end finish one by one: the first DONE one
+// leaves its device without a live worker for a moment. A replan then would
+// plan over the others and publish a smaller plan nobody trains on (the
+// current one, missing a device, scores as infeasible: any plan "gains").
+TEST_F(ReplanPolicyTest, AFinishingJobIsNotReplanned) {
+  ASSERT_NO_FATAL_FAILURE(Start(Fast()));
+  Report(8, {{"gpu2", 2.0}});
+  v1::FinishWorkerRequest done;
+  done.set_job_id(job_);
+  done.set_worker_id("w0");
+  done.set_step(step_);
+  ASSERT_TRUE(registry_->FinishWorker(done).ok());
+  for (ReplanTrigger trigger : {ReplanTrigger::kCalibration, ReplanTrigger::kWorkerLost}) {
+    auto outcome = policy_->Evaluate(job_, trigger);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_FALSE(outcome->published);
+    EXPECT_NE(outcome->reason.find("worker w0 finished training at step 8: the job is ending"),
+              std::string::npos)
+        << outcome->reason;
+  }
+  EXPECT_EQ(Current().version(), 1);
+}
+
 TEST_F(ReplanPolicyTest, RespectsMinGain) {
   ReplanPolicyOptions o = Fast();
   o.min_gain = 0.9;  // the straggler plan gains ~40%: not enough
