@@ -38,8 +38,9 @@ Besides the table it prints plan A's measured step in each of its runs (the
 noise floor the errors are read against) and, per plan, the per-action
 costs the prediction simulated (the planner's `version_predicted_costs` log
 line) beside the measured per-stage F and backward; --dump writes each
-torch job's reports and plans as JSON, and the graph it planned with
-(MODEL_graph.json, with its measured node times).
+torch job's reports and plans as JSON, the graph it planned with
+(MODEL_graph.json, with its measured node times) and the planner's log of
+each part (planner-torch.log, planner-straggler.log).
 
 Timings depend on the machine's load: four workers share its cores.
 """
@@ -380,6 +381,14 @@ def print_straggler(rows):
                 v["predicted_step_seconds"], v["measured_step_seconds"], skip))
 
 
+def keep_log(planner, dump, part):
+    """With --dump: the planner's log of `part` as DIR/planner-PART.log (its
+    replan decisions and the costs each prediction simulated)."""
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        shutil.copyfile(planner.stderr_path, os.path.join(dump, "planner-%s.log" % part))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,cnn")
@@ -388,7 +397,8 @@ def main():
     parser.add_argument("--straggler-steps", type=int, default=120)
     parser.add_argument("--parts", default="torch,straggler")
     parser.add_argument("--dump", metavar="DIR",
-                        help="write each torch job's reports and plans to DIR/MODEL.json")
+                        help="write each torch job's reports and plans to DIR/MODEL.json "
+                             "and the planner's log of each part to DIR/planner-PART.log")
     parser.add_argument("--profile", type=int, default=5, metavar="N",
                         help="export the modelled models with each node timed N times "
                              "(pipeplan_export.py --profile; 0: flop-derived costs)")
@@ -399,8 +409,11 @@ def main():
     if "torch" in parts:
         rows = []
         with PlannerProcess(planner_binary(), ["--replan=off", "--replan-warmup-steps=2"]) as p:
-            for name in args.models.split(","):
-                rows += torch_rows(p, name, work, args.steps, args.dump, args.profile)
+            try:
+                for name in args.models.split(","):
+                    rows += torch_rows(p, name, work, args.steps, args.dump, args.profile)
+            finally:
+                keep_log(p, args.dump, "torch")
         print("torch executor, 4 workers on CPU, batch 8 in 4 microbatches; every plan "
               "predicted under plan A's calibration")
         print_torch(rows)
@@ -410,13 +423,16 @@ def main():
         flags = ["--replan=on", "--replan-min-interval-seconds=3", "--replan-min-steps=10",
                  "--replan-warmup-steps=2", "--replan-horizon-steps=100000"]
         with PlannerProcess(planner_binary(), flags) as p:
-            for x in (1.5, 2.0, 3.0):
-                rows.append(straggler_row(
-                    p, work, "w2 %.1fx slower" % x,
-                    lambda r, x=x: ["--slowdown", str(x)] if r == 2 else [],
-                    args.straggler_steps))
-            rows.append(straggler_row(p, work, "+-10% noise", lambda r: ["--noise", "0.1"],
-                                      args.straggler_steps))
+            try:
+                for x in (1.5, 2.0, 3.0):
+                    rows.append(straggler_row(
+                        p, work, "w2 %.1fx slower" % x,
+                        lambda r, x=x: ["--slowdown", str(x)] if r == 2 else [],
+                        args.straggler_steps))
+                rows.append(straggler_row(p, work, "+-10% noise", lambda r: ["--noise", "0.1"],
+                                          args.straggler_steps))
+            finally:
+                keep_log(p, args.dump, "straggler")
         print("synthetic executor, 16-node chain, 1F1B, 4 ranks, 8 microbatches")
         print_straggler(rows)
 
