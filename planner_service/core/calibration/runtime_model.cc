@@ -187,9 +187,13 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
                       plan.stage_recompute, c);
     if (as_run.stage_fit->weight_pass_repeats_backward && SplitsWeightGradients(sched)) {
       // W runs the whole backward again: it costs I + W, and I comes on top.
+      // The first stage's inputs are the data, which take no gradient: its I
+      // differentiates nothing (the torch executor's GradLeaves), so it
+      // costs nothing and its W is the whole backward.
       for (size_t s = 0; s < c.backward_weight.size(); ++s) {
         c.backward_weight[s] += c.backward_input[s];
       }
+      if (!c.backward_input.empty()) c.backward_input[0] = 0;
     }
   }
   out.rank_devices = RankDevices(cluster, plan, out.lowered);

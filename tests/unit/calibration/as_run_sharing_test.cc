@@ -46,6 +46,10 @@ TEST(AsRunSharing, ReplicasOnThePoolLoadItAndSlowTheStep) {
   EXPECT_NEAR(roomy->simulation.step_seconds, alone->simulation.step_seconds, 1e-12);
 }
 
+// The torch executor's W (weight_pass_repeats_backward) runs the whole
+// backward again, and its first stage's I differentiates nothing: measured
+// on the GPT's ZB-H1, 0.1 ms against a 55 ms W; priced as an I on top, the
+// first stage's backward came out 32% over its time alone.
 TEST(AsRunSharing, AWeightPassThatRepeatsTheBackwardCostsAFullBackward) {
   const ChainModel m = MakeModel();
   FixedPlan zb{.node_stage = {0, 1, 2, 3},
@@ -59,9 +63,15 @@ TEST(AsRunSharing, AWeightPassThatRepeatsTheBackwardCostsAFullBackward) {
   absl::StatusOr<AsRunCosts> repeats = BuildAsRunCosts(m.graph, m.cluster, zb, {.stage_fit = &fit});
   ASSERT_TRUE(plain.ok() && repeats.ok()) << plain.status() << repeats.status();
   for (size_t s = 0; s < 4; ++s) {
-    EXPECT_DOUBLE_EQ(repeats->costs.backward_input[s], plain->costs.backward_input[s]);
     EXPECT_DOUBLE_EQ(repeats->costs.backward_weight[s],
                      plain->costs.backward_input[s] + plain->costs.backward_weight[s]);
+  }
+  // The first stage has no input gradient to compute: its I is free, the
+  // others' I comes on top of their W.
+  ASSERT_GT(plain->costs.backward_input[0], 0);
+  EXPECT_EQ(repeats->costs.backward_input[0], 0);
+  for (size_t s = 1; s < 4; ++s) {
+    EXPECT_DOUBLE_EQ(repeats->costs.backward_input[s], plain->costs.backward_input[s]);
   }
   // A fused B is what it was.
   FixedPlan one_f1b = zb;
