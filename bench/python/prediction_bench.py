@@ -145,36 +145,75 @@ def version_row(planner, job, version):
 ACTION = re.compile(r"^(\d+)(F|B|I|W)(\d+)$")
 
 
+def compute_runs(r):
+    """A report's computes as (stage, kind, wall start, wall end) in seconds
+    since the epoch. A compute that waits for its input is stamped when the
+    rank reached it and charged its compute alone; it ends where the rank
+    reached its next action (core/cpu_pools.cc reads them the same way)."""
+    t0 = r.start_unix_us * 1e-6
+    out, timings = [], list(r.timings)
+    for k, t in enumerate(timings):
+        m = ACTION.match(t.action)
+        if not m or t.seconds <= 0:
+            continue
+        end = t.start_seconds + t.seconds
+        if k + 1 < len(timings):
+            end = max(end, timings[k + 1].start_seconds)
+        out.append((int(m.group(1)), m.group(2), t0 + end - t.seconds, t0 + end))
+    return out
+
+
+def alone_seconds(run, pool_runs, cpus):
+    """The part of `run` its pool's CPUs gave it: its wall time with each
+    instant weighted by min(1, cpus / computes running then) (processor
+    sharing, one thread per compute), its seconds alone on the pool."""
+    cuts = sorted({x for o in pool_runs for x in o[2:4] if run[2] < x < run[3]}
+                  | {run[2], run[3]})
+    out = 0.0
+    for a, b in zip(cuts, cuts[1:]):
+        mid = (a + b) / 2
+        load = sum(1 for o in pool_runs if o[2] <= mid < o[3])
+        out += (b - a) * min(1.0, cpus / max(load, 1))
+    return out
+
+
 def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
     """Per stage of `version`: median F and full backward (B, or I + W) per
-    microbatch over its reports, the first `skip` steps left out."""
+    microbatch over its reports, the first `skip` steps left out, each as
+    (wall, alone): its wall time, and its time alone on its CPU pool read
+    back by processor sharing over the step's computes of every worker that
+    shares the pool (what the prediction's per-action figure is)."""
     import statistics
     reports = [r for r in reports if r.plan_version == version]
     first = min((r.step for r in reports), default=0) + skip
-    f, b = {}, {}
+    by_step = {}
     for r in reports:
-        if r.step < first:
-            continue
-        per = {}
-        for t in r.timings:
-            m = ACTION.match(t.action)
-            if not m:
-                continue
-            s, kind = int(m.group(1)), m.group(2)
-            acc = per.setdefault(s, [0.0, 0, 0.0, 0])
-            if kind == "F":
-                acc[0] += t.seconds
-                acc[1] += 1
-            else:
-                acc[2] += t.seconds
-                acc[3] += kind != "W"
-        for s, (fs, fn, bs, bn) in per.items():
-            if fn:
-                f.setdefault(s, []).append(fs / fn)
-            if bn:
-                b.setdefault(s, []).append(bs / bn)
-    return [(statistics.median(f.get(s, [0])), statistics.median(b.get(s, [0])))
-            for s in range(max(f, default=-1) + 1)]
+        if r.step >= first:
+            by_step.setdefault(r.step, []).append(r)
+    f, b = {}, {}
+    for step_reports in by_step.values():
+        runs = {id(r): compute_runs(r) for r in step_reports}
+        for r in step_reports:
+            pool = [o for q in step_reports if q.cpu_use.pool == r.cpu_use.pool
+                    for o in runs[id(q)]]
+            cpus = r.cpu_use.cpus if r.cpu_use.pool and r.cpu_use.cpus > 0 else float("inf")
+            per = {}
+            for run in runs[id(r)]:
+                acc = per.setdefault(run[0], [0.0, 0.0, 0, 0.0, 0.0, 0])
+                wall, alone = run[3] - run[2], alone_seconds(run, pool, cpus)
+                i = 0 if run[1] == "F" else 3
+                acc[i] += wall
+                acc[i + 1] += alone
+                acc[i + 2] += run[1] != "W"  # microbatches: an I and its W are one
+            for s, acc in per.items():
+                if acc[2]:
+                    f.setdefault(s, []).append((acc[0] / acc[2], acc[1] / acc[2]))
+                if acc[5]:
+                    b.setdefault(s, []).append((acc[3] / acc[5], acc[4] / acc[5]))
+
+    def med(xs):
+        return tuple(statistics.median(x[i] for x in xs) for i in range(2)) if xs else (0, 0)
+    return [(med(f.get(s)), med(b.get(s))) for s in range(max(f, default=-1) + 1)]
 
 
 def predicted_costs(planner):
@@ -238,21 +277,23 @@ def stage_rows(planner, job, name, versions):
 
 
 def print_stages(rows):
-    print("per action, predicted / measured ms per microbatch (F, full backward), "
-          "the predicted EndStep tail and exposed all-reduce per rank; with workers "
-          "sharing CPUs the predicted figure is the action's time alone on its pool "
-          "(the simulation stretches it while others compute), the measured one its "
-          "wall time; with replicas, + the expected wait for the slowest one; the kind "
-          "fit's extras: forward;backward fixed ms per action, ms "
+    print("per action, ms per microbatch (F, full backward): predicted / measured alone "
+          "(wall); with workers sharing CPUs the predicted figure is the action's time "
+          "alone on its pool (the simulation stretches it while others compute), "
+          "measured alone is its wall time read back by processor sharing over the "
+          "pool's computes, wall what it took; the predicted EndStep tail and exposed "
+          "all-reduce per rank; with replicas, + the expected wait for the slowest one; "
+          "the kind fit's extras: forward;backward fixed ms per action, ms "
           "per node, ms per MB of the stage's parameters")
-    print("| model | plan | stage: F pred/meas, B pred/meas | tail ms | all-reduce ms | "
-          "extras |")
+    print("| model | plan | stage: F pred/alone (wall), B pred/alone (wall) | tail ms | "
+          "all-reduce ms | extras |")
     print("|---|---|---|---|---|---|")
     for name, label, pred, meas, tail, exposed, extras in rows:
         cells = []
         for s, (pf, pb) in enumerate(pred):
-            mf, mb = meas[s] if s < len(meas) else (0, 0)
-            cells.append("s%d %.2f/%.2f, %.2f/%.2f" % (s, pf, 1e3 * mf, pb, 1e3 * mb))
+            (fw, fa), (bw, ba) = meas[s] if s < len(meas) else ((0, 0), (0, 0))
+            cells.append("s%d %.2f/%.2f (%.2f), %.2f/%.2f (%.2f)" % (
+                s, pf, 1e3 * fa, 1e3 * fw, pb, 1e3 * ba, 1e3 * bw))
         ring, wait = exposed
         ring = ",".join("%.1f" % x for x in ring) or "-"
         print("| %s | %s | %s | %.1f | %s | %s |" % (
