@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "pipeplan/core/cpu_pools.h"
 #include "pipeplan/core/median.h"
 #include "pipeplan/core/schedule/action.h"
 
@@ -97,21 +98,34 @@ void SetStage(const StageTimeFit& fit, const std::string& d, size_t s, double fi
 }
 
 // Each device's median of measured / priced (F + B) over its stages,
-// normalised so the median device is 1.
+// normalised so the median device is 1. Devices that share a CPU pool
+// (cpu_pools.h) run on the same cores, so they cannot differ in speed: a
+// residual between them is their stages' model error, which stays with
+// those nodes rather than moving with the device to another split (the
+// GPT's 2-rank plan took one device's 1.45x stage residual onto twice the
+// nodes and was priced 20-40% over its measured backward). They share
+// their pool's median.
 std::map<std::string, double> Residuals(const std::vector<MeasuredStage>& measured,
                                         const std::vector<MeasuredStage>& priced,
-                                        const std::vector<std::string>& ids) {
-  std::map<std::string, std::vector<double>> ratios;
+                                        const std::vector<std::string>& ids,
+                                        const CpuPools& pools) {
+  auto group_of = [&](const std::string& d) {
+    auto it = pools.device_pool.find(d);
+    return it == pools.device_pool.end() ? "device " + d : "pool " + pools.pools[it->second].name;
+  };
+  std::map<std::string, std::vector<double>> ratios;  // group -> ratios
+  std::map<std::string, std::string> group;           // device -> group
   for (size_t s = 0; s < measured.size(); ++s) {
     const double m = measured[s].forward_seconds + measured[s].backward_seconds;
     const double p = priced[s].forward_seconds + priced[s].backward_seconds;
     if (measured[s].forward_seconds > 0 && measured[s].backward_seconds >= 0 && p > 0) {
-      ratios[ids[s]].push_back(m / p);
+      group[ids[s]] = group_of(ids[s]);
+      ratios[group[ids[s]]].push_back(m / p);
     }
   }
   std::map<std::string, double> out;
   std::vector<double> medians;
-  for (auto& [d, r] : ratios) medians.push_back(out[d] = MedianOr(r, 1));
+  for (const auto& [d, g] : group) medians.push_back(out[d] = MedianOr(ratios[g], 1));
   const double norm = MedianOr(medians, 1);
   for (auto& [d, f] : out) f /= norm;
   return out;
@@ -212,6 +226,7 @@ void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
   // they hold the kinds' differences too: start from none, fit the kinds,
   // take the residuals against the kinds' prices, refit (a straggler's
   // stages then stop pulling its kinds' factors).
+  const CpuPools pools = CpuPoolsOf(samples);
   std::map<std::string, double> own;
   std::optional<KindCorrections> kinds;
   for (int round = 0; round < kResidualRounds; ++round) {
@@ -227,8 +242,8 @@ void FitStageKinds(std::span<const StepSample> samples, const CostModel& cost,
         FitKindCorrections(cost, node_stage, stage_device, nominal, o, units);
     if (!k.ok()) return;
     kinds = *std::move(k);
-    own =
-        Residuals(measured, PredictStageTimes(cost, *kinds, node_stage, stage_device, units), ids);
+    own = Residuals(measured, PredictStageTimes(cost, *kinds, node_stage, stage_device, units), ids,
+                    pools);
   }
   fit.kinds = std::move(kinds);
   fit.device_factor = std::move(own);

@@ -177,6 +177,28 @@ TEST(StageKindFit, KeepsAStragglerOutOfTheKinds) {
   EXPECT_GT(priced.forward[3] / truth[3].forward_seconds, 1.2);
 }
 
+// The same 1.5x on c3's stages, with the four workers on one CPU pool (one
+// machine's cores, cpu_pools.h): the devices cannot differ in speed, so
+// the residual is those stages' model error. No device takes a factor of
+// its own that would follow it to another split's stages.
+TEST(StageKindFit, DevicesOnOneCpuPoolShareTheirResidual) {
+  const KindChain s = MakeChain();
+  const CostModel cost(s.graph, s.cluster, {});
+  std::vector<MeasuredStage> a = Truth(s, cost, kSplitA, 8);
+  for (int st : {3, 7}) a[st].forward_seconds *= 1.5, a[st].backward_seconds *= 1.5;
+  std::vector<StepSample> reports = Reports(a);
+  for (StepSample& r : reports) {
+    r.cpu_pool = "m:0-1";
+    r.cpu_pool_cpus = 2;
+    r.compute_threads = 1;
+  }
+  StageTimeFit fit = FitStageTimes(reports, Planned(cost, kSplitA, 8));
+  FitStageKinds(reports, cost, kSplitA, Devices(8), fit, {.ridge = 1e-6});
+  ASSERT_TRUE(fit.kinds.has_value());
+  ASSERT_EQ(fit.device_factor.size(), 4u);
+  for (const auto& [device, factor] : fit.device_factor) EXPECT_EQ(factor, 1.0) << device;
+}
+
 // Ops without flops (a view per block) still cost their dispatch: a cost
 // per node, fitted with the kinds, prices a split that moves them.
 TEST(StageKindFit, PricesOpsWithoutFlopsPerNode) {
