@@ -37,7 +37,9 @@ times (--profile, 5 timings per node; 0 keeps the flop-derived costs).
 Besides the table it prints plan A's measured step in each of its runs (the
 noise floor the errors are read against) and, per plan, the per-action
 costs the prediction simulated (the planner's `version_predicted_costs` log
-line) beside the measured per-stage F and backward; --dump writes each
+line: each action's time alone on its CPU pool) beside the measured
+per-stage F and backward, read back to their time alone by processor
+sharing over the pool's computes, and their wall time; --dump writes each
 torch job's reports and plans as JSON, the graph it planned with
 (MODEL_graph.json, with its measured node times) and the planner's log of
 each part (planner-torch.log, planner-straggler.log).
