@@ -50,7 +50,8 @@ struct StageTimeFit {
   bool fitted = false;
   double forward_fixed = 0, forward_scale = 1;
   double backward_fixed = 0, backward_scale = 1;
-  // Device id -> residual factor (1 for a device without one).
+  // Device id -> residual factor (1 for a device without one). Devices on
+  // one CPU pool (cpu_pools.h) share their pool's: same cores, same speed.
   std::map<std::string, double> device_factor;
   // The factor each device's flops were divided by in the cluster the
   // costs are computed on (divided out again to get nominal seconds), and
