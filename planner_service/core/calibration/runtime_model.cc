@@ -93,6 +93,45 @@ absl::StatusOr<schedule::SimulationResult> AsRunCosts::Simulate(
   return schedule::SimulateShared(lowered, scaled, sharing, options);
 }
 
+absl::StatusOr<schedule::SimulationResult> AsRunCosts::SimulateWithAllReduce(
+    const schedule::StageCosts& scaled, const schedule::SimulateOptions& options) const {
+  return SimulateStep(lowered, scaled, sharing, &allreduce, options);
+}
+
+absl::StatusOr<schedule::SimulationResult> SimulateStep(const schedule::PipelineSchedule& lowered,
+                                                        const schedule::StageCosts& costs,
+                                                        const schedule::ComputeSharing& sharing,
+                                                        const AsRunAllReduce* allreduce,
+                                                        const schedule::SimulateOptions& options) {
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim,
+                            schedule::SimulateShared(lowered, costs, sharing, options));
+  if (allreduce == nullptr || allreduce->empty()) return sim;
+  const std::vector<double> exposed = allreduce->Exposed(costs, sim);
+  const bool any = std::any_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; });
+  if (!sharing.empty() && any) {
+    schedule::ComputeSharing with_ring = sharing;
+    with_ring.rank_end_seconds = exposed;
+    with_ring.rank_end_seconds.resize(lowered.num_ranks, 0.0);
+    PIPEPLAN_ASSIGN_OR_RETURN(sim, schedule::SimulateShared(lowered, costs, with_ring, options));
+  } else {
+    sim.end_work_finish_seconds = sim.finish_seconds;
+    for (size_t r = 0; r < exposed.size() && r < sim.finish_seconds.size(); ++r) {
+      sim.end_work_finish_seconds[r] += exposed[r];
+    }
+  }
+  for (double end : sim.end_work_finish_seconds) sim.step_seconds = std::max(sim.step_seconds, end);
+  return sim;
+}
+
+std::vector<double> ExposedAllReduce(const schedule::SimulationResult& step) {
+  std::vector<double> out;
+  for (size_t r = 0; r < step.end_work_finish_seconds.size() && r < step.finish_seconds.size();
+       ++r) {
+    out.push_back(std::max(0.0, step.end_work_finish_seconds[r] - step.finish_seconds[r]));
+  }
+  return out;
+}
+
 CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan) {
   // Each replica runs its share of a global batch (as the search prices it).
   const int replicas =
@@ -116,16 +155,6 @@ std::vector<double> AsRunAllReduce::Exposed(const schedule::StageCosts& costs,
     out[r] = BucketsEnd(rank_buckets[r], std::span<const GradientWindow>(&w, 1)) - w.end;
   }
   return out;
-}
-
-double AsRunAllReduce::StepEnd(const schedule::StageCosts& costs,
-                               const schedule::SimulationResult& sim) const {
-  double end = sim.step_seconds;
-  const std::vector<double> exposed = Exposed(costs, sim);
-  for (size_t r = 0; r < exposed.size(); ++r) {
-    end = std::max(end, sim.finish_seconds[r] + exposed[r]);
-  }
-  return end;
 }
 
 namespace {
@@ -230,9 +259,10 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, as_run));
   AsRunResult out;
   out.boundary_bytes = std::move(in.boundary_bytes);
-  PIPEPLAN_ASSIGN_OR_RETURN(out.simulation,
-                            in.Simulate(in.costs, {.record_timeline = as_run.record_timeline}));
-  out.simulation.step_seconds = in.allreduce.StepEnd(in.costs, out.simulation) + in.tail_seconds;
+  PIPEPLAN_ASSIGN_OR_RETURN(
+      out.simulation,
+      in.SimulateWithAllReduce(in.costs, {.record_timeline = as_run.record_timeline}));
+  out.simulation.step_seconds += in.tail_seconds;
   return out;
 }
 
@@ -247,8 +277,8 @@ absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& clus
   unscaled.stage_fit = &fit;
   unscaled.record_timeline = false;
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, unscaled));
-  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim, in.Simulate(in.costs));
-  const std::vector<double> modelled = in.allreduce.Exposed(in.costs, sim);
+  PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult sim, in.SimulateWithAllReduce(in.costs));
+  const std::vector<double> modelled = ExposedAllReduce(sim);
   double measured_sum = 0, modelled_sum = 0;
   for (size_t r = 0; r < modelled.size() && r < measured_exposed.size(); ++r) {
     if (!(measured_exposed[r] > 0) || !(modelled[r] > 0)) continue;

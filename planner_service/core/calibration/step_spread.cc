@@ -183,17 +183,13 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
                                           const schedule::ComputeSharing* sharing,
                                           const std::vector<std::vector<std::string>>& replicas) {
   PIPEPLAN_RETURN_IF_ERROR(CheckSampling(costs, stage_device, options, replicas));
-  // The replicas' all-reduce ends a sampled step after its own timing.
-  auto step_end = [&](const schedule::StageCosts& c, const schedule::SimulationResult& r) {
-    return allreduce == nullptr ? r.step_seconds : allreduce->StepEnd(c, r);
-  };
-  // SimulateShared is Simulate when nobody shares.
+  // SimulateShared is Simulate when nobody shares; the replicas' all-reduce
+  // ends a sampled step after its own timing.
   const schedule::ComputeSharing own_processors;
   auto simulate = [&](const schedule::StageCosts& c) {
-    return schedule::SimulateShared(lowered, c, sharing != nullptr ? *sharing : own_processors);
+    return SimulateStep(lowered, c, sharing != nullptr ? *sharing : own_processors, allreduce);
   };
   PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult at_mean, simulate(costs));
-  at_mean.step_seconds = step_end(costs, at_mean);
   StepQuantiles out{.mean_duration_seconds = at_mean.step_seconds};
   if (spread.empty()) {
     out.mean_seconds = out.p50_seconds = out.p90_seconds = at_mean.step_seconds;
@@ -205,7 +201,7 @@ absl::StatusOr<StepQuantiles> SampleSteps(const schedule::PipelineSchedule& lowe
   auto replica_step = [&](const std::vector<std::string>& devices) -> absl::StatusOr<double> {
     const schedule::StageCosts scaled = Scaled(costs, devices, spread, rng);
     PIPEPLAN_ASSIGN_OR_RETURN(schedule::SimulationResult r, simulate(scaled));
-    return step_end(scaled, r);
+    return r.step_seconds;
   };
   std::vector<double> steps;
   double sum = 0, wait = 0;

@@ -18,8 +18,9 @@
 namespace pipeplan::schedule::internal {
 
 struct EngineRun {
-  std::vector<double> busy_seconds;    // per rank
-  std::vector<double> finish_seconds;  // per rank: end of its last compute
+  std::vector<double> busy_seconds;             // per rank
+  std::vector<double> finish_seconds;           // per rank: end of its last compute
+  std::vector<double> end_work_finish_seconds;  // SharedEngine's, with end work
   double makespan = 0;
   std::vector<TimelineEvent> timeline;
 };

@@ -15,6 +15,26 @@
 
 namespace pipeplan::schedule {
 
+namespace {
+
+absl::Status CheckEndWork(const ComputeSharing& sharing, size_t ranks) {
+  if (!sharing.rank_end_seconds.empty() && sharing.rank_end_seconds.size() != ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("compute sharing: rank_end_seconds has %d entries for %d ranks",
+                        sharing.rank_end_seconds.size(), ranks));
+  }
+  for (size_t r = 0; r < sharing.rank_end_seconds.size(); ++r) {
+    const double w = sharing.rank_end_seconds[r];
+    if (!std::isfinite(w) || w < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "compute sharing: rank %d has end work %g; it must be finite and >= 0", r, w));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 bool ComputeSharing::empty() const {
   return std::all_of(rank_pool.begin(), rank_pool.end(), [](int p) { return p == -1; });
 }
@@ -53,7 +73,7 @@ absl::Status CheckComputeSharing(const ComputeSharing& sharing, int num_ranks) {
           "compute sharing: rank %d has load %g; it must be finite and positive", r, l));
     }
   }
-  return absl::OkStatus();
+  return CheckEndWork(sharing, ranks);
 }
 
 namespace internal {
@@ -85,6 +105,8 @@ class SharedEngine : private EventTimes {
         start_(s.num_ranks, 0.0),
         remaining_(s.num_ranks, 0.0),
         load_(sharing.pool_capacity.size(), 0.0),
+        end_begun_(s.num_ranks, 0),
+        end_finish_(s.num_ranks, 0.0),
         pending_(static_cast<size_t>(2) * S_ * M_) {}
 
   absl::StatusOr<EngineRun> Run() {
@@ -106,7 +128,10 @@ class SharedEngine : private EventTimes {
             absl::StrFormat("shared-pool simulation stalled at rank %d step %d", r, cursor_[r]));
       }
     }
-    return FinishedRun(std::move(busy_), std::move(clock_), makespan_, std::move(timeline_));
+    EngineRun run =
+        FinishedRun(std::move(busy_), std::move(clock_), makespan_, std::move(timeline_));
+    if (!sharing_.rank_end_seconds.empty()) run.end_work_finish_seconds = std::move(end_finish_);
+    return run;
   }
 
  private:
@@ -118,6 +143,10 @@ class SharedEngine : private EventTimes {
   using Start = std::pair<double, int>;  // (time, rank) of a compute to start
 
   const Action& Current(int r) const { return *s_.programs[r][cursor_[r]]; }
+  bool Finished(int r) const { return cursor_[r] >= s_.programs[r].size(); }
+  double EndWork(int r) const {
+    return sharing_.rank_end_seconds.empty() ? 0.0 : sharing_.rank_end_seconds[r];
+  }
 
   void Record(int rank, size_t step, const Action& a, double start, double end) {
     if (record_) timeline_.push_back({rank, static_cast<int>(step), a, start, end});
@@ -153,12 +182,32 @@ class SharedEngine : private EventTimes {
       }
       return;
     }
-    if (cursor_[r] < program.size()) blocked_[r] = 1;
+    if (cursor_[r] < program.size()) {
+      blocked_[r] = 1;
+    } else {
+      StartEndWork(r);
+    }
+  }
+
+  // A finished rank's end work, once: started (or scheduled) at its clock.
+  void StartEndWork(int r) {
+    if (end_begun_[r]) return;
+    end_begun_[r] = 1;
+    if (!(EndWork(r) > 0)) {
+      end_finish_[r] = clock_[r];
+      return;
+    }
+    const double start = std::max(clock_[r], now_);
+    if (start > now_) {
+      starts_.push({start, r});
+    } else {
+      Begin(r);
+    }
   }
 
   void Begin(int r) {
     start_[r] = now_;
-    remaining_[r] = Duration(Current(r));
+    remaining_[r] = Finished(r) ? EndWork(r) : Duration(Current(r));
     running_.push_back(r);
   }
 
@@ -251,6 +300,10 @@ class SharedEngine : private EventTimes {
 
   // Ends rank r's compute (already out of running_) now.
   void Complete(int r) {
+    if (Finished(r)) {
+      end_finish_[r] = now_;
+      return;
+    }
     const Action& a = Current(r);
     clock_[r] = now_;
     busy_[r] += now_ - start_[r];
@@ -270,7 +323,9 @@ class SharedEngine : private EventTimes {
   std::vector<double> start_;      // of the rank's running compute
   std::vector<double> remaining_;  // work (seconds alone) of it left
   std::vector<double> load_;       // per pool, of the running computes
-  std::vector<double> rate_;       // per running_ entry, during Advance
+  std::vector<char> end_begun_;    // the rank's end work started (or had none)
+  std::vector<double> end_finish_;
+  std::vector<double> rate_;  // per running_ entry, during Advance
   std::vector<PendingRecv> pending_;
   std::vector<int> running_;  // ranks computing now
   std::vector<int> ended_;    // during Advance
@@ -291,6 +346,11 @@ absl::StatusOr<SimulationResult> SimulateShared(const PipelineSchedule& schedule
     absl::StatusOr<SimulationResult> plain = Simulate(schedule, costs, options);
     if (!plain.ok()) return plain;
     if (absl::Status st = CheckComputeSharing(sharing, schedule.num_ranks); !st.ok()) return st;
+    // Nobody shares: each rank's end work runs at full speed.
+    for (size_t r = 0; r < sharing.rank_end_seconds.size(); ++r) {
+      plain->end_work_finish_seconds.push_back(plain->finish_seconds[r] +
+                                               sharing.rank_end_seconds[r]);
+    }
     return plain;
   }
   bool comms = false;

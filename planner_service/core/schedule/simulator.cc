@@ -86,6 +86,7 @@ SimulationResult ResultOf(const PipelineSchedule& schedule, const StageCosts& co
   out.step_seconds = run.makespan;
   out.busy_seconds = std::move(run.busy_seconds);
   out.finish_seconds = std::move(run.finish_seconds);
+  out.end_work_finish_seconds = std::move(run.end_work_finish_seconds);
   out.idle_seconds.resize(schedule.num_ranks);
   double idle = 0;
   for (int r = 0; r < schedule.num_ranks; ++r) {

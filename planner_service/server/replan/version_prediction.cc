@@ -44,7 +44,8 @@ std::string KindExtras(const StageTimeFit* fit) {
 
 // Logs the per-action costs the prediction simulated (F and full B per
 // stage, the step's tail, each rank's exposed all-reduce at mean
-// durations): what prediction_bench compares with the measured actions.
+// durations and its buckets' ring time alone): what prediction_bench compares with the measured
+// actions.
 void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis,
                    double replica_wait_seconds) {
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);
@@ -53,15 +54,20 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
   if (basis.host != nullptr) as_run.host_overhead = *basis.host;
   absl::StatusOr<AsRunCosts> c = BuildAsRunCosts(*in.graph, *in.cluster, *fixed, as_run);
   if (!c.ok()) return;
-  std::vector<std::string> f, b, exposed;
+  std::vector<std::string> f, b, exposed, ring;
   for (size_t s = 0; s < c->costs.forward.size(); ++s) {
     f.push_back(absl::StrFormat("%.3f", 1e3 * c->costs.forward[s]));
     b.push_back(
         absl::StrFormat("%.3f", 1e3 * (c->costs.backward_input[s] + c->costs.backward_weight[s])));
   }
-  absl::StatusOr<schedule::SimulationResult> sim = c->Simulate(c->costs);
+  for (const GradientBuckets& buckets : c->allreduce.rank_buckets) {
+    double seconds = 0;
+    for (double x : buckets.ring_seconds) seconds += x;
+    ring.push_back(absl::StrFormat("%.3f", 1e3 * seconds));
+  }
+  absl::StatusOr<schedule::SimulationResult> sim = c->SimulateWithAllReduce(c->costs);
   if (sim.ok()) {
-    for (double x : c->allreduce.Exposed(c->costs, *sim)) {
+    for (double x : ExposedAllReduce(*sim)) {
       exposed.push_back(absl::StrFormat("%.3f", 1e3 * x));
     }
   }
@@ -71,6 +77,7 @@ void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const Predicti
            {"stage_backward_ms", absl::StrJoin(b, ",")},
            {"tail_ms", absl::StrFormat("%.3f", 1e3 * c->tail_seconds)},
            {"allreduce_exposed_ms", absl::StrJoin(exposed, ",")},
+           {"allreduce_ring_ms", absl::StrJoin(ring, ",")},
            {"replica_wait_ms", absl::StrFormat("%.3f", 1e3 * replica_wait_seconds)},
            {"kind_extras", KindExtras(basis.stage_fit)}});
 }

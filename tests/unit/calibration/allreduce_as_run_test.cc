@@ -1,7 +1,8 @@
 // The replicas' gradient all-reduce in the as-run step: a plan with
 // replicas ends each step with its ranks' bucketed all-reduce (the search's
-// model), in SimulateAsRun and in every sampled step of SimulateSpread, and
-// a measured exposed all-reduce calibrates its ring time.
+// model), in SimulateAsRun and in every sampled step of SimulateSpread, on
+// a shared CPU pool as CPU work, and a measured exposed all-reduce
+// calibrates its ring time.
 #include <string>
 #include <vector>
 
@@ -88,6 +89,38 @@ TEST(AllReduceAsRun, ASaturatedCpuPoolCannotHideTheRing) {
   const double own = exposed(0);  // no pool
   EXPECT_NEAR(exposed(8), own, 1e-12);
   EXPECT_GT(exposed(4), own + 0.5 * OneBucketRing(m.graph));
+}
+
+// Four single-threaded workers (2 ranks x 2 replicas) on two CPUs: rank 1
+// ends first, and its ring's copies and sums take CPUs from rank 0's
+// replicas, still in their last backward. Both take longer than alone: the
+// ring than its time alone, the backward than without the ring. A scale
+// fitted on these stretched figures is 1 (the fit compares like with like).
+TEST(AllReduceAsRun, OnASaturatedPoolTheRingAndTheLastBackwardSlowEachOther) {
+  const ChainModel m = MakeModel();
+  CpuPools pools;
+  pools.pools = {{"m:0-1", 2}};
+  for (int d = 0; d < 4; ++d) {
+    pools.device_pool["d" + std::to_string(d)] = 0;
+    pools.device_threads["d" + std::to_string(d)] = 1;
+  }
+  absl::StatusOr<AsRunCosts> in =
+      BuildAsRunCosts(m.graph, m.cluster, TwoByTwo(true), {.cpu_pools = &pools});
+  ASSERT_TRUE(in.ok()) << in.status();
+  absl::StatusOr<schedule::SimulationResult> compute = in->Simulate(in->costs);
+  absl::StatusOr<schedule::SimulationResult> step = in->SimulateWithAllReduce(in->costs);
+  ASSERT_TRUE(compute.ok() && step.ok());
+  ASSERT_LT(compute->finish_seconds[1], compute->finish_seconds[0]);
+  const std::vector<double> alone = in->allreduce.Exposed(in->costs, *compute);
+  const std::vector<double> exposed = ExposedAllReduce(*step);
+  ASSERT_EQ(exposed.size(), 2u);
+  EXPECT_GT(exposed[1], alone[1] * 1.1);
+  EXPECT_GT(step->finish_seconds[0], compute->finish_seconds[0] + 0.1 * alone[1]);
+  EXPECT_GE(step->step_seconds, compute->finish_seconds[0] + alone[0]);
+  absl::StatusOr<double> scale =
+      FitAllReduceScale(m.graph, m.cluster, TwoByTwo(true), {.cpu_pools = &pools}, exposed);
+  ASSERT_TRUE(scale.ok()) << scale.status();
+  EXPECT_NEAR(*scale, 1.0, 1e-9);
 }
 
 TEST(AllReduceAsRun, EverySampledStepPaysIt) {

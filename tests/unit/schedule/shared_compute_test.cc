@@ -262,6 +262,25 @@ TEST(SharedComputeTest, TwoRanksOnOneCpuEachTakeTwiceAsLongWhileTheyOverlap) {
   EXPECT_DOUBLE_EQ(r.bubble_ratio, (3.0 + 3.0) / (2 * 12));
 }
 
+// End work (a CPU worker's gradient all-reduce) shares the pool like a
+// compute: rank 1's second of it runs beside 0B1 from 10 on, both at half
+// speed, so it ends at 12 and 0B1 at 13; rank 0's half second then runs
+// alone. The step (computes) ends at 13.
+TEST(SharedComputeTest, EndWorkSlowsTheRanksStillComputing) {
+  const SimulationResult r = RunTwoRanks({{0, 0}, {1, 1}, {1}, {0.5, 1}});
+  EXPECT_EQ(Span(r, "0B1"), std::make_pair(10.0, 13.0));
+  EXPECT_DOUBLE_EQ(r.finish_seconds[0], 13);
+  EXPECT_DOUBLE_EQ(r.finish_seconds[1], 10);
+  EXPECT_THAT(r.end_work_finish_seconds, ::testing::ElementsAre(13.5, 12.0));
+  EXPECT_DOUBLE_EQ(r.step_seconds, 13);
+  EXPECT_DOUBLE_EQ(r.busy_seconds[0], 1 + 2 + 4 + 3);
+  // Without a pool each rank's end work runs at full speed after it.
+  const SimulationResult own = RunTwoRanks({{}, {}, {}, {0.5, 1}});
+  EXPECT_THAT(own.end_work_finish_seconds, ::testing::ElementsAre(9.5, 8.0));
+  // None: no end times.
+  EXPECT_TRUE(RunTwoRanks({{0, 0}, {1, 1}, {1}}).end_work_finish_seconds.empty());
+}
+
 TEST(SharedComputeTest, OneAndAHalfCpusForTwoRanksRunEachAtThreeQuarters) {
   const SimulationResult r = RunTwoRanks({{0, 0}, {1, 1}, {1.5}});
   EXPECT_DOUBLE_EQ(Span(r, "0F1").second, 1 + 1 / 0.75);
@@ -359,6 +378,9 @@ TEST(SharedComputeTest, RejectsASharingThatDoesNotFit) {
       {{{0, 1}, {1, 1}, {1}}, "rank 1 is in pool 1"},
       {{{0, -2}, {1, 1}, {1}}, "rank 1 is in pool -2"},
       {{{-1}, {}, {}}, "rank_pool has 1 entries for 2 ranks"},  // empty(), still wrong
+      {{{0, 0}, {1, 1}, {1}, {1}}, "rank_end_seconds has 1 entries for 2 ranks"},
+      {{{0, 0}, {1, 1}, {1}, {0, -1}}, "rank 1 has end work -1"},
+      {{{}, {}, {}, {std::numeric_limits<double>::infinity(), 0}}, "rank 0 has end work inf"},
   };
   for (const auto& [sharing, why] : bad) {
     EXPECT_FALSE(CheckComputeSharing(sharing, 2).ok()) << why;

@@ -81,10 +81,8 @@ struct AsRunAllReduce {
   std::vector<double> overlap_share;
 
   bool empty() const { return rank_buckets.empty(); }
-  // When the step's last all-reduce ends after the simulated `sim` of
-  // `costs` (at least sim.step_seconds).
-  double StepEnd(const schedule::StageCosts& costs, const schedule::SimulationResult& sim) const;
-  // Each rank's all-reduce seconds past its own last compute.
+  // Each rank's all-reduce seconds past its own last compute in `sim`, at
+  // full speed (SimulateStep stretches them on a shared pool).
   std::vector<double> Exposed(const schedule::StageCosts& costs,
                               const schedule::SimulationResult& sim) const;
 };
@@ -108,7 +106,26 @@ struct AsRunCosts {
   // the sharing.
   absl::StatusOr<schedule::SimulationResult> Simulate(
       const schedule::StageCosts& scaled, const schedule::SimulateOptions& options = {}) const;
+  // Simulate with the all-reduce: SimulateStep's result (no tail).
+  absl::StatusOr<schedule::SimulationResult> SimulateWithAllReduce(
+      const schedule::StageCosts& scaled, const schedule::SimulateOptions& options = {}) const;
 };
+
+// Simulates `costs` on `lowered` under `sharing`, then the all-reduce
+// (`allreduce` null or empty: none): step_seconds becomes the end of the
+// last compute or exposed ring, and end_work_finish_seconds each rank's
+// ring end. On a shared CPU pool the exposed ring is CPU work (copies and
+// sums): it runs as the rank's end work (ComputeSharing::rank_end_seconds),
+// stretched by the ranks still computing and stretching them in turn, so
+// the pool is simulated twice.
+absl::StatusOr<schedule::SimulationResult> SimulateStep(
+    const schedule::PipelineSchedule& lowered, const schedule::StageCosts& costs,
+    const schedule::ComputeSharing& sharing, const AsRunAllReduce* allreduce,
+    const schedule::SimulateOptions& options = {});
+
+// Per rank, its all-reduce past its own last compute in a SimulateStep
+// result (empty without an all-reduce).
+std::vector<double> ExposedAllReduce(const schedule::SimulationResult& step);
 // The cost options the as-run model prices `plan` with (per microbatch of
 // one replica); fits that price the plan node by node use the same.
 CostOptions AsRunCostOptions(const Graph& graph, const FixedPlan& plan);

@@ -38,19 +38,26 @@ struct ComputeSharing {
   std::vector<double> rank_load;
   // Per pool: its capacity in the units of rank_load (CPUs).
   std::vector<double> pool_capacity;
+  // Per rank, or empty: work (seconds alone) the rank runs after its last
+  // action, loading its pool as a compute does: the gradient all-reduce's
+  // copies and sums on CPU workers, which slow the ranks still computing.
+  // Its end is SimulationResult::end_work_finish_seconds.
+  std::vector<double> rank_end_seconds;
 
   // True when no rank is in a pool: SimulateShared is Simulate.
   bool empty() const;
 };
 
 // Sizes match (rank_pool empty or one per rank; rank_load one per rank, or
-// empty with rank_pool), every pool index is -1 or in range, and every load
-// and capacity is finite and positive.
+// empty with rank_pool; rank_end_seconds empty or one per rank), every pool
+// index is -1 or in range, every load and capacity is finite and positive,
+// and every end work finite and >= 0.
 absl::Status CheckComputeSharing(const ComputeSharing& sharing, int num_ranks);
 
 // Simulate with shared pools: the same result fields (busy_seconds is the
 // wall time computes ran, stretched by sharing; the timeline's compute
-// events span their wall time). With empty sharing, or every pool's
+// events span their wall time; step_seconds and finish_seconds leave the
+// end work out, end_work_finish_seconds has its ends). With empty sharing, or every pool's
 // capacity at least the sum of its ranks' loads, the result equals
 // Simulate's. Errors: as Simulate; INVALID_ARGUMENT (CheckComputeSharing)
 // for a sharing that does not fit the schedule.

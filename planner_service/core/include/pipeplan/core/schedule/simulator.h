@@ -41,10 +41,13 @@ struct TimelineEvent {
 };
 
 struct SimulationResult {
-  double step_seconds = 0;                      // makespan of one training step
-  std::vector<double> busy_seconds;             // per rank, compute only
-  std::vector<double> idle_seconds;             // per rank: step_seconds - busy
-  std::vector<double> finish_seconds;           // per rank: end of its last compute
+  double step_seconds = 0;             // makespan of one training step
+  std::vector<double> busy_seconds;    // per rank, compute only
+  std::vector<double> idle_seconds;    // per rank: step_seconds - busy
+  std::vector<double> finish_seconds;  // per rank: end of its last compute
+  // Per rank: when its end work (ComputeSharing::rank_end_seconds) ended;
+  // empty without end work.
+  std::vector<double> end_work_finish_seconds;
   double bubble_ratio = 0;                      // sum(idle) / (ranks * step_seconds)
   std::vector<int> peak_inflight_microbatches;  // per rank, over all its stages
   std::vector<int> peak_inflight_per_stage;     // per stage
