@@ -104,6 +104,10 @@ const pipeplan::common::FlagSet& WorkerFlags() {
         .Switch("deterministic",
                 "torch executor: deterministic algorithms (a GPU run repeats\n"
                 "exactly; some operators are slower)")
+        .Value("allreduce-probe-bytes", "N",
+               "torch executor over gloo: the ring all-reduce a replica's ranks\n"
+               "time at each plan switch, reported for the planner to price\n"
+               "replicas' gradients (4194304; 0: off; the same on every worker)")
         .Value("snapshot-memory-limit-mb", "MB",
                "torch executor: host memory for in-memory peer snapshots (8192)")
         .Switch("version", "print the version and exit");
@@ -179,6 +183,7 @@ absl::Status ReadFlags(const ParsedFlags& f, pipeplan::worker::WorkerOptions* o)
   int64_t snapshot_mb = static_cast<int64_t>(o->snapshot_memory_limit_bytes / 1000000);
   PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("snapshot-memory-limit-mb", 0, &snapshot_mb));
   o->snapshot_memory_limit_bytes = static_cast<size_t>(snapshot_mb) * 1000000;
+  PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("allreduce-probe-bytes", 0, &o->allreduce_probe_bytes));
   PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("mlp-width", 1, &o->mlp_width));
   PIPEPLAN_RETURN_IF_ERROR(f.ReadInteger("mlp-rows", 1, &o->mlp_rows));
   PIPEPLAN_ASSIGN_OR_RETURN(double lr, f.GetDouble("mlp-learning-rate", o->mlp_learning_rate));

@@ -20,6 +20,10 @@ StepSample StepSampleFromProto(const v1::ReportStepRequest& r, const std::string
                .optimizer_seconds = r.optimizer_seconds()};
   if (r.has_allreduce_exposed_seconds())
     s.allreduce_exposed_seconds = r.allreduce_exposed_seconds();
+  if (r.has_allreduce_probe_seconds()) {
+    s.allreduce_probe_seconds = r.allreduce_probe_seconds();
+    s.allreduce_probe_bytes = r.allreduce_probe_bytes();
+  }
   if (r.has_cpu_use()) {
     s.cpu_pool = r.cpu_use().pool();
     s.cpu_pool_cpus = r.cpu_use().cpus();

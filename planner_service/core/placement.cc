@@ -531,6 +531,10 @@ double AllReduceRing::Seconds(double bytes) const {
   return 2.0 * (size_ - 1) * slowest;
 }
 
+void AllReduceRing::SetBandwidth(double bytes_per_second) {
+  for (auto& [bw, lat] : links_) bw = bytes_per_second;
+}
+
 double RingAllReduceSeconds(const Cluster& cluster, std::span<const int> group, double bytes) {
   return AllReduceRing(cluster, group).Seconds(bytes);
 }

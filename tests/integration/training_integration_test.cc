@@ -255,9 +255,9 @@ class TrainingTest : public ::testing::Test {
   }
 
   // What the torch executor tells the planner about how it computes: the
-  // CPU pool its computes share when they run on the CPU, and that its W
-  // runs the backward again (docs/observability.md, "CPU workers share
-  // cores").
+  // CPU pool its computes share when they run on the CPU, that its W runs
+  // the backward again (docs/observability.md, "CPU workers share cores")
+  // and, on the CPU, the all-reduce probe.
   void ExpectExecutorFacts(const std::string& job) {
     auto reports = client_->ListStepReports(job, 10'000);
     ASSERT_TRUE(reports.ok()) << reports.status();
@@ -270,6 +270,11 @@ class TrainingTest : public ::testing::Test {
       EXPECT_GE(r.cpu_use().threads(), 1);
       EXPECT_GE(r.cpu_use().cpus(), 1);
       EXPECT_EQ(r.cpu_use().pool(), reports->reports(0).cpu_use().pool());
+      // Four ranks over Gloo: every report carries the version's probe of
+      // their ring (transport/allreduce_probe.h; 4 MiB by default).
+      ASSERT_TRUE(r.has_allreduce_probe_seconds()) << r.worker_id();
+      EXPECT_GT(r.allreduce_probe_seconds(), 0);
+      EXPECT_EQ(r.allreduce_probe_bytes(), 4 << 20);
     }
   }
 

@@ -7,6 +7,8 @@
 #include "pipeplan/common/status_macros.h"
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cost_model.h"
+#include "pipeplan/core/median.h"
+#include "pipeplan/core/placement.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/build.h"
@@ -51,7 +53,9 @@ absl::StatusOr<schedule::StageCosts> ComputeCosts(const CostModel& cost, const F
 // replicas): the rank's stages' parameter bytes at the gradients' precision.
 AsRunAllReduce PriceAllReduce(const Graph& graph, const Cluster& cluster, const FixedPlan& plan,
                               const PlanOptions& options, const schedule::PipelineSchedule& sched,
-                              const std::vector<double>& param_bytes, double ring_scale) {
+                              const std::vector<double>& param_bytes, const StageTimeFit* fit) {
+  const double ring_scale = fit != nullptr ? fit->allreduce_ring_scale : 1;
+  const double ring_bandwidth = fit != nullptr ? fit->allreduce_ring_bandwidth : 0;
   AsRunAllReduce out;
   if (plan.replica_groups.empty()) return out;
   const double gradient_scale = TrainingMemoryOf(options, graph).gradient_scale;
@@ -62,7 +66,8 @@ AsRunAllReduce PriceAllReduce(const Graph& graph, const Cluster& cluster, const 
   }
   for (size_t r = 0; r < rank_bytes.size(); ++r) {
     out.rank_buckets.push_back(MakeGradientBuckets(cluster, plan.replica_groups[r], rank_bytes[r],
-                                                   plan.allreduce_bucket_bytes, ring_scale));
+                                                   plan.allreduce_bucket_bytes, ring_scale, {},
+                                                   ring_bandwidth));
   }
   out.stage_rank = sched.stage_to_rank;
   out.weight_grad_only = SplitsWeightGradients(sched);
@@ -112,6 +117,7 @@ absl::StatusOr<schedule::SimulationResult> SimulateStep(const schedule::Pipeline
     schedule::ComputeSharing with_ring = sharing;
     with_ring.rank_end_seconds = exposed;
     with_ring.rank_end_seconds.resize(lowered.num_ranks, 0.0);
+    with_ring.end_work_load = kRingCpuLoad;
     PIPEPLAN_ASSIGN_OR_RETURN(sim, schedule::SimulateShared(lowered, costs, with_ring, options));
   } else {
     sim.end_work_finish_seconds = sim.finish_seconds;
@@ -208,8 +214,7 @@ absl::StatusOr<AsRunCosts> BuildAsRunCosts(const Graph& graph, const Cluster& cl
   std::vector<double> param_bytes;
   PIPEPLAN_ASSIGN_OR_RETURN(out.costs, ComputeCosts(cost, plan, param_bytes));
   out.allreduce =
-      PriceAllReduce(graph, cluster, plan, options, sched, param_bytes,
-                     as_run.stage_fit != nullptr ? as_run.stage_fit->allreduce_ring_scale : 1);
+      PriceAllReduce(graph, cluster, plan, options, sched, param_bytes, as_run.stage_fit);
   schedule::StageCosts& c = out.costs;
   if (as_run.stage_fit != nullptr) {
     ApplyStageTimeFit(*as_run.stage_fit, cost, plan.node_stage, plan.stage_device,
@@ -287,6 +292,42 @@ absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& clus
   }
   if (!(modelled_sum > 0)) return 1.0;
   return std::clamp(measured_sum / modelled_sum, 0.01, 100.0);
+}
+
+absl::StatusOr<std::optional<double>> FitRingBandwidthFromProbes(
+    const Graph& graph, const Cluster& cluster, const FixedPlan& plan, const AsRunOptions& options,
+    std::span<const StepSample> samples) {
+  PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, options));
+  const schedule::PipelineSchedule& sched = in.lowered;
+  // Replica 0's devices in rank order: the worker's ring (RingAllReduceSum).
+  std::vector<int> group(sched.num_ranks, -1);
+  for (size_t s = 0; s < plan.stage_device.size() && s < sched.stage_to_rank.size(); ++s) {
+    int& d = group[sched.stage_to_rank[s]];
+    if (d < 0) d = plan.stage_device[s];
+  }
+  if (group.size() < 2 || std::count(group.begin(), group.end(), -1) > 0) return std::nullopt;
+  std::vector<double> pool_load(in.sharing.pool_capacity.size(), 0.0);
+  for (size_t r = 0; r < in.sharing.rank_pool.size(); ++r) {
+    if (in.sharing.rank_pool[r] >= 0) pool_load[in.sharing.rank_pool[r]] += LoadOf(in.sharing, r);
+  }
+  // 2 (n - 1) steps, each moving bytes / n over every link
+  // (AllReduceRing::Seconds), solved for the bandwidth. Latencies are left
+  // out: a probe's chunks are a MB or more, where a link's latency is tens
+  // of microseconds, while one fitted on small activations (or a ring link
+  // no activation crossed) can be a millisecond off, times 2 (n - 1).
+  const double n = static_cast<double>(group.size());
+  std::vector<double> bandwidths;
+  for (const StepSample& s : samples) {
+    if (!(s.allreduce_probe_seconds > 0) || !(s.allreduce_probe_bytes > 0)) continue;
+    double alone = s.allreduce_probe_seconds;
+    const int p = s.rank >= 0 && s.rank < static_cast<int>(in.sharing.rank_pool.size())
+                      ? in.sharing.rank_pool[s.rank]
+                      : -1;
+    if (p >= 0) alone *= std::min(1.0, in.sharing.pool_capacity[p] / (pool_load[p] * kRingCpuLoad));
+    bandwidths.push_back(2 * (n - 1) / n * s.allreduce_probe_bytes / alone);
+  }
+  if (bandwidths.empty()) return std::nullopt;
+  return MedianOr(std::move(bandwidths), 0.0);
 }
 
 }  // namespace pipeplan

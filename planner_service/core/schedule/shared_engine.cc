@@ -18,6 +18,11 @@ namespace pipeplan::schedule {
 namespace {
 
 absl::Status CheckEndWork(const ComputeSharing& sharing, size_t ranks) {
+  if (!std::isfinite(sharing.end_work_load) || sharing.end_work_load <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("compute sharing: end_work_load is %g; it must be finite and positive",
+                        sharing.end_work_load));
+  }
   if (!sharing.rank_end_seconds.empty() && sharing.rank_end_seconds.size() != ranks) {
     return absl::InvalidArgumentError(
         absl::StrFormat("compute sharing: rank_end_seconds has %d entries for %d ranks",
@@ -263,7 +268,7 @@ class SharedEngine : private EventTimes {
     std::fill(load_.begin(), load_.end(), 0.0);
     for (int r : running_) {
       const int p = sharing_.rank_pool[r];
-      if (p >= 0) load_[p] += sharing_.rank_load[r];
+      if (p >= 0) load_[p] += sharing_.rank_load[r] * (Finished(r) ? sharing_.end_work_load : 1.0);
     }
     rate_.clear();
     double first_end = std::numeric_limits<double>::infinity();

@@ -26,10 +26,11 @@ double ReadyAt(std::span<const GradientWindow> windows, double fraction) {
 
 GradientBuckets MakeGradientBuckets(const Cluster& cluster, std::span<const int> group,
                                     double bytes, double bucket_bytes, double ring_scale,
-                                    std::span<const int> ring_position) {
+                                    std::span<const int> ring_position, double ring_bandwidth) {
   GradientBuckets out;
   if (group.size() <= 1 || bytes <= 0) return out;
-  const AllReduceRing ring(cluster, group, ring_position);
+  AllReduceRing ring(cluster, group, ring_position);
+  if (ring_bandwidth > 0) ring.SetBandwidth(ring_bandwidth);
   double bucket = bucket_bytes > 0 ? bucket_bytes : kDefaultBucketBytes;
   bucket = std::max(bucket, bytes / kMaxBuckets);
   const int full = static_cast<int>(std::floor(bytes / bucket));

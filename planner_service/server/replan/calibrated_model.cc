@@ -163,12 +163,20 @@ void FitOnGraph(const v1::VersionedPlan& version, const DecodedPlan& plan, Calib
     for (const StageCost& st : *stages) bytes.push_back(st.param_bytes);
     model.stage_fit.update = FitUpdates(model.samples, bytes);
   }
+  const AsRunOptions as_run{
+      .host_overhead = model.host, .stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools};
+  // The workers' probe prices the ring's links (a plan without replicas
+  // runs none) ...
+  absl::StatusOr<std::optional<double>> bandwidth =
+      FitRingBandwidthFromProbes(*in->graph, *in->cluster, *fixed, as_run, model.samples);
+  if (bandwidth.ok() && bandwidth->has_value()) {
+    model.stage_fit.allreduce_ring_bandwidth = **bandwidth;
+  }
+  // ... and a measured exposed all-reduce scales the ring it ran.
   const std::vector<double> exposed = MeasuredExposed(model.samples, plan.num_ranks);
   if (std::any_of(exposed.begin(), exposed.end(), [](double x) { return x > 0; })) {
-    absl::StatusOr<double> scale = FitAllReduceScale(
-        *in->graph, *in->cluster, *fixed,
-        {.host_overhead = model.host, .stage_fit = &model.stage_fit, .cpu_pools = &model.cpu_pools},
-        exposed);
+    absl::StatusOr<double> scale =
+        FitAllReduceScale(*in->graph, *in->cluster, *fixed, as_run, exposed);
     if (scale.ok()) model.stage_fit.allreduce_ring_scale = *scale;
   }
   // Last: the spread is fitted on the plan as everything above prices it.

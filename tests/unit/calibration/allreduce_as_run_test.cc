@@ -3,6 +3,7 @@
 // model), in SimulateAsRun and in every sampled step of SimulateSpread, on
 // a shared CPU pool as CPU work, and a measured exposed all-reduce
 // calibrates its ring time.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -189,6 +190,58 @@ TEST(AllReduceAsRun, MeasuredExposedSecondsScaleTheRing) {
   // Nothing measured, or no replicas: no scale.
   EXPECT_DOUBLE_EQ(*FitAllReduceScale(m.graph, m.cluster, TwoByTwo(true), {}, {0, 0}), 1.0);
   EXPECT_DOUBLE_EQ(*FitAllReduceScale(m.graph, m.cluster, TwoByTwo(false), {}, {1, 1}), 1.0);
+}
+
+// A plan without replicas never runs the ring; the workers' probe prices
+// its links. Probes as long as a ring through the four ranks takes at a
+// third of the cluster's bandwidth give that bandwidth;
+// on a pool of one CPU where all four probe at once (each keeping
+// kRingCpuLoad of a CPU busy), twice that measured is the same alone. A replicated plan then pays
+// its ring at it. No probe, no bandwidth.
+TEST(AllReduceAsRun, TheProbePricesTheRingBeforeOneRan) {
+  const ChainModel m = MakeModel();
+  const FixedPlan four{
+      .node_stage = {0, 1, 2, 3}, .stage_device = {0, 1, 2, 3}, .ranks = 4, .microbatches = 4};
+  constexpr double kProbeBytes = 4 << 20;
+  constexpr double kMeasured = kBandwidth / 3;
+  const double probe = 2 * 3 * kProbeBytes / 4 / kMeasured;  // chunks of a MB: no latency
+  auto probes = [&](double seconds) {
+    std::vector<StepSample> out;
+    for (int r = 0; r < 4; ++r) {
+      out.push_back({.worker_id = "w" + std::to_string(r),
+                     .rank = r,
+                     .allreduce_probe_seconds = seconds,
+                     .allreduce_probe_bytes = kProbeBytes});
+    }
+    return out;
+  };
+  absl::StatusOr<std::optional<double>> bw =
+      FitRingBandwidthFromProbes(m.graph, m.cluster, four, {}, probes(probe));
+  ASSERT_TRUE(bw.ok()) << bw.status();
+  ASSERT_TRUE(bw->has_value());
+  EXPECT_NEAR(**bw, kMeasured, 1e-6 * kMeasured);
+  CpuPools pools;
+  pools.pools = {{"m:0", 1}};
+  for (int d = 0; d < 4; ++d) {
+    pools.device_pool["d" + std::to_string(d)] = 0;
+    pools.device_threads["d" + std::to_string(d)] = 1;
+  }
+  absl::StatusOr<std::optional<double>> shared = FitRingBandwidthFromProbes(
+      m.graph, m.cluster, four, {.cpu_pools = &pools}, probes(2 * probe));
+  ASSERT_TRUE(shared.ok() && shared->has_value());
+  EXPECT_NEAR(**shared, kMeasured, 1e-6 * kMeasured);
+  const StageTimeFit fit{.allreduce_ring_bandwidth = **bw};
+  absl::StatusOr<AsRunResult> alone = SimulateAsRun(m.graph, m.cluster, TwoByTwo(false));
+  absl::StatusOr<AsRunResult> dp =
+      SimulateAsRun(m.graph, m.cluster, TwoByTwo(true), {.stage_fit = &fit});
+  ASSERT_TRUE(alone.ok() && dp.ok());
+  const double bytes = 2 * kParamBytes * TrainingMemoryOf(PlanOptions{}, m.graph).gradient_scale;
+  EXPECT_NEAR(dp->simulation.step_seconds - alone->simulation.step_seconds,
+              2 * (bytes / 2 / kMeasured + kLatency), 1e-9);
+  absl::StatusOr<std::optional<double>> none =
+      FitRingBandwidthFromProbes(m.graph, m.cluster, four, {}, probes(-1));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
 }
 
 // With a global batch, each replica's microbatch holds its share of it.

@@ -279,6 +279,12 @@ TEST(SharedComputeTest, EndWorkSlowsTheRanksStillComputing) {
   EXPECT_THAT(own.end_work_finish_seconds, ::testing::ElementsAre(9.5, 8.0));
   // None: no end times.
   EXPECT_TRUE(RunTwoRanks({{0, 0}, {1, 1}, {1}}).end_work_finish_seconds.empty());
+  // End work at half a compute's load: 0B1 and rank 1's end work share the
+  // CPU at a load of 1.5 (each at 2/3 speed) until 11.5; 0B1's last second
+  // runs alone to 12.5, and rank 0's end work (load 0.5) at full speed.
+  const SimulationResult half = RunTwoRanks({{0, 0}, {1, 1}, {1}, {0.5, 1}, 0.5});
+  EXPECT_DOUBLE_EQ(half.finish_seconds[0], 12.5);
+  EXPECT_THAT(half.end_work_finish_seconds, ::testing::ElementsAre(13.0, 11.5));
 }
 
 TEST(SharedComputeTest, OneAndAHalfCpusForTwoRanksRunEachAtThreeQuarters) {
@@ -381,6 +387,7 @@ TEST(SharedComputeTest, RejectsASharingThatDoesNotFit) {
       {{{0, 0}, {1, 1}, {1}, {1}}, "rank_end_seconds has 1 entries for 2 ranks"},
       {{{0, 0}, {1, 1}, {1}, {0, -1}}, "rank 1 has end work -1"},
       {{{}, {}, {}, {std::numeric_limits<double>::infinity(), 0}}, "rank 0 has end work inf"},
+      {{{0, 0}, {1, 1}, {1}, {}, 0}, "end_work_load is 0"},
   };
   for (const auto& [sharing, why] : bad) {
     EXPECT_FALSE(CheckComputeSharing(sharing, 2).ok()) << why;

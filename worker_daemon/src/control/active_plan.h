@@ -22,6 +22,7 @@
 #include "pipeplan/worker/runtime/runtime.h"
 #include "pipeplan/worker/runtime/stage_plan.h"
 #include "pipeplan/worker/training/training_session.h"
+#include "pipeplan/worker/transport/allreduce_probe.h"
 #include "pipeplan/worker/transport/rendezvous.h"
 #include "pipeplan/worker/transport/transport.h"
 
@@ -52,6 +53,9 @@ struct ActivePlan {
   // The CPU pool the executor's computes share, read once when the version
   // is built (every step report carries it); nullopt off the CPU.
   std::optional<v1::CpuUse> cpu_use;
+  // The all-reduce probe's result at the switch into this version (every
+  // step report carries it); nullopt when it did not run.
+  std::optional<AllReduceProbe> allreduce_probe;
 
   // Called once before the transport goes away (the training session's
   // snapshot traffic on it settles: TrainingSession::ReleaseTransport).

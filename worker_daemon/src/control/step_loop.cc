@@ -301,6 +301,7 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
     if (metrics_) metrics_->ObserveSwitch(c.compile_seconds, switch_seconds);
   }
   if (metrics_) metrics_->SetPlanVersion(version);
+  ProbeAllReduceOnce();
   const StagePlan& plan = active_->plan;
   Emit(absl::StrCat("event=plan_switch job=", options_.job_id, " worker=", options_.worker_id,
                     " from_version=", from, " plan_version=", version, " rank=", active_->rank,
@@ -314,6 +315,27 @@ absl::Status StepLoop::SwitchTo(int64_t version) {
     active_.reset();
   }
   return absl::OkStatus();
+}
+
+void StepLoop::ProbeAllReduceOnce() {
+  ActivePlan& a = *active_;
+  if (training_ == nullptr || a.rank < 0 || a.pipeline == nullptr || a.pipeline->size() < 2 ||
+      a.pipeline->name() != "gloo" || options_.allreduce_probe_bytes <= 0) {
+    return;
+  }
+  // Watched like a step: a peer lost during the probe ends it when the
+  // planner replans, not after the comm timeout.
+  const StallWatch::Scope watched = Watch(a);
+  absl::StatusOr<AllReduceProbe> probe =
+      ProbeAllReduce(*a.pipeline, options_.allreduce_probe_bytes, static_cast<uint64_t>(a.version),
+                     options_.comm_timeout);
+  if (!probe.ok()) {
+    Emit(absl::StrCat("event=allreduce_probe_failed job=", options_.job_id,
+                      " worker=", options_.worker_id, " plan_version=", a.version, " error=\"",
+                      probe.status().message(), "\""));
+    return;
+  }
+  a.allreduce_probe = *probe;
 }
 
 absl::Status StepLoop::ResumeInto(ActivePlan& a, const ActivePlan* previous) {
@@ -374,6 +396,10 @@ absl::Status StepLoop::RunOneStep() {
   const std::optional<double> exposed = active_->executor->LastExposedAllReduceSeconds();
   if (exposed) report.set_allreduce_exposed_seconds(*exposed);
   if (active_->cpu_use) *report.mutable_cpu_use() = *active_->cpu_use;
+  if (active_->allreduce_probe) {
+    report.set_allreduce_probe_seconds(active_->allreduce_probe->seconds);
+    report.set_allreduce_probe_bytes(active_->allreduce_probe->bytes);
+  }
   report.set_weight_pass_repeats_backward(active_->executor->WeightPassRepeatsBackward());
   if (unreported_switch_) {
     report.set_switch_seconds(unreported_switch_->seconds);

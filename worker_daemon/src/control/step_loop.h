@@ -142,6 +142,11 @@ class StepLoop {
   StallWatch::Scope Watch(const ActivePlan& a);
   // After a step: the training session's snapshot round and checkpoint.
   absl::Status FinishStep();
+  // At a switch into a version where this worker trains on the host over
+  // Gloo in a replica of two ranks or more: the all-reduce probe, under the
+  // stall watch. A failed probe (a peer lost) is logged and left out; the
+  // first step meets the failure.
+  void ProbeAllReduceOnce();
 
   PlannerApi& planner_;
   const WorkerOptions& options_;

@@ -36,12 +36,15 @@ struct GradientBuckets {
 };
 
 // The buckets of `bytes` over `group` (none for a group of one or no
-// bytes); each ring time multiplied by `ring_scale` (a calibration).
-// `bucket_bytes` <= 0: kDefaultBucketBytes. `ring_position`: see
-// AllReduceRing (placement.h); the same times, found faster.
+// bytes); each ring time multiplied by `ring_scale` (a calibration), its
+// links at `ring_bandwidth` bytes/s when that is above 0 (a measured
+// ring's; the cluster's latencies kept). `bucket_bytes` <= 0:
+// kDefaultBucketBytes. `ring_position`: see AllReduceRing (placement.h);
+// the same times, found faster.
 GradientBuckets MakeGradientBuckets(const Cluster& cluster, std::span<const int> group,
                                     double bytes, double bucket_bytes, double ring_scale = 1,
-                                    std::span<const int> ring_position = {});
+                                    std::span<const int> ring_position = {},
+                                    double ring_bandwidth = 0);
 
 // When the last bucket's all-reduce ends; `windows` has one entry per
 // distinct replica (a bucket is ready once every replica filled it). With no

@@ -79,6 +79,11 @@ struct StepSample {
   // The part of them spent waiting for the replicas' gradient all-reduce;
   // negative: not reported (no replicas).
   double allreduce_exposed_seconds = -1;
+  // The all-reduce probe (v1::ReportStepRequest): seconds of a ring
+  // all-reduce of allreduce_probe_bytes over the worker's replica's ranks,
+  // all probing at once; negative: not reported.
+  double allreduce_probe_seconds = -1;
+  double allreduce_probe_bytes = 0;
   // The CPU pool the worker's computes share (cpu_pools.h); empty pool:
   // they do not run on shared CPUs.
   std::string cpu_pool;

@@ -135,6 +135,8 @@ class AllReduceRing {
   AllReduceRing(const Cluster& cluster, std::span<const int> group,
                 std::span<const int> ring_position = {});
   double Seconds(double bytes) const;
+  // Every link at `bytes_per_second` (a measured ring's), latencies kept.
+  void SetBandwidth(double bytes_per_second);
 
  private:
   int size_ = 0;

@@ -24,6 +24,8 @@
 #ifndef PIPEPLAN_CORE_RUNTIME_MODEL_H_
 #define PIPEPLAN_CORE_RUNTIME_MODEL_H_
 
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -111,13 +113,20 @@ struct AsRunCosts {
       const schedule::StageCosts& scaled, const schedule::SimulateOptions& options = {}) const;
 };
 
+// The CPU a ring all-reduce's process keeps busy on a shared pool, per
+// process: on 2 CPUs, four processes each all-reducing 25 MiB over Gloo
+// (loopback) moved 0.74 GB/s each, two alone 0.65 GB/s (16 MiB) to
+// 1 GB/s: the ring waits on its peer about as long as it copies and sums
+// (docs/observability.md, "The ring is CPU work").
+inline constexpr double kRingCpuLoad = 0.5;
+
 // Simulates `costs` on `lowered` under `sharing`, then the all-reduce
 // (`allreduce` null or empty: none): step_seconds becomes the end of the
 // last compute or exposed ring, and end_work_finish_seconds each rank's
 // ring end. On a shared CPU pool the exposed ring is CPU work (copies and
-// sums): it runs as the rank's end work (ComputeSharing::rank_end_seconds),
-// stretched by the ranks still computing and stretching them in turn, so
-// the pool is simulated twice.
+// sums): it runs as the rank's end work (ComputeSharing::rank_end_seconds,
+// at kRingCpuLoad), stretched by the ranks still computing and stretching
+// them in turn, so the pool is simulated twice.
 absl::StatusOr<schedule::SimulationResult> SimulateStep(
     const schedule::PipelineSchedule& lowered, const schedule::StageCosts& costs,
     const schedule::ComputeSharing& sharing, const AsRunAllReduce* allreduce,
@@ -146,6 +155,21 @@ absl::StatusOr<AsRunResult> SimulateAsRun(const Graph& graph, const Cluster& clu
 absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& cluster,
                                          const FixedPlan& plan, const AsRunOptions& options,
                                          const std::vector<double>& measured_exposed);
+
+// The ring's link bandwidth (StageTimeFit::allreduce_ring_bandwidth) from
+// the workers' all-reduce probes (StepSample::allreduce_probe_seconds) on
+// `plan`: each probe read back to its time alone (times min(1, capacity /
+// (load x kRingCpuLoad)) of its worker's CPU pool: every rank probes at
+// once) and solved for
+// the link bandwidth of a ring through replica 0's ranks, latencies left
+// out (its chunks are a MB or more); the median. A bandwidth, not a scale
+// of the modelled time: links fitted on small activations can be all
+// latency, and a scale of that would carry the error to a ring of other
+// bytes. nullopt without probes.
+// Errors: as BuildAsRunCosts.
+absl::StatusOr<std::optional<double>> FitRingBandwidthFromProbes(
+    const Graph& graph, const Cluster& cluster, const FixedPlan& plan, const AsRunOptions& options,
+    std::span<const StepSample> samples);
 
 }  // namespace pipeplan
 

@@ -68,6 +68,10 @@ struct StageTimeFit {
   // all-reduce (runtime_model.h): measured exposed over modelled, 1 when the
   // fitted version had no replicas. Applies fitted or not.
   double allreduce_ring_scale = 1;
+  // Bytes/s of every link of that ring as the workers' all-reduce probe
+  // measured it, read back alone (FitRingBandwidthFromProbes); 0: the
+  // calibrated cluster's links. The scale above applies on top.
+  double allreduce_ring_bandwidth = 0;
   // Per operator kind, seconds per modelled second past the fixed part
   // (FitStageKinds), in the units of the cost model it was fitted on; set,
   // it replaces the two scales where the plan's nodes are known.

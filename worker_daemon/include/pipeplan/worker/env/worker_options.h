@@ -66,6 +66,11 @@ struct WorkerOptions {
   // (this rank's own two and the two it holds for a peer;
   // docs/snapshots.md). A round that would pass it is skipped.
   size_t snapshot_memory_limit_bytes = size_t{8192} * 1000 * 1000;
+  // --allreduce-probe-bytes: the all-reduce the ranks of a replica time at
+  // each plan switch (transport/allreduce_probe.h) when they train on the
+  // host over Gloo; 0: none. A collective: the same on every worker of a
+  // job.
+  int64_t allreduce_probe_bytes = int64_t{4} << 20;
 };
 
 }  // namespace pipeplan::worker

@@ -43,6 +43,9 @@ struct ComputeSharing {
   // copies and sums on CPU workers, which slow the ranks still computing.
   // Its end is SimulationResult::end_work_finish_seconds.
   std::vector<double> rank_end_seconds;
+  // The load end work puts on its pool per unit of rank_load: a ring's
+  // process waits for its peer about as long as it copies and sums (0.5).
+  double end_work_load = 1;
 
   // True when no rank is in a pool: SimulateShared is Simulate.
   bool empty() const;
@@ -51,7 +54,7 @@ struct ComputeSharing {
 // Sizes match (rank_pool empty or one per rank; rank_load one per rank, or
 // empty with rank_pool; rank_end_seconds empty or one per rank), every pool
 // index is -1 or in range, every load and capacity is finite and positive,
-// and every end work finite and >= 0.
+// every end work finite and >= 0, and end_work_load finite and positive.
 absl::Status CheckComputeSharing(const ComputeSharing& sharing, int num_ranks);
 
 // Simulate with shared pools: the same result fields (busy_seconds is the
