@@ -218,6 +218,19 @@ def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
     return [(med(f.get(s)), med(b.get(s))) for s in range(max(f, default=-1) + 1)]
 
 
+def measured_exposed(reports, version, skip=SKIP_AFTER_SWITCH):
+    """Per rank of `version`: the median exposed all-reduce (ms) its workers
+    reported, the first `skip` steps left out; empty without replicas."""
+    import statistics
+    reports = [r for r in reports if r.plan_version == version]
+    first = min((r.step for r in reports), default=0) + skip
+    by_rank = {}
+    for r in reports:
+        if r.step >= first and r.HasField("allreduce_exposed_seconds"):
+            by_rank.setdefault(r.rank, []).append(1e3 * r.allreduce_exposed_seconds)
+    return [statistics.median(by_rank[k]) for k in sorted(by_rank)]
+
+
 def predicted_costs(planner):
     """Each `version_predicted_costs` line of the planner's log, in order:
     per stage (F ms, full B ms), tail ms, exposed all-reduce ms per rank, and
@@ -256,7 +269,7 @@ def dump_job(planner, job, path):
 # Model name -> plan A's measured step (seconds) in each of its runs.
 A_RUNS = {}
 # (model, plan, predicted per stage, measured per stage, tail ms, (exposed ms per
-# rank, replica wait ms), extras).
+# rank predicted, measured, replica wait ms), extras).
 STAGE_ROWS = []
 
 
@@ -274,7 +287,8 @@ def stage_rows(planner, job, name, versions):
         if 0 <= i < len(logged):
             p = logged[i]
             out.append((name, label, p["stages"], measured_stages(reports, int(version)),
-                        p["tail"], (p["exposed"], p["wait"]), p["extras"]))
+                        p["tail"], (p["exposed"], measured_exposed(reports, int(version)),
+                                    p["wait"]), p["extras"]))
     return out
 
 
@@ -283,8 +297,9 @@ def print_stages(rows):
           "(wall); with workers sharing CPUs the predicted figure is the action's time "
           "alone on its pool (the simulation stretches it while others compute), "
           "measured alone is its wall time read back by processor sharing over the "
-          "pool's computes, wall what it took; the predicted EndStep tail and exposed "
-          "all-reduce per rank; with replicas, + the expected wait for the slowest one; "
+          "pool's computes, wall what it took; the predicted EndStep tail; the exposed "
+          "all-reduce per rank, predicted / measured; with replicas, + the expected "
+          "wait for the slowest one; "
           "the kind fit's extras: forward;backward fixed ms per action, ms "
           "per node, ms per MB of the stage's parameters")
     print("| model | plan | stage: F pred/alone (wall), B pred/alone (wall) | tail ms | "
@@ -296,8 +311,10 @@ def print_stages(rows):
             (fw, fa), (bw, ba) = meas[s] if s < len(meas) else ((0, 0), (0, 0))
             cells.append("s%d %.2f/%.2f (%.2f), %.2f/%.2f (%.2f)" % (
                 s, pf, 1e3 * fa, 1e3 * fw, pb, 1e3 * ba, 1e3 * bw))
-        ring, wait = exposed
+        ring, got, wait = exposed
         ring = ",".join("%.1f" % x for x in ring) or "-"
+        if got:
+            ring += " / " + ",".join("%.1f" % x for x in got)
         print("| %s | %s | %s | %.1f | %s | %s |" % (
             name, label, "; ".join(cells), tail, ring + (" + wait %.1f" % wait if wait else ""),
             extras))
