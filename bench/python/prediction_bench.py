@@ -165,16 +165,31 @@ def compute_runs(r):
     return out
 
 
+# The CPU a ring all-reduce's process keeps busy (core/runtime_model.h's
+# kRingCpuLoad).
+RING_CPU_LOAD = 0.5
+
+
+def ring_run(r):
+    """A report's exposed all-reduce as a pool run (stage -1, "ring", wall
+    start, wall end, load): EndStep starts with it; None without one."""
+    if not r.HasField("allreduce_exposed_seconds") or r.allreduce_exposed_seconds <= 0:
+        return None
+    start = r.start_unix_us * 1e-6 + r.step_seconds - r.optimizer_seconds
+    return (-1, "ring", start, start + r.allreduce_exposed_seconds, RING_CPU_LOAD)
+
+
 def alone_seconds(run, pool_runs, cpus):
     """The part of `run` its pool's CPUs gave it: its wall time with each
-    instant weighted by min(1, cpus / computes running then) (processor
-    sharing, one thread per compute), its seconds alone on the pool."""
+    instant weighted by min(1, cpus / load running then) (processor
+    sharing: one per compute, RING_CPU_LOAD per exposed ring), its seconds
+    alone on the pool."""
     cuts = sorted({x for o in pool_runs for x in o[2:4] if run[2] < x < run[3]}
                   | {run[2], run[3]})
     out = 0.0
     for a, b in zip(cuts, cuts[1:]):
         mid = (a + b) / 2
-        load = sum(1 for o in pool_runs if o[2] <= mid < o[3])
+        load = sum(o[4] if len(o) > 4 else 1 for o in pool_runs if o[2] <= mid < o[3])
         out += (b - a) * min(1.0, cpus / max(load, 1))
     return out
 
@@ -183,8 +198,9 @@ def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
     """Per stage of `version`: median F and full backward (B, or I + W) per
     microbatch over its reports, the first `skip` steps left out, each as
     (wall, alone): its wall time, and its time alone on its CPU pool read
-    back by processor sharing over the step's computes of every worker that
-    shares the pool (what the prediction's per-action figure is)."""
+    back by processor sharing over the step's computes and exposed rings of
+    every worker that shares the pool (what the prediction's per-action
+    figure is)."""
     import statistics
     reports = [r for r in reports if r.plan_version == version]
     first = min((r.step for r in reports), default=0) + skip
@@ -195,9 +211,10 @@ def measured_stages(reports, version, skip=SKIP_AFTER_SWITCH):
     f, b = {}, {}
     for step_reports in by_step.values():
         runs = {id(r): compute_runs(r) for r in step_reports}
+        loads = {id(r): runs[id(r)] + [x for x in [ring_run(r)] if x] for r in step_reports}
         for r in step_reports:
             pool = [o for q in step_reports if q.cpu_use.pool == r.cpu_use.pool
-                    for o in runs[id(q)]]
+                    for o in loads[id(q)]]
             cpus = r.cpu_use.cpus if r.cpu_use.pool and r.cpu_use.cpus > 0 else float("inf")
             per = {}
             for run in runs[id(r)]:
