@@ -43,9 +43,9 @@ std::string KindExtras(const StageTimeFit* fit) {
 }
 
 // Logs the per-action costs the prediction simulated (F and full B per
-// stage, the step's tail, each rank's exposed all-reduce at mean
-// durations and its buckets' ring time alone): what prediction_bench compares with the measured
-// actions.
+// stage, the step's tail, each rank's exposed all-reduce at mean durations
+// and its buckets' ring time alone): what prediction_bench compares with
+// the measured actions.
 void LogStageCosts(const DecodedPlan& plan, const PlanInputs& in, const PredictionBasis& basis,
                    double replica_wait_seconds) {
   absl::StatusOr<FixedPlan> fixed = FixedPlanOf(plan, *in.cluster, in.options);

@@ -60,10 +60,11 @@ absl::Status CheckComputeSharing(const ComputeSharing& sharing, int num_ranks);
 // Simulate with shared pools: the same result fields (busy_seconds is the
 // wall time computes ran, stretched by sharing; the timeline's compute
 // events span their wall time; step_seconds and finish_seconds leave the
-// end work out, end_work_finish_seconds has its ends). With empty sharing, or every pool's
-// capacity at least the sum of its ranks' loads, the result equals
-// Simulate's. Errors: as Simulate; INVALID_ARGUMENT (CheckComputeSharing)
-// for a sharing that does not fit the schedule.
+// end work out, end_work_finish_seconds has its ends). With empty sharing,
+// or every pool's capacity at least the sum of its ranks' loads, the
+// result equals Simulate's (end work then runs at full speed). Errors: as
+// Simulate; INVALID_ARGUMENT (CheckComputeSharing) for a sharing that does
+// not fit the schedule.
 absl::StatusOr<SimulationResult> SimulateShared(const PipelineSchedule& schedule,
                                                 const StageCosts& costs,
                                                 const ComputeSharing& sharing,
