@@ -8,7 +8,6 @@
 #include "pipeplan/core/calibration.h"
 #include "pipeplan/core/cost_model.h"
 #include "pipeplan/core/median.h"
-#include "pipeplan/core/placement.h"
 #include "pipeplan/core/plan_costs.h"
 #include "pipeplan/core/plan_options.h"
 #include "pipeplan/core/schedule/build.h"
@@ -182,15 +181,21 @@ double LoadOf(const schedule::ComputeSharing& sharing, size_t r) {
   return r < sharing.rank_load.size() ? sharing.rank_load[r] : 1.0;
 }
 
+// Per pool, the load of all its ranks computing at once.
+std::vector<double> PoolLoads(const schedule::ComputeSharing& sharing) {
+  std::vector<double> out(sharing.pool_capacity.size(), 0.0);
+  for (size_t r = 0; r < sharing.rank_pool.size(); ++r) {
+    if (sharing.rank_pool[r] >= 0) out[sharing.rank_pool[r]] += LoadOf(sharing, r);
+  }
+  return out;
+}
+
 // Per rank, the share of its last backward its all-reduce can overlap: the
 // CPUs its pool has spare while every rank on it computes, over the rank's
 // load (1 for a rank with processors of its own). Empty: no rank shares.
 std::vector<double> OverlapShares(const schedule::ComputeSharing& sharing, int num_ranks) {
   if (sharing.empty()) return {};
-  std::vector<double> pool_load(sharing.pool_capacity.size(), 0.0);
-  for (size_t r = 0; r < sharing.rank_pool.size(); ++r) {
-    if (sharing.rank_pool[r] >= 0) pool_load[sharing.rank_pool[r]] += LoadOf(sharing, r);
-  }
+  const std::vector<double> pool_load = PoolLoads(sharing);
   std::vector<double> out(std::max(0, num_ranks), 1.0);
   for (size_t r = 0; r < out.size() && r < sharing.rank_pool.size(); ++r) {
     const int p = sharing.rank_pool[r];
@@ -298,24 +303,16 @@ absl::StatusOr<std::optional<double>> FitRingBandwidthFromProbes(
     const Graph& graph, const Cluster& cluster, const FixedPlan& plan, const AsRunOptions& options,
     std::span<const StepSample> samples) {
   PIPEPLAN_ASSIGN_OR_RETURN(AsRunCosts in, BuildAsRunCosts(graph, cluster, plan, options));
-  const schedule::PipelineSchedule& sched = in.lowered;
-  // Replica 0's devices in rank order: the worker's ring (RingAllReduceSum).
-  std::vector<int> group(sched.num_ranks, -1);
-  for (size_t s = 0; s < plan.stage_device.size() && s < sched.stage_to_rank.size(); ++s) {
-    int& d = group[sched.stage_to_rank[s]];
-    if (d < 0) d = plan.stage_device[s];
-  }
-  if (group.size() < 2 || std::count(group.begin(), group.end(), -1) > 0) return std::nullopt;
-  std::vector<double> pool_load(in.sharing.pool_capacity.size(), 0.0);
-  for (size_t r = 0; r < in.sharing.rank_pool.size(); ++r) {
-    if (in.sharing.rank_pool[r] >= 0) pool_load[in.sharing.rank_pool[r]] += LoadOf(in.sharing, r);
-  }
+  // The worker probes over its replica's pipeline: a ring of every rank.
+  const int ranks = in.lowered.num_ranks;
+  if (ranks < 2) return std::nullopt;
+  const std::vector<double> pool_load = PoolLoads(in.sharing);
   // 2 (n - 1) steps, each moving bytes / n over every link
   // (AllReduceRing::Seconds), solved for the bandwidth. Latencies are left
   // out: a probe's chunks are a MB or more, where a link's latency is tens
   // of microseconds, while one fitted on small activations (or a ring link
   // no activation crossed) can be a millisecond off, times 2 (n - 1).
-  const double n = static_cast<double>(group.size());
+  const double n = ranks;
   std::vector<double> bandwidths;
   for (const StepSample& s : samples) {
     if (!(s.allreduce_probe_seconds > 0) || !(s.allreduce_probe_bytes > 0)) continue;

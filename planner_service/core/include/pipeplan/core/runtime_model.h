@@ -161,7 +161,7 @@ absl::StatusOr<double> FitAllReduceScale(const Graph& graph, const Cluster& clus
 // `plan`: each probe read back to its time alone (times min(1, capacity /
 // (load x kRingCpuLoad)) of its worker's CPU pool: every rank probes at
 // once) and solved for
-// the link bandwidth of a ring through replica 0's ranks, latencies left
+// the link bandwidth of a ring through a replica's ranks, latencies left
 // out (its chunks are a MB or more); the median. A bandwidth, not a scale
 // of the modelled time: links fitted on small activations can be all
 // latency, and a scale of that would carry the error to a ring of other
